@@ -1,0 +1,343 @@
+"""The embedded bucketed log: append-only Parquet segments in a folder, the default source.
+
+Layout under a root that pyarrow can address (a local path, ``file://``, ``s3://``, ``gs://``,
+``hdfs://``)::
+
+    <root>/_log.json                               {"format": ..., "buckets": N}
+    <root>/<bucket>/<20-digit base offset>.parquet  one immutable segment
+
+A segment holds the records ``[base, base + num_rows)`` of its bucket; consecutive segments
+of a bucket are contiguous. Segments are written aside (a dot-file) and published with a
+rename, so a reader never sees half a segment.
+
+Appenders on *different* buckets run in parallel. Appenders on the *same* bucket are
+serialized by an exclusive lock on ``<root>/<bucket>/.lock`` (local and POSIX filesystems),
+and a publish that would land on an existing segment is refused: offsets never get a gap or
+a duplicate. On object stores there is no lock: run one appender per bucket there (the
+publish still refuses an existing segment name, but check-then-move is not atomic).
+
+``latest_offsets()`` lists each bucket's folder and reads the footer of its newest segment
+only; its cost does not depend on the number of records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from modeswitch.errors import (
+    ModeswitchError,
+    OffsetOutOfRangeError,
+    SegmentConflictError,
+    UnknownBucketError,
+)
+from modeswitch.offsets import OffsetsMap
+from modeswitch.sources.base import RECORD_SCHEMA, check_range
+
+log = logging.getLogger(__name__)
+
+LOG_FORMAT = "modeswitch-segments"
+LOG_FORMAT_VERSION = 1
+META_FILE = "_log.json"
+OFFSET_DIGITS = 20
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.parquet$")
+DEFAULT_BATCH_ROWS = 65_536
+
+
+def segment_name(base_offset: int) -> str:
+    """File name of the segment that starts at ``base_offset``: zero-padded, sorts by offset."""
+    if base_offset < 0:
+        raise ValueError(f"segment base offset {base_offset} is negative")
+    return f"{base_offset:0{OFFSET_DIGITS}d}.parquet"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset encoded in a segment file name, or None for any other file."""
+    match = _SEGMENT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Segment:
+    bucket: int
+    base: int
+    path: str
+
+
+class SegmentLog:
+    """A bucketed log stored as Parquet segments under ``root``.
+
+    Instances hold only the root and a cache of immutable segment row counts; they are cheap
+    to create, so Spark tasks open their own from the root string.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = str(root)
+        self._fs, self._base = pafs.FileSystem.from_uri(_as_uri(self.root))
+        self._local = isinstance(self._fs, pafs.LocalFileSystem)
+        self._rows: dict[str, int] = {}
+        meta = self._read_meta()
+        if meta is None:
+            raise ModeswitchError(
+                f"no bucketed log at {self.root!r} ({META_FILE} is missing); "
+                "create one with `modeswitch produce --log PATH --buckets N`"
+            )
+        self._bucket_count = int(meta["buckets"])
+
+    # -- creation -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: str, *, buckets: int) -> SegmentLog:
+        """Create a log with ``buckets`` buckets, or open an existing one with the same count."""
+        if buckets < 1:
+            raise ValueError(f"buckets must be at least 1, got {buckets}")
+        fs, base = pafs.FileSystem.from_uri(_as_uri(str(root)))
+        meta_path = f"{base}/{META_FILE}"
+        info = fs.get_file_info(meta_path)
+        if info.type == pafs.FileType.File:
+            existing = cls(root)
+            if existing._bucket_count != buckets:
+                raise ModeswitchError(
+                    f"log {root!r} already has {existing._bucket_count} buckets, not {buckets}"
+                )
+            return existing
+        fs.create_dir(base, recursive=True)
+        for bucket in range(buckets):
+            fs.create_dir(f"{base}/{bucket}", recursive=True)
+        body = json.dumps(
+            {"format": LOG_FORMAT, "version": LOG_FORMAT_VERSION, "buckets": buckets}
+        ).encode()
+        tmp = f"{base}/.{META_FILE}.{uuid.uuid4().hex}"
+        with fs.open_output_stream(tmp) as out:
+            out.write(body)
+        fs.move(tmp, meta_path)
+        log.info("created bucketed log at %s with %d buckets", root, buckets)
+        return cls(root)
+
+    def _read_meta(self) -> dict | None:
+        path = f"{self._base}/{META_FILE}"
+        try:
+            with self._fs.open_input_stream(path) as src:
+                meta = json.loads(src.read())
+        except FileNotFoundError:
+            return None
+        if meta.get("format") != LOG_FORMAT:
+            raise ModeswitchError(f"{path} is not a modeswitch segment log: {meta!r}")
+        return meta
+
+    # -- reading --------------------------------------------------------------------------
+    def buckets(self) -> list[int]:
+        return list(range(self._bucket_count))
+
+    def _check_bucket(self, bucket: int) -> None:
+        if not 0 <= bucket < self._bucket_count:
+            raise UnknownBucketError(
+                f"log {self.root!r}: bucket {bucket} does not exist "
+                f"(buckets are 0..{self._bucket_count - 1})"
+            )
+
+    def segments(self, bucket: int) -> list[Segment]:
+        """Published segments of ``bucket``, ascending by base offset."""
+        self._check_bucket(bucket)
+        folder = f"{self._base}/{bucket}"
+        if self._local:
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                names = []
+        else:
+            selector = pafs.FileSelector(folder, allow_not_found=True)
+            names = [info.base_name for info in self._fs.get_file_info(selector)]
+        found = []
+        for name in names:
+            base = parse_segment_name(name)
+            if base is not None:
+                found.append(Segment(bucket, base, f"{folder}/{name}"))
+        found.sort(key=lambda s: s.base)
+        return found
+
+    def _segment_rows(self, segment: Segment) -> int:
+        rows = self._rows.get(segment.path)
+        if rows is None:
+            rows = pq.ParquetFile(segment.path, filesystem=self._fs).metadata.num_rows
+            self._rows[segment.path] = rows
+        return rows
+
+    def _bounds(self, bucket: int) -> tuple[int, int, list[Segment]]:
+        segments = self.segments(bucket)
+        if not segments:
+            return 0, 0, segments
+        try:
+            end = segments[-1].base + self._segment_rows(segments[-1])
+        except FileNotFoundError:
+            # Retention removed it between listing and reading: list again.
+            return self._bounds(bucket)
+        return segments[0].base, end, segments
+
+    def earliest_offsets(self) -> OffsetsMap:
+        return {b: self._bounds(b)[0] for b in self.buckets()}
+
+    def latest_offsets(self) -> OffsetsMap:
+        return {b: self._bounds(b)[1] for b in self.buckets()}
+
+    def read(
+        self, bucket: int, start: int, end: int, *, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> Iterator[pa.RecordBatch]:
+        """Records ``[start, end)`` of ``bucket`` in offset order, in batches of RECORD_SCHEMA."""
+        earliest, latest, segments = self._bounds(bucket)
+        check_range(
+            bucket,
+            start,
+            end,
+            earliest={bucket: earliest},
+            latest={bucket: latest},
+            what=f"log {self.root!r}",
+        )
+        if start == end:
+            return
+        for i, segment in enumerate(segments):
+            seg_end = segments[i + 1].base if i + 1 < len(segments) else latest
+            if seg_end <= start:
+                continue
+            if segment.base >= end:
+                break
+            try:
+                yield from self._read_segment(
+                    segment, seg_end, max(start, segment.base), min(end, seg_end), batch_rows
+                )
+            except FileNotFoundError as exc:
+                raise OffsetOutOfRangeError(
+                    f"log {self.root!r}: bucket {bucket}: segment {segment.base} was dropped by "
+                    f"retention while reading [{start}, {end})"
+                ) from exc
+
+    def _read_segment(
+        self, segment: Segment, seg_end: int, lo: int, hi: int, batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        parquet = pq.ParquetFile(segment.path, filesystem=self._fs)
+        meta = parquet.metadata
+        if segment.base + meta.num_rows != seg_end:
+            raise ModeswitchError(
+                f"log {self.root!r}: bucket {segment.bucket}: segment {segment.path} holds "
+                f"{meta.num_rows} records but the next segment starts at {seg_end}: "
+                "offsets are not contiguous"
+            )
+        group_start = segment.base
+        for group in range(meta.num_row_groups):
+            group_rows = meta.row_group(group).num_rows
+            group_end = group_start + group_rows
+            if group_end > lo and group_start < hi:
+                table = parquet.read_row_group(group)
+                table = table.slice(max(lo, group_start) - group_start)
+                table = table.slice(0, min(hi, group_end) - max(lo, group_start))
+                for batch in table.to_batches(max_chunksize=batch_rows):
+                    yield _conform(batch)
+            group_start = group_end
+            if group_start >= hi:
+                break
+
+    # -- writing --------------------------------------------------------------------------
+    def append(self, bucket: int, records: pa.Table | pa.RecordBatch) -> tuple[int, int]:
+        """Append ``records`` (columns event_time, key, value) to ``bucket`` as one segment.
+
+        Offsets are assigned here, contiguously after the bucket's latest offset. Returns the
+        ``[start, end)`` range written. Appenders on the same bucket are serialized.
+        """
+        self._check_bucket(bucket)
+        if isinstance(records, pa.RecordBatch):
+            records = pa.Table.from_batches([records])
+        count = records.num_rows
+        if count == 0:
+            latest = self._bounds(bucket)[1]
+            return latest, latest
+        with self._bucket_lock(bucket):
+            start = self._bounds(bucket)[1]
+            table = pa.table(
+                {
+                    "bucket": pa.array([bucket] * count, pa.int32()),
+                    "offset": pa.array(range(start, start + count), pa.int64()),
+                    "event_time": records.column("event_time").cast(pa.timestamp("us", "UTC")),
+                    "key": records.column("key").cast(pa.string()),
+                    "value": records.column("value").cast(pa.string()),
+                },
+                schema=RECORD_SCHEMA,
+            )
+            self._publish(bucket, start, table)
+        return start, start + count
+
+    def _publish(self, bucket: int, start: int, table: pa.Table) -> None:
+        folder = f"{self._base}/{bucket}"
+        final = f"{folder}/{segment_name(start)}"
+        tmp = f"{folder}/.{uuid.uuid4().hex}.parquet.tmp"
+        pq.write_table(table, tmp, filesystem=self._fs, compression="snappy")
+        try:
+            if self._local:
+                # link() never replaces an existing file, unlike rename().
+                try:
+                    os.link(tmp, final)
+                except FileExistsError as exc:
+                    raise SegmentConflictError(
+                        f"log {self.root!r}: bucket {bucket}: a segment at offset {start} "
+                        "already exists; another appender wrote this bucket concurrently"
+                    ) from exc
+            else:
+                if self._fs.get_file_info(final).type != pafs.FileType.NotFound:
+                    raise SegmentConflictError(
+                        f"log {self.root!r}: bucket {bucket}: a segment at offset {start} "
+                        "already exists; another appender wrote this bucket concurrently"
+                    )
+                self._fs.move(tmp, final)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.delete_file(tmp)
+        self._rows[final] = table.num_rows
+
+    @contextlib.contextmanager
+    def _bucket_lock(self, bucket: int) -> Iterator[None]:
+        if not self._local:
+            yield
+            return
+        with open(f"{self._base}/{bucket}/.lock", "a") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    # -- retention ------------------------------------------------------------------------
+    def drop_before(self, offsets: Mapping[int, int]) -> int:
+        """Drop, per bucket, the segments that lie entirely below the given offset.
+
+        The newest segment of a bucket is always kept: it carries the latest offset. Returns
+        the number of segments deleted. Reading below the new earliest offset is an error.
+        """
+        dropped = 0
+        for bucket, offset in offsets.items():
+            with self._bucket_lock(bucket):
+                segments = self.segments(bucket)
+                for i, segment in enumerate(segments[:-1]):
+                    if segments[i + 1].base <= offset:
+                        self._fs.delete_file(segment.path)
+                        self._rows.pop(segment.path, None)
+                        dropped += 1
+        return dropped
+
+
+def _as_uri(root: str) -> str:
+    return root if "://" in root else os.path.abspath(root)
+
+
+def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
+    if batch.schema.equals(RECORD_SCHEMA):
+        return batch
+    return batch.cast(RECORD_SCHEMA)

@@ -1,0 +1,379 @@
+"""The ``bucketlog`` PySpark data source: batch and streaming reads of any bucketed log.
+
+Usage::
+
+    from modeswitch.sources.spark import register
+    register(spark)
+    df = (spark.read.format("bucketlog")
+          .option("startingOffsets", '{"0": 100, "1": 0}')
+          .option("endingOffsets", "latest")
+          .load("/data/log"))
+
+Options (validated on the driver; an error names the option and its value):
+
+- ``path`` (or the ``load()`` argument): the log's root.
+- ``source``: ``segments`` (the embedded log, default).
+- ``startingOffsets``: ``earliest``, ``latest`` or an offsets map as JSON. Buckets missing
+  from a map start at their earliest offset. Default: ``earliest`` for batch reads,
+  ``latest`` for streaming reads (as Spark's Kafka source does).
+- ``endingOffsets`` (batch only): ``latest`` (default) or an offsets map; missing buckets end
+  at their latest offset.
+- ``maxRecordsPerPartition``: bucket ranges larger than this are cut into equal parts, so
+  that a skewed bucket does not become one long task. Default 1 000 000.
+- ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
+  between buckets in proportion to how far behind each is. Spark passes it back to
+  ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
+  where a trigger demands it.
+
+Readers hold only plain options and offsets (picklable); each ``read()`` opens the log
+afresh from its root, so ``read`` is stateless.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from modeswitch.errors import (
+    InvalidOffsetsError,
+    ModeswitchError,
+    OffsetOutOfRangeError,
+    UnknownBucketError,
+)
+from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
+from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "bucketlog"
+DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
+
+
+@dataclass(frozen=True)
+class BucketLogOptions:
+    """The data source's options, parsed and checked on the driver."""
+
+    path: str
+    source: str
+    starting: str | None
+    ending: str | None
+    max_records_per_partition: int
+    max_records_per_trigger: int | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        path = opts.get("path") or opts.get("log")
+        if not path:
+            raise ValueError(
+                "option path: the log's root is required (pass it to load() or .option('path'))"
+            )
+        source = opts.get("source", "segments").lower()
+        if source not in ("segments",):
+            raise ValueError(f"option source={source!r}: expected 'segments'")
+        return cls(
+            path=_absolute(path),
+            source=source,
+            starting=opts.get("startingoffsets"),
+            ending=opts.get("endingoffsets"),
+            max_records_per_partition=_positive_int(
+                opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION
+            ),
+            max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
+        )
+
+    def open_log(self) -> BucketedLog:
+        from modeswitch.sources.segments import SegmentLog
+
+        return SegmentLog(self.path)
+
+
+def _absolute(path: str) -> str:
+    import os
+
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _positive_int(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"option {name}={raw!r}: expected a positive integer")
+    return value
+
+
+def resolve_offsets(
+    option: str,
+    value: str | None,
+    *,
+    default: str,
+    earliest: Mapping[int, int],
+    latest: Mapping[int, int],
+    fill: Mapping[int, int],
+) -> OffsetsMap:
+    """Turn ``earliest`` / ``latest`` / a JSON map into a full, checked offsets map.
+
+    Buckets missing from a JSON map take their offset from ``fill``. Raises ValueError
+    naming the option and its value for malformed JSON, unknown buckets, offsets below
+    retention or beyond the latest offset.
+    """
+    text = (value if value is not None else default).strip()
+    if text.lower() == "earliest":
+        return dict(earliest)
+    if text.lower() == "latest":
+        return dict(latest)
+    try:
+        given = offsets_from_json(text, source=f"option {option}={text!r}")
+    except InvalidOffsetsError as exc:
+        raise InvalidOffsetsError(
+            f"{exc}; expected 'earliest', 'latest' or a JSON object of bucket -> offset "
+            'such as {"0": 120, "1": 98}'
+        ) from exc
+    resolved = dict(fill)
+    for bucket, offset in given.items():
+        try:
+            check_range(bucket, offset, offset, earliest=earliest, latest=latest, what="")
+        except (UnknownBucketError, OffsetOutOfRangeError) as exc:
+            raise type(exc)(f"option {option}={text!r}:{exc}") from exc
+        resolved[bucket] = offset
+    return resolved
+
+
+@dataclass
+class BucketRange(InputPartition):
+    """One Spark partition: the records ``[start, end)`` of ``bucket``."""
+
+    bucket: int
+    start: int
+    end: int
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
+
+
+def split_ranges(
+    start: Mapping[int, int], end: Mapping[int, int], *, max_records: int
+) -> list[BucketRange]:
+    """Cut ``[start, end)`` of every bucket into parts of at most ``max_records``.
+
+    Parts of one bucket have equal sizes (±1, larger first), so a skewed bucket becomes
+    several equal tasks. Larger parts come first, so Spark starts the long tasks early;
+    within a bucket, parts stay in offset order. Empty ranges give no part.
+    """
+    parts: list[BucketRange] = []
+    for bucket in sorted(end):
+        lo, hi = start.get(bucket, 0), end[bucket]
+        total = hi - lo
+        if total <= 0:
+            continue
+        pieces = -(-total // max_records)
+        size, extra = divmod(total, pieces)
+        at = lo
+        for i in range(pieces):
+            n = size + (1 if i < extra else 0)
+            parts.append(BucketRange(bucket, at, at + n))
+            at += n
+    parts.sort(key=lambda p: (-p.records, p.bucket, p.start))
+    return parts
+
+
+def read_range(options: BucketLogOptions, part: BucketRange) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one partition, in offset order."""
+    yield from options.open_log().read(part.bucket, part.start, part.end)
+
+
+def limit_by_rows(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int) -> OffsetsMap:
+    """Advance from ``start`` towards ``latest`` by at most ``max_rows`` records in all.
+
+    Each bucket gets a share proportional to how far behind it is; the leftover records go
+    to the buckets furthest behind, so the total is exactly ``min(max_rows, available)``.
+    """
+    lag = {b: max(0, latest[b] - start.get(b, latest[b])) for b in latest}
+    total = sum(lag.values())
+    if total <= max_rows:
+        return dict(latest)
+    take = {b: lag[b] * max_rows // total for b in lag}
+    leftover = max_rows - sum(take.values())
+    for b in sorted(lag, key=lambda b: (-(lag[b] - take[b]), b)):
+        if leftover == 0:
+            break
+        if take[b] < lag[b]:
+            take[b] += 1
+            leftover -= 1
+    return {b: start.get(b, latest[b]) + take[b] for b in latest}
+
+
+class BucketLogBatchReader(DataSourceReader):
+    """Batch read of fixed offset ranges, resolved when the query is planned."""
+
+    def __init__(self, options: BucketLogOptions) -> None:
+        self.options = options
+        source = options.open_log()
+        earliest, latest = source.earliest_offsets(), source.latest_offsets()
+        self.start = resolve_offsets(
+            "startingOffsets",
+            options.starting,
+            default="earliest",
+            earliest=earliest,
+            latest=latest,
+            fill=earliest,
+        )
+        self.end = resolve_offsets(
+            "endingOffsets",
+            options.ending,
+            default="latest",
+            earliest=earliest,
+            latest=latest,
+            fill=latest,
+        )
+        for bucket, end in self.end.items():
+            if self.start[bucket] > end:
+                raise OffsetOutOfRangeError(
+                    f"option startingOffsets={options.starting!r}: bucket {bucket} starts at "
+                    f"{self.start[bucket]}, after its ending offset {end} "
+                    f"(option endingOffsets={options.ending!r})"
+                )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return split_ranges(
+            self.start, self.end, max_records=self.options.max_records_per_partition
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BucketRange)
+        yield from read_range(self.options, partition)
+
+
+class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over offsets maps; honours ``maxRecordsPerTrigger`` and availableNow."""
+
+    def __init__(self, options: BucketLogOptions) -> None:
+        self.options = options
+        self._target: OffsetsMap | None = None
+
+    def initialOffset(self) -> dict:
+        source = self.options.open_log()
+        earliest = source.earliest_offsets()
+        start = resolve_offsets(
+            "startingOffsets",
+            self.options.starting,
+            default="latest",
+            earliest=earliest,
+            latest=source.latest_offsets(),
+            fill=earliest,
+        )
+        log.info("bucketlog stream starts at %s", start)
+        return offsets_to_dict(start)
+
+    def _latest(self) -> OffsetsMap:
+        latest = self.options.open_log().latest_offsets()
+        if self._target is not None:
+            latest = {b: min(latest[b], self._target.get(b, latest[b])) for b in latest}
+        return latest
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = offsets_from_dict(start, source="stream start offset")
+        latest = self._latest()
+        begin = {b: begin.get(b, 0) for b in latest}
+        if isinstance(limit, ReadMaxRows):
+            end = limit_by_rows(begin, latest, limit.max_rows)
+        elif isinstance(limit, ReadMinRows):
+            available = sum(latest[b] - begin[b] for b in latest)
+            end = latest if available >= limit.min_rows else begin
+        else:
+            end = latest
+        return offsets_to_dict(end)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict:
+        return offsets_to_dict(self._latest())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.options.open_log().latest_offsets()
+        log.info("bucketlog availableNow target %s", self._target)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return split_ranges(
+            offsets_from_dict(start, source="micro-batch start offset"),
+            offsets_from_dict(end, source="micro-batch end offset"),
+            max_records=self.options.max_records_per_partition,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, BucketRange)
+        yield from read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the sink's commit, not the source, is the checkpoint."""
+
+
+class BucketLogDataSource(DataSource):
+    """``spark.read.format("bucketlog")`` / ``spark.readStream.format("bucketlog")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SPARK_RECORD_DDL
+
+    def _options(self) -> BucketLogOptions:
+        return BucketLogOptions.parse(self.options)
+
+    def reader(self, schema: object) -> DataSourceReader:
+        return BucketLogBatchReader(self._options())
+
+    def streamReader(self, schema: object) -> DataSourceStreamReader:
+        options = self._options()
+        if options.ending is not None:
+            raise ValueError(
+                f"option endingOffsets={options.ending!r}: not supported by streaming reads "
+                "(stop the query with a trigger or a command instead)"
+            )
+        # Fail on the driver, before the query starts, for a missing log or a bad start.
+        BucketLogStreamReader(options).initialOffset()
+        return BucketLogStreamReader(options)
+
+
+def register(spark: object) -> None:
+    """Register the ``bucketlog`` data source with a Spark session."""
+    spark.dataSource.register(BucketLogDataSource)  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "SOURCE_NAME",
+    "BucketLogDataSource",
+    "BucketLogOptions",
+    "BucketRange",
+    "ModeswitchError",
+    "limit_by_rows",
+    "register",
+    "resolve_offsets",
+    "split_ranges",
+]
