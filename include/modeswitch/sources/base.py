@@ -64,22 +64,25 @@ def check_range(
     latest: Mapping[int, int],
     what: str = "read",
 ) -> None:
-    """Refuse a range that is unknown, inverted, below retention or beyond the latest offset."""
+    """Refuse a range that is unknown, inverted, below retention or beyond the latest offset.
+
+    ``what`` prefixes the message (the log, an option); empty means no prefix.
+    """
+    what = f"{what}: " if what else ""
     if bucket not in latest:
         raise UnknownBucketError(
-            f"{what}: bucket {bucket} does not exist (buckets are {sorted(latest)})"
+            f"{what}bucket {bucket} does not exist (buckets are {sorted(latest)})"
         )
     if start > end:
         raise OffsetOutOfRangeError(
-            f"{what}: bucket {bucket}: start offset {start} is after end offset {end}"
+            f"{what}bucket {bucket}: start offset {start} is after end offset {end}"
         )
     if start < earliest[bucket]:
         raise OffsetOutOfRangeError(
-            f"{what}: bucket {bucket}: offset {start} is below the earliest retained offset "
+            f"{what}bucket {bucket}: offset {start} is below the earliest retained offset "
             f"{earliest[bucket]}; records [{start}, {earliest[bucket]}) were dropped by retention"
         )
     if end > latest[bucket]:
         raise OffsetOutOfRangeError(
-            f"{what}: bucket {bucket}: end offset {end} is beyond the latest offset "
-            f"{latest[bucket]}"
+            f"{what}bucket {bucket}: end offset {end} is beyond the latest offset {latest[bucket]}"
         )

@@ -155,7 +155,7 @@ def resolve_offsets(
         try:
             check_range(bucket, offset, offset, earliest=earliest, latest=latest, what="")
         except (UnknownBucketError, OffsetOutOfRangeError) as exc:
-            raise type(exc)(f"option {option}={text!r}:{exc}") from exc
+            raise type(exc)(f"option {option}={text!r}: {exc}") from exc
         resolved[bucket] = offset
     return resolved
 

@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Both create or reuse .venv, install the pinned stack when requirements change,
+# and make sure Java 17 is there for Spark.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.modeswitch-installed
+PYTEST_ARGS ?=
+
+.PHONY: install java demo test lint format bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt 2>&1 | grep -v "^WARNING: Location" || true
+	@$(PY) -c 'import pyspark, airflow, deltalake, pyarrow' || { echo "installing the requirements failed" >&2; exit 1; }
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@touch $(STAMP)
+
+install: $(STAMP) java
+
+java:
+	@bash tools/ensure-java.sh
+
+demo: install
+	$(VENV)/bin/modeswitch demo --dir .demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: install lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/run.py
+
+clean:
+	rm -rf .demo .pytest_cache .ruff_cache

@@ -1,0 +1,234 @@
+"""The embedded segment log: naming, contiguous offsets, atomic publish, retention."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from modeswitch.errors import (
+    ModeswitchError,
+    OffsetOutOfRangeError,
+    SegmentConflictError,
+    UnknownBucketError,
+)
+from modeswitch.sources.base import RECORD_SCHEMA, BucketedLog
+from modeswitch.sources.segments import SegmentLog, parse_segment_name, segment_name
+
+
+def events(keys: list[str], *, at_us: int = 1_700_000_000_000_000) -> pa.Table:
+    return pa.table(
+        {
+            "event_time": pa.array(
+                [at_us + i for i in range(len(keys))], pa.timestamp("us", "UTC")
+            ),
+            "key": pa.array(keys, pa.string()),
+            "value": pa.array([f'{{"k": "{k}"}}' for k in keys], pa.string()),
+        }
+    )
+
+
+def read_all(log: SegmentLog, bucket: int, start: int, end: int) -> pa.Table:
+    batches = list(log.read(bucket, start, end))
+    return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> SegmentLog:
+    return SegmentLog.create(str(tmp_path / "log"), buckets=3)
+
+
+def test_segment_names_are_zero_padded_and_sort_by_offset() -> None:
+    names = [segment_name(n) for n in (0, 7, 10, 123_456_789_012)]
+    assert names[0] == "00000000000000000000.parquet"
+    assert sorted(names) == names
+    assert [parse_segment_name(n) for n in names] == [0, 7, 10, 123_456_789_012]
+    for other in (".lock", ".abc.parquet.tmp", "12.parquet", "_log.json"):
+        assert parse_segment_name(other) is None
+    with pytest.raises(ValueError, match="negative"):
+        segment_name(-1)
+
+
+def test_a_new_log_is_empty_and_satisfies_the_protocol(log: SegmentLog) -> None:
+    assert isinstance(log, BucketedLog)
+    assert log.buckets() == [0, 1, 2]
+    assert log.earliest_offsets() == {0: 0, 1: 0, 2: 0}
+    assert log.latest_offsets() == {0: 0, 1: 0, 2: 0}
+    assert list(log.read(0, 0, 0)) == []
+
+
+def test_opening_a_missing_log_says_how_to_create_one(tmp_path: Path) -> None:
+    with pytest.raises(ModeswitchError, match=r"no bucketed log at .*modeswitch produce"):
+        SegmentLog(str(tmp_path / "nowhere"))
+
+
+def test_recreating_with_another_bucket_count_is_refused(log: SegmentLog) -> None:
+    assert SegmentLog.create(log.root, buckets=3).buckets() == [0, 1, 2]
+    with pytest.raises(ModeswitchError, match="already has 3 buckets, not 4"):
+        SegmentLog.create(log.root, buckets=4)
+
+
+def test_appends_get_contiguous_offsets_and_read_back_exact_ranges(log: SegmentLog) -> None:
+    assert log.append(1, events(["a", "b", "c"])) == (0, 3)
+    assert log.append(1, events(["d"])) == (3, 4)
+    assert log.append(1, events(["e", "f", "g", "h"])) == (4, 8)
+    assert log.latest_offsets() == {0: 0, 1: 8, 2: 0}
+
+    table = read_all(log, 1, 2, 6)  # crosses two segment boundaries
+    assert table.schema.equals(RECORD_SCHEMA)
+    assert table.column("offset").to_pylist() == [2, 3, 4, 5]
+    assert table.column("key").to_pylist() == ["c", "d", "e", "f"]
+    assert set(table.column("bucket").to_pylist()) == {1}
+    assert read_all(log, 1, 0, 8).column("key").to_pylist() == list("abcdefgh")
+
+
+def test_reads_slice_inside_row_groups(log: SegmentLog) -> None:
+    keys = [f"k{i}" for i in range(10_000)]
+    log.append(0, events(keys))
+    path = log.segments(0)[0].path
+    # Rewrite the segment with small row groups to exercise row-group skipping.
+    table = pq.read_table(path)
+    pq.write_table(table, path, row_group_size=1000)
+    log = SegmentLog(log.root)
+    got = read_all(log, 0, 2_500, 7_321)
+    assert got.column("offset").to_pylist() == list(range(2_500, 7_321))
+    assert got.column("key").to_pylist() == keys[2_500:7_321]
+
+
+def test_latest_offsets_reads_only_the_newest_segment_of_each_bucket(
+    log: SegmentLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(20):
+        log.append(i % 3, events([f"k{i}"] * 5))
+    opened: list[str] = []
+    real = pq.ParquetFile
+
+    def counting(path, *args, **kwargs):
+        opened.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", counting)
+    fresh = SegmentLog(log.root)
+    assert fresh.latest_offsets() == {0: 35, 1: 35, 2: 30}
+    # 20 segments exist; one footer per bucket is read, never a record.
+    assert len(opened) == 3
+    assert all(
+        p.endswith(s.path)
+        for p, s in zip(opened, [fresh.segments(b)[-1] for b in range(3)], strict=True)
+    )
+
+
+def test_unknown_bucket_is_named(log: SegmentLog) -> None:
+    with pytest.raises(UnknownBucketError, match="bucket 3 does not exist"):
+        log.append(3, events(["x"]))
+    with pytest.raises(UnknownBucketError, match="bucket 7 does not exist"):
+        list(log.read(7, 0, 0))
+
+
+def test_reading_beyond_the_latest_offset_is_refused(log: SegmentLog) -> None:
+    log.append(0, events(["a", "b"]))
+    with pytest.raises(
+        OffsetOutOfRangeError, match="bucket 0: end offset 3 is beyond the latest offset 2"
+    ):
+        list(log.read(0, 0, 3))
+    with pytest.raises(OffsetOutOfRangeError, match="start offset 2 is after end offset 1"):
+        list(log.read(0, 2, 1))
+
+
+def test_retention_drops_whole_segments_and_reading_below_it_is_an_error(log: SegmentLog) -> None:
+    for i in range(4):
+        log.append(2, events([f"s{i}-{j}" for j in range(10)]))  # segments at 0, 10, 20, 30
+    assert log.drop_before({2: 25}) == 2
+    assert log.earliest_offsets()[2] == 20
+    assert log.latest_offsets()[2] == 40
+    assert read_all(log, 2, 20, 22).column("key").to_pylist() == ["s2-0", "s2-1"]
+    with pytest.raises(OffsetOutOfRangeError) as err:
+        list(log.read(2, 15, 30))
+    message = str(err.value)
+    assert (
+        "bucket 2" in message
+        and "offset 15" in message
+        and "earliest retained offset 20" in message
+    )
+
+
+def test_retention_always_keeps_the_newest_segment(log: SegmentLog) -> None:
+    log.append(0, events(["a", "b"]))
+    log.append(0, events(["c"]))
+    log.drop_before({0: 1_000})
+    assert log.earliest_offsets()[0] == 2
+    assert log.latest_offsets()[0] == 3
+    assert log.append(0, events(["d"])) == (3, 4)
+
+
+def test_half_written_segments_are_invisible(log: SegmentLog) -> None:
+    log.append(0, events(["a"]))
+    folder = Path(log.root) / "0"
+    # What an appender leaves while writing aside (or after a crash mid-write).
+    (folder / ".0123abcd.parquet.tmp").write_bytes(b"PAR1 half a file")
+    assert log.latest_offsets()[0] == 1
+    assert read_all(log, 0, 0, 1).column("key").to_pylist() == ["a"]
+    assert log.append(0, events(["b"])) == (1, 2)
+
+
+def test_a_publish_onto_an_existing_segment_is_refused(log: SegmentLog) -> None:
+    log.append(0, events(["a", "b"]))
+    table = read_all(log, 0, 0, 2)
+    # An appender that did not take the lock and computed the same start offset.
+    with pytest.raises(SegmentConflictError, match="segment at offset 0 already exists"):
+        log._publish(0, 0, table)
+    assert read_all(log, 0, 0, 2).column("key").to_pylist() == ["a", "b"]
+    assert sorted(p.name for p in (Path(log.root) / "0").iterdir() if p.name != ".lock") == [
+        segment_name(0)
+    ]
+
+
+def _assert_contiguous_and_complete(log: SegmentLog, bucket: int, expected_keys: set[str]) -> None:
+    table = read_all(log, bucket, 0, log.latest_offsets()[bucket])
+    offsets = table.column("offset").to_pylist()
+    keys = table.column("key").to_pylist()
+    assert offsets == list(range(len(offsets)))
+    assert len(keys) == len(set(keys)), "a record was written twice"
+    assert set(keys) == expected_keys
+
+
+def test_concurrent_thread_appenders_keep_offsets_contiguous(log: SegmentLog) -> None:
+    def appender(worker: int) -> None:
+        own = SegmentLog(log.root)
+        for i in range(25):
+            own.append(0, events([f"w{worker}-{i}-{j}" for j in range(3)]))
+            own.append(1 + worker % 2, events([f"w{worker}-{i}"]))
+
+    threads = [threading.Thread(target=appender, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _assert_contiguous_and_complete(
+        log, 0, {f"w{w}-{i}-{j}" for w in range(6) for i in range(25) for j in range(3)}
+    )
+    _assert_contiguous_and_complete(log, 1, {f"w{w}-{i}" for w in (0, 2, 4) for i in range(25)})
+    _assert_contiguous_and_complete(log, 2, {f"w{w}-{i}" for w in (1, 3, 5) for i in range(25)})
+
+
+def _process_appender(root: str, worker: int) -> None:
+    own = SegmentLog(root)
+    for i in range(20):
+        own.append(0, events([f"p{worker}-{i}-{j}" for j in range(2)]))
+
+
+def test_concurrent_process_appenders_keep_offsets_contiguous(log: SegmentLog) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_process_appender, args=(log.root, w)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    _assert_contiguous_and_complete(
+        log, 0, {f"p{w}-{i}-{j}" for w in range(4) for i in range(20) for j in range(2)}
+    )

@@ -1,0 +1,105 @@
+"""The bucketlog source's driver-side logic: ranges, read limits, option checks (no JVM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from modeswitch.errors import InvalidOffsetsError, OffsetOutOfRangeError, UnknownBucketError
+from modeswitch.sources.spark import BucketLogOptions, limit_by_rows, resolve_offsets, split_ranges
+
+EARLIEST = {0: 10, 1: 0, 2: 0}
+LATEST = {0: 100, 1: 50, 2: 0}
+
+
+def test_split_ranges_cuts_skewed_buckets_into_equal_parts_in_offset_order() -> None:
+    parts = split_ranges({0: 0, 1: 5, 2: 7}, {0: 10, 1: 105, 2: 7}, max_records=30)
+    by_bucket: dict[int, list[tuple[int, int]]] = {}
+    for p in parts:
+        by_bucket.setdefault(p.bucket, []).append((p.start, p.end))
+    assert by_bucket[1] == [(5, 30), (30, 55), (55, 80), (80, 105)]
+    assert by_bucket[0] == [(0, 10)]
+    assert 2 not in by_bucket  # empty range, no partition
+    assert max(p.records for p in parts) <= 30
+    assert [p.records for p in parts] == sorted((p.records for p in parts), reverse=True)
+
+
+@given(
+    st.dictionaries(st.integers(0, 20), st.tuples(st.integers(0, 1000), st.integers(0, 5000))),
+    st.integers(1, 700),
+)
+def test_split_ranges_cover_every_range_exactly(ranges: dict, max_records: int) -> None:
+    start = {b: lo for b, (lo, n) in ranges.items()}
+    end = {b: lo + n for b, (lo, n) in ranges.items()}
+    parts = split_ranges(start, end, max_records=max_records)
+    for bucket in end:
+        own = sorted((p.start, p.end) for p in parts if p.bucket == bucket)
+        covered = [o for lo, hi in own for o in range(lo, hi)]
+        assert covered == list(range(start[bucket], end[bucket]))
+    assert all(0 < p.records <= max_records for p in parts)
+
+
+@given(
+    st.dictionaries(st.integers(0, 15), st.tuples(st.integers(0, 100), st.integers(0, 10_000))),
+    st.integers(1, 20_000),
+)
+def test_read_limit_is_never_exceeded_and_never_stalls(ranges: dict, max_rows: int) -> None:
+    start = {b: lo for b, (lo, n) in ranges.items()}
+    latest = {b: lo + n for b, (lo, n) in ranges.items()}
+    end = limit_by_rows(start, latest, max_rows)
+    available = sum(latest[b] - start[b] for b in latest)
+    taken = sum(end[b] - start[b] for b in latest)
+    assert taken == min(max_rows, available)
+    assert all(start[b] <= end[b] <= latest[b] for b in latest)
+
+
+def test_read_limit_is_shared_in_proportion_to_lag() -> None:
+    end = limit_by_rows({0: 0, 1: 0, 2: 0}, {0: 9000, 1: 900, 2: 100}, 1000)
+    assert end == {0: 900, 1: 90, 2: 10}
+
+
+def resolve(value: str | None, *, fill=EARLIEST):
+    return resolve_offsets(
+        "startingOffsets", value, default="earliest", earliest=EARLIEST, latest=LATEST, fill=fill
+    )
+
+
+def test_resolve_offsets_keywords_and_maps() -> None:
+    assert resolve("earliest") == EARLIEST
+    assert resolve("latest") == LATEST
+    assert resolve(None) == EARLIEST
+    assert resolve('{"0": 20}') == {0: 20, 1: 0, 2: 0}
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        ('{"7": 1}', UnknownBucketError, "bucket 7 does not exist"),
+        ('{"0": 5}', OffsetOutOfRangeError, "below the earliest retained offset 10"),
+        ('{"1": 51}', OffsetOutOfRangeError, "beyond the latest offset 50"),
+        ("{0: 1}", InvalidOffsetsError, "not valid JSON"),
+        ("soonest", InvalidOffsetsError, "expected 'earliest', 'latest'"),
+    ],
+)
+def test_resolve_offsets_errors_name_the_option_and_value(value, error, words) -> None:
+    with pytest.raises(error) as err:
+        resolve(value)
+    assert f"option startingOffsets={value!r}" in str(err.value)
+    assert words in str(err.value)
+
+
+def test_options_need_a_path_and_positive_limits(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="option path"):
+        BucketLogOptions.parse({})
+    with pytest.raises(ValueError, match="option maxRecordsPerTrigger='0'"):
+        BucketLogOptions.parse({"path": "x", "maxRecordsPerTrigger": "0"})
+    with pytest.raises(ValueError, match="option maxRecordsPerPartition='many'"):
+        BucketLogOptions.parse({"path": "x", "maxrecordsperpartition": "many"})
+    with pytest.raises(ValueError, match="option source='kafka'"):
+        BucketLogOptions.parse({"path": "x", "source": "kafka"})
+    parsed = BucketLogOptions.parse({"path": "rel/log", "maxRecordsPerTrigger": "10"})
+    assert Path(parsed.path).is_absolute()
+    assert parsed.max_records_per_trigger == 10
