@@ -29,3 +29,41 @@ class SegmentConflictError(ModeswitchError):
 
 class ConfigError(ModeswitchError, ValueError):
     """A setting has a bad value; the message names the setting and the value."""
+
+
+class InvalidTimestampError(ModeswitchError, ValueError):
+    """A timestamp is not a datetime or is naive; policy inputs must be timezone-aware (UTC)."""
+
+
+class FencedError(ModeswitchError):
+    """A commit from an ended epoch (a zombie) or out of order was refused by the sink."""
+
+
+class SchemaMismatchError(ModeswitchError, ValueError):
+    """Written columns differ from the table's: new columns without mergeSchema, or a type
+    change. The message names the columns."""
+
+
+class OffsetsContinuityError(ModeswitchError):
+    """A commit's offsets do not continue where the sink's last commit ended (a gap, an
+    overlap, or offsets going backwards without a recorded rewind)."""
+
+
+class InvalidStateInputError(ModeswitchError, ValueError):
+    """A value given to the control state (a mode, a status, a command, a split) is refused."""
+
+
+class StateRecordNotFoundError(ModeswitchError, LookupError):
+    """An epoch, split or command that the control tables do not hold."""
+
+
+class InvalidStateTransitionError(ModeswitchError):
+    """A status change the control state does not allow (e.g. reopening a closed epoch)."""
+
+
+class EpochStillOpenError(InvalidStateTransitionError):
+    """A new epoch was refused because another one is still running: the pipeline's fencing."""
+
+
+class StateConflictError(ModeswitchError):
+    """A control-table write lost to concurrent writers on every one of its attempts."""

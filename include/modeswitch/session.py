@@ -32,13 +32,14 @@ def create_spark_session(
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ):
-    """A Spark session with the ``bucketlog`` source registered.
+    """A Spark session with the ``bucketlog`` source and ``modeswitch_delta`` sink registered.
 
     ``master`` defaults to ``$MODESWITCH_SPARK_MASTER`` or ``local[*]``; under spark-submit the
     master given there wins. The Python workers use this interpreter.
     """
     from pyspark.sql import SparkSession
 
+    from modeswitch.sinks.delta import register as register_sink
     from modeswitch.sources.spark import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -60,5 +61,6 @@ def create_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     register(spark)
+    register_sink(spark)
     log.info("spark session %s on %s", app_name, spark.sparkContext.master)
     return spark

@@ -1,0 +1,1 @@
+"""Sinks: where processed records land (the Delta sink)."""

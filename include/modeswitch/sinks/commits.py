@@ -1,0 +1,174 @@
+"""What every sink commit records in the sink's Delta log, and how to read it back.
+
+The sink's Delta log is the pipeline's checkpoint (DESIGN.md, invariant 7). Each commit the
+sink makes carries, in its ``commitInfo``:
+
+- a Delta application transaction ``(app_id = pipeline, version = txn_version(epoch, seq))``,
+  so that replays are recognised and zombies of older epochs refused;
+- custom metadata under the key ``"modeswitch"``: a JSON object with the pipeline, epoch,
+  mode, sequence (wave index or micro-batch id), the offsets range ``[start, end)`` it covers
+  per bucket, the number of records, and the max event time per bucket.
+
+Readers here use only ``deltalake``: no Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from modeswitch.errors import ModeswitchError
+from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
+
+METADATA_KEY = "modeswitch"
+SEQUENCE_BITS = 32
+Mode = Literal["batch", "stream"]
+
+
+def txn_version(epoch: int, sequence: int) -> int:
+    """The Delta app-transaction version of a commit: strictly increasing across epochs and,
+    within an epoch, across waves or micro-batches."""
+    if epoch < 0 or not 0 <= sequence < 2**SEQUENCE_BITS:
+        raise ValueError(f"epoch {epoch} / sequence {sequence} out of range")
+    return (epoch << SEQUENCE_BITS) | sequence
+
+
+def split_txn_version(version: int) -> tuple[int, int]:
+    """``(epoch, sequence)`` of an app-transaction version."""
+    return version >> SEQUENCE_BITS, version & (2**SEQUENCE_BITS - 1)
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """One sink commit as recorded in the Delta log."""
+
+    pipeline: str
+    epoch: int
+    mode: Mode
+    sequence: int
+    start: OffsetsMap
+    end: OffsetsMap
+    records: int
+    max_event_time_us: dict[int, int] = field(default_factory=dict)
+    table_version: int | None = None
+    committed_at_ms: int | None = None
+
+    @property
+    def txn_version(self) -> int:
+        return txn_version(self.epoch, self.sequence)
+
+    def to_metadata(self) -> dict[str, str]:
+        """The ``custom_metadata`` for deltalake's CommitProperties."""
+        body = {
+            "pipeline": self.pipeline,
+            "epoch": self.epoch,
+            "mode": self.mode,
+            "sequence": self.sequence,
+            "txn_version": self.txn_version,
+            "start": offsets_to_dict(self.start),
+            "end": offsets_to_dict(self.end),
+            "records": self.records,
+            "max_event_time_us": {str(b): t for b, t in sorted(self.max_event_time_us.items())},
+        }
+        return {METADATA_KEY: json.dumps(body, separators=(",", ":"))}
+
+    @classmethod
+    def from_commit_info(cls, info: Mapping[str, Any]) -> SinkCommit | None:
+        """Parse a ``DeltaTable.history()`` entry; None if it is not a modeswitch commit."""
+        raw = info.get(METADATA_KEY)
+        if raw is None:
+            return None
+        try:
+            body = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            return cls(
+                pipeline=str(body["pipeline"]),
+                epoch=int(body["epoch"]),
+                mode=body["mode"],
+                sequence=int(body["sequence"]),
+                start=offsets_from_dict(body["start"], source="sink commit start"),
+                end=offsets_from_dict(body["end"], source="sink commit end"),
+                records=int(body["records"]),
+                max_event_time_us={
+                    int(b): int(t) for b, t in body.get("max_event_time_us", {}).items()
+                },
+                table_version=info.get("version"),
+                committed_at_ms=info.get("timestamp"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModeswitchError(
+                f"sink commit at version {info.get('version')} has malformed "
+                f"{METADATA_KEY!r} metadata: {raw!r}"
+            ) from exc
+
+
+def sink_commits(
+    table_uri: str,
+    pipeline: str,
+    *,
+    after_version: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Iterator[SinkCommit]:
+    """The pipeline's sink commits, newest first (optionally only those after a version).
+
+    Yields nothing if the table does not exist yet.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return
+    for info in table.history():
+        version = info.get("version")
+        if after_version is not None and version is not None and version <= after_version:
+            return
+        commit = SinkCommit.from_commit_info(info)
+        if commit is not None and commit.pipeline == pipeline:
+            yield commit
+
+
+def newest_commit_in(table: Any, pipeline: str) -> SinkCommit | None:
+    """The pipeline's newest commit at or below an open ``DeltaTable``'s snapshot version,
+    reading as little history as it can (the last 16 versions, then 256, then all)."""
+    # history() reads the log as it is now, which may be ahead of the table's snapshot.
+    snapshot = table.version()
+    for limit in (16, 256, None):
+        history = table.history(limit)
+        for info in history:
+            if info.get("version", -1) > snapshot:
+                continue
+            commit = SinkCommit.from_commit_info(info)
+            if commit is not None and commit.pipeline == pipeline:
+                return commit
+        if limit is None or len(history) < limit:
+            return None
+    return None
+
+
+def latest_sink_commit(
+    table_uri: str, pipeline: str, *, storage_options: Mapping[str, str] | None = None
+) -> SinkCommit | None:
+    """The pipeline's newest sink commit, or None before the first one."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return None
+    return newest_commit_in(table, pipeline)
+
+
+def committed_offsets(
+    table_uri: str, pipeline: str, *, storage_options: Mapping[str, str] | None = None
+) -> OffsetsMap:
+    """Per bucket, the end of what is in the sink: the truth the control tables follow.
+
+    Every commit carries the full end map, so the newest commit's ``end`` is the answer
+    (offsets never decrease, except by a recorded rewind, which is itself a commit).
+    """
+    latest = latest_sink_commit(table_uri, pipeline, storage_options=storage_options)
+    return dict(latest.end) if latest else {}

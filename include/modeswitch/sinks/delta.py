@@ -1,0 +1,828 @@
+"""The ``modeswitch_delta`` sink: a PySpark data source writer that commits to Delta exactly once.
+
+Executors write Parquet files with pyarrow straight into the table's folder (any filesystem
+pyarrow supports) and return, in a commit message, the files with their statistics. The
+driver then makes one atomic Delta commit per batch write or micro-batch with ``deltalake``.
+Nothing but file descriptions reaches the driver.
+
+With ``pipeline`` and ``epoch`` set, every commit also carries the offsets range it covers,
+its epoch and mode (see :mod:`modeswitch.sinks.commits`) and a Delta application transaction
+``(pipeline, txn_version(epoch, sequence))``. Before committing, the driver checks the
+table's transaction version for the pipeline:
+
+- equal: this commit already landed (a replay after a crash); it is skipped and its files
+  deleted;
+- higher: a later epoch or sequence already committed; this writer is a zombie and is refused
+  with :class:`FencedError`;
+- lower: the commit goes ahead, made from exactly the snapshot that was checked, with no
+  automatic retry. If any other commit landed in between, delta-rs refuses it
+  (``CommitFailedError``) and the check is made again on the new snapshot. So two writers
+  racing between check and commit cannot both land.
+
+Options:
+
+- ``path``: the table URI. ``storage.<key>``: storage options for deltalake and pyarrow.
+- ``pipeline``, ``epoch``, ``mode`` (``batch`` / ``stream``): the exactly-once protocol.
+- ``sequence`` (batch writes): the wave's number within the epoch.
+- ``offsetsStart`` / ``offsetsEnd`` (JSON offsets maps): the source range this write covers.
+  Batch writes with a pipeline must give ``offsetsEnd``. Streaming writes read the micro-batch's
+  end from Spark's offsets log in ``checkpointLocation``; the start is the previous
+  micro-batch's end, or ``offsetsStart`` for the first micro-batch.
+- ``partitionBy``: comma-separated partition columns (for example an event date column).
+- ``mergeSchema``: ``true`` to add new columns to the table; otherwise new columns are an error.
+- ``maxRecordsPerFile``: roll files within a task (default 5 000 000).
+- ``eventTimeColumn`` (default ``event_time``): its max per ``bucket`` is recorded per commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from modeswitch.errors import (
+    FencedError,
+    ModeswitchError,
+    OffsetsContinuityError,
+    SchemaMismatchError,
+)
+from modeswitch.faults import pause_point
+from modeswitch.offsets import OffsetsMap, offsets_from_json
+from modeswitch.sinks.commits import (
+    METADATA_KEY,
+    SinkCommit,
+    newest_commit_in,
+    split_txn_version,
+    txn_version,
+)
+
+log = logging.getLogger(__name__)
+
+SINK_NAME = "modeswitch_delta"
+DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
+STRING_STATS_PREFIX = 32
+COMMIT_ATTEMPTS = 20
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# -- options ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeltaSinkOptions:
+    """The sink's options, parsed and checked on the driver before anything is written."""
+
+    path: str
+    storage_options: dict[str, str]
+    pipeline: str | None
+    epoch: int | None
+    mode: str
+    sequence: int | None
+    offsets_start: OffsetsMap | None
+    offsets_end: OffsetsMap | None
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    max_records_per_file: int
+    event_time_column: str
+    checkpoint_location: str | None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        path = opts.get("path")
+        if not path:
+            raise ValueError("option path: the Delta table's URI is required (save(path))")
+        pipeline = opts.get("pipeline") or None
+        epoch = _int_option(opts, "epoch", minimum=0)
+        if pipeline is not None and epoch is None:
+            raise ValueError(f"option epoch: required with option pipeline={pipeline!r}")
+        if pipeline is None and epoch is not None:
+            raise ValueError("option pipeline: required with option epoch")
+        mode = opts.get("mode", "batch").lower()
+        if mode not in ("batch", "stream"):
+            raise ValueError(f"option mode={mode!r}: expected 'batch' or 'stream'")
+        merge = opts.get("mergeschema", "false").strip().lower()
+        if merge not in ("true", "false"):
+            raise ValueError(f"option mergeSchema={merge!r}: expected 'true' or 'false'")
+        return cls(
+            path=path if "://" in path else os.path.abspath(path),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
+            pipeline=pipeline,
+            epoch=epoch,
+            mode=mode,
+            sequence=_int_option(opts, "sequence", minimum=0),
+            offsets_start=_offsets_option(opts, "offsetsStart"),
+            offsets_end=_offsets_option(opts, "offsetsEnd"),
+            partition_by=tuple(
+                c.strip() for c in opts.get("partitionby", "").split(",") if c.strip()
+            ),
+            merge_schema=merge == "true",
+            max_records_per_file=_int_option(opts, "maxRecordsPerFile", minimum=1)
+            or DEFAULT_MAX_RECORDS_PER_FILE,
+            event_time_column=opts.get("eventtimecolumn", "event_time"),
+            checkpoint_location=opts.get("checkpointlocation"),
+        )
+
+
+def _int_option(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError as exc:
+        raise ValueError(f"option {name}={raw!r}: expected a whole number") from exc
+    if value < minimum:
+        raise ValueError(f"option {name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def _offsets_option(opts: Mapping[str, str], name: str) -> OffsetsMap | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    return offsets_from_json(raw, source=f"option {name}={raw!r}")
+
+
+# -- executors: files and their statistics ----------------------------------------------------
+@dataclass
+class WrittenFile:
+    path: str  # relative to the table root, URL-style
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    stats: str
+
+
+@dataclass
+class DeltaCommitMessage(WriterCommitMessage):
+    """What one task wrote: files, record count, and per-bucket lineage."""
+
+    files: list[WrittenFile] = field(default_factory=list)
+    records: int = 0
+    max_event_time_us: dict[int, int] = field(default_factory=dict)
+    offsets_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class _ColumnStats:
+    """Running min / max / null count of one column, as Delta's JSON statistics want them."""
+
+    def __init__(self, dtype: pa.DataType) -> None:
+        self.dtype = dtype
+        self.nulls = 0
+        self.min: Any = None
+        self.max: Any = None
+        self.usable = _stats_type(dtype)
+
+    def update(self, array: pa.Array | pa.ChunkedArray) -> None:
+        self.nulls += array.null_count
+        if not self.usable or array.null_count == len(array):
+            return
+        bounds = pc.min_max(array)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if isinstance(low, float) and (math.isnan(low) or math.isnan(high)):
+            self.usable = False
+            return
+        self.min = low if self.min is None else min(self.min, low)
+        self.max = high if self.max is None else max(self.max, high)
+
+
+def _stats_type(dtype: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_timestamp(dtype)
+        or pa.types.is_date(dtype)
+    )
+
+
+def _stat_value(value: Any, *, upper: bool) -> Any:
+    if isinstance(value, datetime):
+        # Delta keeps timestamps to the millisecond: round the max up so skipping stays safe.
+        micros = value.microsecond % 1000
+        if upper and micros:
+            value = value + timedelta(microseconds=1000 - micros)
+        value = value - timedelta(microseconds=value.microsecond % 1000)
+        if value.tzinfo is None:
+            return value.isoformat(timespec="milliseconds")
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def _stats_json(records: int, stats: Mapping[str, _ColumnStats]) -> str:
+    mins, maxs, nulls = {}, {}, {}
+    for name, col in stats.items():
+        nulls[name] = col.nulls
+        if not col.usable or col.min is None:
+            continue
+        if isinstance(col.min, str) and (
+            len(col.min) > STRING_STATS_PREFIX or len(col.max) > STRING_STATS_PREFIX
+        ):
+            continue  # a truncated max would be wrong; leave this column unbounded
+        mins[name] = _stat_value(col.min, upper=False)
+        maxs[name] = _stat_value(col.max, upper=True)
+    return json.dumps(
+        {"numRecords": records, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
+
+
+class _FileWriter:
+    """One open Parquet file of one partition, with running statistics."""
+
+    def __init__(self, options: DeltaSinkOptions, schema: pa.Schema, values: dict) -> None:
+        self.fs, self.root = pafs.FileSystem.from_uri(options.path)
+        self.values = values
+        prefix = "".join(f"{k}={_partition_text(v)}/" for k, v in values.items())
+        self.relative = f"{prefix}part-{uuid.uuid4().hex}-c000.snappy.parquet"
+        full = f"{self.root}/{self.relative}"
+        self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+        self.writer = pq.ParquetWriter(full, schema, filesystem=self.fs, compression="snappy")
+        self.full = full
+        self.stats = {f.name: _ColumnStats(f.type) for f in schema}
+        self.records = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.writer.write_batch(batch)
+        self.records += batch.num_rows
+        for name, col in self.stats.items():
+            col.update(batch.column(name))
+
+    def close(self) -> WrittenFile:
+        self.writer.close()
+        info = self.fs.get_file_info(self.full)
+        return WrittenFile(
+            path=self.relative,
+            size=info.size,
+            partition_values={k: _partition_text(v) for k, v in self.values.items()},
+            modification_time=int(time.time() * 1000),
+            stats=_stats_json(self.records, self.stats),
+        )
+
+
+def _partition_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+    """Write a task's batches as Parquet files in the table folder; describe them."""
+    message = DeltaCommitMessage()
+    open_files: dict[tuple, _FileWriter] = {}
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            _track_lineage(message, batch, options.event_time_column)
+            for values, part in _split_by_partition(batch, options.partition_by):
+                key = tuple(values.items())
+                writer = open_files.get(key)
+                if writer is None:
+                    writer = open_files[key] = _FileWriter(options, part.schema, values)
+                writer.write(part)
+                message.records += part.num_rows
+                if writer.records >= options.max_records_per_file:
+                    message.files.append(open_files.pop(key).close())
+        for writer in open_files.values():
+            message.files.append(writer.close())
+        open_files.clear()
+    except BaseException:
+        for writer in open_files.values():
+            writer.writer.close()
+            writer.fs.delete_file(writer.full)
+        delete_files(options, message.files)
+        raise
+    return message
+
+
+def _split_by_partition(
+    batch: pa.RecordBatch, columns: Sequence[str]
+) -> Iterator[tuple[dict, pa.RecordBatch]]:
+    if not columns:
+        yield {}, batch
+        return
+    table = pa.Table.from_batches([batch])
+    keys = table.select(list(columns)).group_by(list(columns)).aggregate([])
+    data_columns = [n for n in table.column_names if n not in columns]
+    for row in keys.to_pylist():
+        mask = None
+        for col in columns:
+            value = row[col]
+            cond = pc.is_null(table[col]) if value is None else pc.equal(table[col], value)
+            mask = cond if mask is None else pc.and_(mask, cond)
+        part = table.filter(mask).select(data_columns).combine_chunks()
+        for out in part.to_batches():
+            yield row, out
+
+
+def _track_lineage(message: DeltaCommitMessage, batch: pa.RecordBatch, event_col: str) -> None:
+    names = batch.schema.names
+    if "bucket" not in names or "offset" not in names:
+        return
+    table = pa.Table.from_batches([batch])
+    aggs = [("offset", "min"), ("offset", "max")]
+    if event_col in names:
+        aggs.append((event_col, "max"))
+    grouped = table.group_by("bucket").aggregate(aggs).to_pylist()
+    for row in grouped:
+        bucket = row["bucket"]
+        low, high = row["offset_min"], row["offset_max"]
+        seen = message.offsets_seen.get(bucket)
+        message.offsets_seen[bucket] = (
+            (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
+        )
+        latest = row.get(f"{event_col}_max")
+        if latest is not None:
+            micros = _micros(latest)
+            message.max_event_time_us[bucket] = max(
+                micros, message.max_event_time_us.get(bucket, micros)
+            )
+
+
+def _micros(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - EPOCH) // timedelta(microseconds=1)
+
+
+def delete_files(options: DeltaSinkOptions, files: Sequence[WrittenFile]) -> None:
+    """Remove written files that will never be committed (abort, replay, refusal)."""
+    if not files:
+        return
+    fs, root = pafs.FileSystem.from_uri(options.path)
+    for written in files:
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(f"{root}/{written.path}")
+
+
+# -- driver: one atomic commit ----------------------------------------------------------------
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What the driver's commit did."""
+
+    status: str  # "committed", "replayed", "empty"
+    table_version: int | None
+    commit: SinkCommit | None
+
+
+def commit_files(
+    options: DeltaSinkOptions,
+    schema: pa.Schema,
+    messages: Sequence[WriterCommitMessage | None],
+    *,
+    sequence: int | None,
+    start: OffsetsMap | None,
+    end: OffsetsMap | None,
+) -> CommitOutcome:
+    """Commit the tasks' files to the table in one Delta commit, exactly once.
+
+    ``start`` / ``end`` are the source offsets the commit covers (may be None without a
+    pipeline). On refusal or replay the files are deleted and nothing becomes visible.
+    """
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
+    files = [f for m in parts for f in m.files]
+    records = sum(m.records for m in parts)
+    max_event: dict[int, int] = {}
+    for m in parts:
+        for bucket, micros in m.max_event_time_us.items():
+            max_event[bucket] = max(micros, max_event.get(bucket, micros))
+    actions = [
+        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    data_schema = pa.schema([f for f in schema])
+    try:
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                table = DeltaTable(options.path, storage_options=options.storage_options)
+            except TableNotFoundError:
+                table = None
+            commit = None
+            properties: dict[str, Any] = {"max_commit_retries": 0}
+            if options.pipeline is not None:
+                assert options.epoch is not None and sequence is not None
+                previous = _check_fencing(table, options, sequence)
+                if previous == "replayed":
+                    delete_files(options, files)
+                    version = table.version() if table is not None else None
+                    return CommitOutcome("replayed", version, None)
+                commit = _sink_commit(
+                    options, sequence, start, end, records, max_event, previous, table
+                )
+                properties["app_transactions"] = [Transaction(options.pipeline, commit.txn_version)]
+                properties["custom_metadata"] = commit.to_metadata()
+            elif not actions:
+                return CommitOutcome("empty", table.version() if table else None, None)
+            pause_point("sink.between_check_and_commit")
+            try:
+                if table is None:
+                    create_table_with_add_actions(
+                        options.path,
+                        _delta_schema(data_schema),
+                        actions,
+                        mode="error",
+                        partition_by=list(options.partition_by) or None,
+                        storage_options=options.storage_options,
+                        commit_properties=CommitProperties(**properties),
+                    )
+                else:
+                    table_schema = _merge_schema(table, data_schema, options)
+                    table.create_write_transaction(
+                        actions,
+                        "append",
+                        table_schema,
+                        partition_by=list(options.partition_by) or None,
+                        commit_properties=CommitProperties(**properties),
+                    )
+            except CommitFailedError:
+                log.info("sink commit raced another commit (attempt %d); checking again", attempt)
+                time.sleep(min(0.5, 0.01 * 2**attempt))
+                continue
+            except Exception as exc:
+                if table is None and "exists" in str(exc).lower():
+                    continue  # another writer created the table first: check again
+                raise
+            pause_point("sink.after_commit")
+            # No automatic retry: the commit landed exactly on top of the checked snapshot.
+            version = 0 if table is None else table.version() + 1
+            log.info(
+                "sink commit %s: %d records in %d files, table version %d",
+                commit.txn_version if commit else "(no pipeline)",
+                records,
+                len(files),
+                version,
+            )
+            return CommitOutcome("committed", version, commit)
+        raise ModeswitchError(
+            f"sink {options.path}: gave up after {COMMIT_ATTEMPTS} commit attempts, each "
+            "raced by another commit"
+        )
+    except BaseException:
+        delete_files(options, files)
+        raise
+
+
+def _check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:
+    """Compare with the table's app transaction; return the previous commit or 'replayed'."""
+    assert options.pipeline is not None and options.epoch is not None
+    mine = txn_version(options.epoch, sequence)
+    current = table.transaction_version(options.pipeline) if table is not None else None
+    if current is not None and current == mine:
+        log.warning(
+            "sink: epoch %d sequence %d already committed (a replay); skipped",
+            options.epoch,
+            sequence,
+        )
+        return "replayed"
+    if current is not None and current > mine:
+        epoch, seq = split_txn_version(current)
+        raise FencedError(
+            f"sink {options.path}: refused commit of pipeline {options.pipeline!r} epoch "
+            f"{options.epoch} sequence {sequence}: the table already holds epoch {epoch} "
+            f"sequence {seq}. This writer belongs to an ended epoch (a zombie) or replays "
+            "out of order."
+        )
+    if current is None:
+        return None
+    return _latest_commit(table, options.pipeline)
+
+
+def _latest_commit(table: Any, pipeline: str) -> SinkCommit | None:
+    return newest_commit_in(table, pipeline)
+
+
+def _sink_commit(
+    options: DeltaSinkOptions,
+    sequence: int,
+    start: OffsetsMap | None,
+    end: OffsetsMap | None,
+    records: int,
+    max_event: dict[int, int],
+    previous: SinkCommit | None,
+    table: Any,
+) -> SinkCommit:
+    assert options.pipeline is not None and options.epoch is not None
+    before = dict(previous.end) if previous else {}
+    if end is None:
+        raise ModeswitchError(
+            f"sink {options.path}: no end offsets for epoch {options.epoch} sequence "
+            f"{sequence} (give option offsetsEnd, or checkpointLocation for streaming writes)"
+        )
+    begin = dict(start) if start is not None else {b: before.get(b, 0) for b in end}
+    for bucket, offset in end.items():
+        first = begin.get(bucket, before.get(bucket, offset))
+        if first > offset:
+            raise OffsetsContinuityError(
+                f"sink {options.path}: bucket {bucket}: start offset {first} is after end "
+                f"offset {offset} (epoch {options.epoch} sequence {sequence})"
+            )
+        if bucket in before and first != before[bucket]:
+            kind = "a gap" if first > before[bucket] else "an overlap"
+            raise OffsetsContinuityError(
+                f"sink {options.path}: bucket {bucket}: epoch {options.epoch} sequence "
+                f"{sequence} starts at offset {first} but the sink holds up to offset "
+                f"{before[bucket]}: {kind}. A commit must continue where the last one ended."
+            )
+    full_end = {**before, **end}
+    return SinkCommit(
+        pipeline=options.pipeline,
+        epoch=options.epoch,
+        mode=options.mode,  # type: ignore[arg-type]
+        sequence=sequence,
+        start={b: begin.get(b, before.get(b, end[b])) for b in end},
+        end=full_end,
+        records=records,
+        max_event_time_us=max_event,
+    )
+
+
+def _delta_schema(schema: pa.Schema) -> Any:
+    from deltalake import Schema
+
+    return Schema.from_arrow(schema)
+
+
+def _merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) -> pa.Schema:
+    """The schema to commit with: the table's, plus new columns when mergeSchema is set."""
+    from deltalake import Field
+
+    current = pa.schema(table.schema().to_arrow())
+    added, changed = schema_changes(current, incoming)
+    if changed:
+        raise SchemaMismatchError(
+            f"sink {options.path}: columns change type: "
+            + ", ".join(f"{n} ({old} -> {new})" for n, old, new in changed)
+            + "; only additive schema changes are allowed"
+        )
+    if added and not options.merge_schema:
+        raise SchemaMismatchError(
+            f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
+            "set option mergeSchema=true to add them"
+        )
+    if added:
+        fields = [incoming.field(n) for n in added]
+        table.alter.add_columns([Field.from_arrow(f) for f in fields])
+        log.info("sink %s: added columns %s", options.path, ", ".join(added))
+        current = pa.schema(list(current) + fields)
+    return current
+
+
+def schema_changes(
+    current: pa.Schema, incoming: pa.Schema
+) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """New column names, and ``(name, old type, new type)`` for columns whose type changed."""
+    existing = {f.name: f.type for f in current}
+    added = [f.name for f in incoming if f.name not in existing]
+    changed = [
+        (f.name, str(existing[f.name]), str(f.type))
+        for f in incoming
+        if f.name in existing and not _same_type(existing[f.name], f.type)
+    ]
+    return added, changed
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    def norm(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", "UTC" if t.tz else None)
+        return t
+
+    return norm(a).equals(norm(b))
+
+
+def check_schema_before_write(options: DeltaSinkOptions, schema: pa.Schema) -> None:
+    """Refuse a write whose columns the table cannot take, before any file is written."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    missing = [c for c in options.partition_by if c not in schema.names]
+    if missing:
+        raise ValueError(
+            f"option partitionBy={','.join(options.partition_by)!r}: no column "
+            f"{', '.join(missing)} in the data"
+        )
+    try:
+        table = DeltaTable(options.path, storage_options=options.storage_options)
+    except TableNotFoundError:
+        return
+    current = pa.schema(table.schema().to_arrow())
+    added, changed = schema_changes(current, schema)
+    if changed:
+        raise SchemaMismatchError(
+            f"sink {options.path}: columns change type: "
+            + ", ".join(f"{n} ({old} -> {new})" for n, old, new in changed)
+            + "; only additive schema changes are allowed"
+        )
+    if added and not options.merge_schema:
+        raise SchemaMismatchError(
+            f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
+            "set option mergeSchema=true to add them"
+        )
+    existing = table.metadata().partition_columns
+    if existing and list(options.partition_by) != list(existing):
+        raise ValueError(
+            f"option partitionBy={','.join(options.partition_by)!r}: the table is "
+            f"partitioned by {','.join(existing)!r}"
+        )
+
+
+# -- streaming: the micro-batch's offsets from Spark's offsets log ----------------------------
+def micro_batch_offsets(checkpoint: str, batch_id: int) -> tuple[OffsetsMap | None, OffsetsMap]:
+    """``(start, end)`` of micro-batch ``batch_id`` from the query's offsets log.
+
+    Spark writes ``<checkpoint>/offsets/<id>`` before running a micro-batch; its last line is
+    the source's end offsets. The start is the previous micro-batch's end (None for batch 0).
+    """
+    return (
+        _offsets_log_entry(checkpoint, batch_id - 1) if batch_id > 0 else None,
+        _offsets_log_entry(checkpoint, batch_id, required=True),
+    )
+
+
+def _offsets_log_entry(checkpoint: str, batch_id: int, *, required: bool = False) -> Any:
+    fs, root = pafs.FileSystem.from_uri(
+        checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+    )
+    path = f"{root}/offsets/{batch_id}"
+    try:
+        with fs.open_input_stream(path) as src:
+            lines = src.read().decode().splitlines()
+    except FileNotFoundError as exc:
+        if required:
+            raise ModeswitchError(
+                f"sink: Spark's offsets log has no entry {path} for micro-batch {batch_id}"
+            ) from exc
+        return None
+    sources = [line for line in lines[2:] if line.strip()]
+    if len(sources) != 1:
+        raise ModeswitchError(
+            f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
+            "queries with exactly one bucketlog source"
+        )
+    return offsets_from_json(sources[0], source=path)
+
+
+# -- the PySpark data source ------------------------------------------------------------------
+class DeltaSinkWriter(DataSourceArrowWriter):
+    """Batch writes: one Delta commit for the whole write."""
+
+    def __init__(self, options: DeltaSinkOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        return write_files(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_files(
+            self.options,
+            self.schema,
+            messages,
+            sequence=self.options.sequence if self.options.sequence is not None else 0,
+            start=self.options.offsets_start,
+            end=self.options.offsets_end,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        delete_files(
+            self.options,
+            [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files],
+        )
+
+
+class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writes: one Delta commit per micro-batch, sequence = micro-batch id."""
+
+    def __init__(self, options: DeltaSinkOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        return write_files(self.options, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        start: OffsetsMap | None = None
+        end: OffsetsMap | None = None
+        if self.options.pipeline is not None:
+            if self.options.checkpoint_location is None:
+                raise ValueError(
+                    "option checkpointLocation: required for streaming writes with a pipeline"
+                )
+            start, end = micro_batch_offsets(self.options.checkpoint_location, batchId)
+            if start is None:
+                start = self.options.offsets_start
+        commit_files(self.options, self.schema, messages, sequence=batchId, start=start, end=end)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        delete_files(
+            self.options,
+            [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files],
+        )
+
+
+class DeltaSinkDataSource(DataSource):
+    """``df.write.format("modeswitch_delta")`` / ``df.writeStream.format("modeswitch_delta")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SINK_NAME
+
+    def _prepare(self, schema: Any, overwrite: bool) -> tuple[DeltaSinkOptions, pa.Schema]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if overwrite:
+            raise ValueError(
+                f"{SINK_NAME}: mode overwrite is not supported; the sink only appends "
+                "(offsets must never go backwards)"
+            )
+        options = DeltaSinkOptions.parse(self.options)
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        check_schema_before_write(options, arrow_schema)
+        return options, arrow_schema
+
+    def writer(self, schema: Any, overwrite: bool) -> DeltaSinkWriter:
+        options, arrow_schema = self._prepare(schema, overwrite)
+        if options.pipeline is not None and options.offsets_end is None:
+            raise ValueError(
+                "option offsetsEnd: batch writes with a pipeline must say which source "
+                "offsets they cover"
+            )
+        return DeltaSinkWriter(options, arrow_schema)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DeltaSinkStreamWriter:
+        options, arrow_schema = self._prepare(schema, overwrite)
+        return DeltaSinkStreamWriter(options, arrow_schema)
+
+
+def register(spark: Any) -> None:
+    """Register the ``modeswitch_delta`` sink with a Spark session."""
+    spark.dataSource.register(DeltaSinkDataSource)
+
+
+def vacuum(
+    table_uri: str,
+    *,
+    retention: timedelta = timedelta(days=7),
+    dry_run: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Delete files in the table folder that no table version references and that are older
+    than ``retention``: what failed or aborted writes left behind.
+
+    Files younger than ``retention`` are kept, because a running write may be about to commit
+    them: keep ``retention`` well above the longest write.
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    hours = retention.total_seconds() / 3600
+    return table.vacuum(
+        retention_hours=int(hours),
+        dry_run=dry_run,
+        enforce_retention_duration=False,
+        full=True,
+    )
+
+
+__all__ = [
+    "METADATA_KEY",
+    "SINK_NAME",
+    "CommitOutcome",
+    "DeltaSinkDataSource",
+    "DeltaSinkOptions",
+    "commit_files",
+    "micro_batch_offsets",
+    "register",
+    "vacuum",
+]

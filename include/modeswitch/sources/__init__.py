@@ -1,0 +1,1 @@
+"""Source logs (the embedded segment log, Kafka) and the ``bucketlog`` Spark data source."""

@@ -1,0 +1,278 @@
+"""The sink's commit protocol without Spark: fencing, replays, races, continuity, statistics.
+
+These call the same functions the Spark driver calls (`write_files`, `commit_files`) with
+Arrow batches, so they run in milliseconds; tests/spark/test_delta_sink.py drives them
+through real Spark queries.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from modeswitch.errors import FencedError, OffsetsContinuityError, SchemaMismatchError
+from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
+from modeswitch.sinks.commits import committed_offsets, sink_commits, txn_version
+from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, vacuum, write_files
+
+SCHEMA = pa.schema(
+    [
+        ("bucket", pa.int32()),
+        ("offset", pa.int64()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("value", pa.string()),
+    ]
+)
+BASE_US = 1_790_000_000_000_000
+
+
+def rows(bucket: int, start: int, end: int, schema: pa.Schema = SCHEMA) -> pa.RecordBatch:
+    n = end - start
+    columns = {
+        "bucket": pa.array([bucket] * n, pa.int32()),
+        "offset": pa.array(range(start, end), pa.int64()),
+        "event_time": pa.array(
+            [BASE_US + o * 1_000_123 for o in range(start, end)], pa.timestamp("us", tz="UTC")
+        ),
+        "value": pa.array([f"v{bucket}-{o}" for o in range(start, end)]),
+    }
+    for extra in schema.names[4:]:
+        columns[extra] = pa.array([1.5] * n)
+    return pa.RecordBatch.from_pydict(columns, schema=schema)
+
+
+def options(path: Path, epoch: int | None = 1, **extra: str) -> DeltaSinkOptions:
+    raw = {"path": str(path)}
+    if epoch is not None:
+        raw.update(pipeline="orders", epoch=str(epoch))
+    raw.update(extra)
+    return DeltaSinkOptions.parse(raw)
+
+
+def write_wave(
+    path: Path,
+    epoch: int,
+    sequence: int,
+    ranges: dict[int, tuple[int, int]],
+    *,
+    schema: pa.Schema = SCHEMA,
+    **extra: str,
+):
+    opts = options(path, epoch, **extra)
+    batches = [rows(b, lo, hi, schema) for b, (lo, hi) in ranges.items()]
+    message = write_files(opts, iter(batches))
+    return commit_files(
+        opts,
+        schema,
+        [message],
+        sequence=sequence,
+        start={b: lo for b, (lo, _) in ranges.items()},
+        end={b: hi for b, (_, hi) in ranges.items()},
+    )
+
+
+def data_files(path: Path) -> set[str]:
+    return {
+        str(p.relative_to(path)) for p in path.rglob("*.parquet") if "_delta_log" not in p.parts
+    }
+
+
+def test_a_commit_carries_offsets_epoch_mode_and_an_app_transaction(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    outcome = write_wave(sink, 3, 0, {0: (0, 100), 1: (0, 40)})
+    assert outcome.status == "committed"
+    assert outcome.table_version == 0
+    table = DeltaTable(str(sink))
+    assert table.to_pyarrow_table().num_rows == 140
+    assert table.transaction_version("orders") == txn_version(3, 0)
+    [commit] = list(sink_commits(str(sink), "orders"))
+    assert (commit.epoch, commit.mode, commit.sequence) == (3, "batch", 0)
+    assert commit.start == {0: 0, 1: 0}
+    assert commit.end == {0: 100, 1: 40}
+    assert commit.records == 140
+    assert commit.max_event_time_us[0] == BASE_US + 99 * 1_000_123
+    assert committed_offsets(str(sink), "orders") == {0: 100, 1: 40}
+
+
+def test_add_actions_carry_file_statistics(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {2: (10, 510)})
+    actions = pa.table(DeltaTable(str(sink)).get_add_actions(flatten=True)).to_pydict()
+    assert actions["num_records"] == [500]
+    assert actions["min.offset"] == [10]
+    assert actions["max.offset"] == [509]
+    assert actions["null_count.value"] == [0]
+    # Timestamps are kept to the millisecond; the max is rounded up so skipping stays safe.
+    low, high = actions["min.event_time"][0], actions["max.event_time"][0]
+    assert low.timestamp() * 1e6 <= BASE_US + 10 * 1_000_123
+    assert high.timestamp() * 1e6 >= BASE_US + 509 * 1_000_123
+
+
+def test_a_replayed_commit_is_skipped_and_its_files_removed(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 50)})
+    before = data_files(sink)
+    again = write_wave(sink, 1, 0, {0: (0, 50)})
+    assert again.status == "replayed"
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 50
+    assert data_files(sink) == before
+
+
+def test_a_zombie_epoch_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 50)})
+    write_wave(sink, 2, 0, {0: (50, 80)})
+    before = data_files(sink)
+    with pytest.raises(FencedError, match=r"epoch 1 sequence 1: the table already holds epoch 2"):
+        write_wave(sink, 1, 1, {0: (80, 90)})
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 80
+    assert data_files(sink) == before
+
+
+def test_offsets_must_continue_where_the_last_commit_ended(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 50), 1: (0, 10)})
+    with pytest.raises(OffsetsContinuityError, match=r"bucket 0: .* starts at offset 60 .* a gap"):
+        write_wave(sink, 1, 1, {0: (60, 70)})
+    with pytest.raises(OffsetsContinuityError, match=r"starts at offset 40 .* an overlap"):
+        write_wave(sink, 1, 1, {0: (40, 70)})
+    # A wave over some buckets keeps the others' committed offsets in the end map.
+    write_wave(sink, 1, 1, {0: (50, 70)})
+    assert committed_offsets(str(sink), "orders") == {0: 70, 1: 10}
+
+
+def _racing_commit(sink: str, epoch: int, result_path: str) -> None:
+    try:
+        outcome = write_wave(Path(sink), epoch, 0, {0: (0, 10)})
+        Path(result_path).write_text(outcome.status)
+    except FencedError as exc:
+        Path(result_path).write_text(f"fenced: {exc}")
+
+
+def test_two_writers_racing_between_check_and_commit_cannot_both_land(tmp_path: Path) -> None:
+    """Writer A (epoch 5) checks, then pauses before committing; writer B (epoch 6) commits
+    in that window. delta-rs alone would let A land after B (measured: it does not check app
+    transactions); the sink must refuse A."""
+    sink = tmp_path / "sink"
+    write_wave(sink, 4, 0, {0: (0, 0)})
+    markers = tmp_path / "markers"
+    result = tmp_path / "a.result"
+    os.environ[ENV_FAULTS] = "sink.between_check_and_commit=3"
+    os.environ[ENV_MARKERS] = str(markers)
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        writer_a = ctx.Process(target=_racing_commit, args=(str(sink), 5, str(result)))
+        writer_a.start()
+    finally:
+        del os.environ[ENV_FAULTS]
+        del os.environ[ENV_MARKERS]
+    try:
+        deadline = time.monotonic() + 60
+        while not (markers.exists() and any(markers.iterdir())):
+            assert time.monotonic() < deadline, "writer A never reached its check"
+            assert writer_a.is_alive()
+            time.sleep(0.05)
+        assert write_wave(sink, 6, 0, {0: (0, 10)}).status == "committed"  # writer B
+        writer_a.join(timeout=60)
+    finally:
+        if writer_a.is_alive():
+            writer_a.kill()
+    assert result.read_text().startswith("fenced: ")
+    table = DeltaTable(str(sink))
+    assert table.to_pyarrow_table().num_rows == 10
+    assert table.transaction_version("orders") == txn_version(6, 0)
+    assert [c.epoch for c in sink_commits(str(sink), "orders")] == [6, 4]
+
+
+def _same_version_commit(sink: str, result_path: str) -> None:
+    outcome = write_wave(Path(sink), 7, 3, {0: (0, 25)})
+    Path(result_path).write_text(outcome.status)
+
+
+def test_concurrent_replays_of_one_commit_land_once(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 7, 2, {0: (0, 0)})
+    ctx = multiprocessing.get_context("spawn")
+    results = [tmp_path / f"r{i}" for i in range(4)]
+    procs = [ctx.Process(target=_same_version_commit, args=(str(sink), str(r))) for r in results]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * 4
+    statuses = sorted(r.read_text() for r in results)
+    assert statuses == ["committed", "replayed", "replayed", "replayed"]
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 25
+
+
+def test_new_columns_need_merge_schema_and_type_changes_are_refused(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 5)})
+    wider = SCHEMA.append(pa.field("score", pa.float64()))
+    with pytest.raises(SchemaMismatchError, match=r"new columns score .* mergeSchema=true"):
+        write_wave(sink, 1, 1, {0: (5, 10)}, schema=wider)
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 5
+    write_wave(sink, 1, 1, {0: (5, 10)}, schema=wider, mergeSchema="true")
+    table = DeltaTable(str(sink)).to_pyarrow_table()
+    assert "score" in table.column_names
+    assert table.num_rows == 10
+    retyped = pa.schema([*SCHEMA, pa.field("score", pa.string())])
+    with pytest.raises(SchemaMismatchError, match=r"score \(double -> string\)"):
+        write_wave(sink, 1, 2, {0: (10, 12)}, schema=retyped, mergeSchema="true")
+
+
+def test_partitioned_tables_write_partition_folders(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    schema = SCHEMA.append(pa.field("event_date", pa.string()))
+    batch = rows(0, 0, 6)
+    dates = pa.array(["2026-11-20"] * 3 + ["2026-11-21"] * 3)
+    batch = pa.RecordBatch.from_arrays([*batch.columns, dates], schema=schema)
+    opts = options(sink, 1, partitionBy="event_date")
+    message = write_files(opts, iter([batch]))
+    commit_files(opts, schema, [message], sequence=0, start={0: 0}, end={0: 6})
+    table = DeltaTable(str(sink))
+    assert table.metadata().partition_columns == ["event_date"]
+    assert {p.split("/")[0] for p in data_files(sink)} == {
+        "event_date=2026-11-20",
+        "event_date=2026-11-21",
+    }
+    got = table.to_pyarrow_table(filters=[("event_date", "=", "2026-11-21")])
+    assert got.column("offset").to_pylist() == [3, 4, 5]
+
+
+def test_vacuum_removes_files_no_commit_references(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 20)})
+    kept = data_files(sink)
+    # What a crashed executor leaves behind: written, never committed.
+    opts = options(sink, 1)
+    orphan = write_files(opts, iter([rows(0, 20, 30)])).files[0].path
+    young = write_files(opts, iter([rows(0, 30, 40)])).files[0].path
+    old = time.time() - 3 * 86400
+    os.utime(sink / orphan, (old, old))
+    removed = vacuum(str(sink), retention=timedelta(days=1))
+    assert [Path(r).name for r in removed] == [Path(orphan).name]
+    assert data_files(sink) == kept | {young}  # a young file may belong to a running write
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 20
+
+
+def test_commit_metadata_is_plain_json_that_other_tools_can_read(tmp_path: Path) -> None:
+    sink = tmp_path / "sink"
+    write_wave(sink, 2, 5, {1: (0, 3)})
+    log_entry = (sink / "_delta_log" / ("0" * 20 + ".json")).read_text().splitlines()
+    info = next(json.loads(line)["commitInfo"] for line in log_entry if "commitInfo" in line)
+    body = json.loads(info["modeswitch"])
+    assert body["end"] == {"1": 3}
+    assert body["epoch"] == 2
+    assert body["sequence"] == 5
+    txn = next(json.loads(line)["txn"] for line in log_entry if '"txn"' in line)
+    assert txn["appId"] == "orders"
+    assert txn["version"] == txn_version(2, 5)
