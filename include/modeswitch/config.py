@@ -8,7 +8,10 @@ the bad value.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from datetime import timedelta
+from typing import Any, Literal
 
 import pendulum
 
@@ -65,3 +68,201 @@ def parse_rate(value: str | float | int, *, setting: str) -> float:
     if rate <= 0:
         raise ConfigError(f"{setting}: {value!r} must be greater than 0")
     return rate
+
+
+# --- value parsers shared by the settings classes --------------------------------------------
+
+_OFF_WORDS = frozenset({"none", "null", "off", ""})
+
+
+def parse_positive_int(value: str | int, *, setting: str) -> int:
+    """A whole number > 0 from an int or a string such as ``"1000"`` or ``"1_000_000"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{setting}: {value!r} is not a whole number")
+    if isinstance(value, str):
+        try:
+            number = int(value.strip(), 10)
+        except ValueError as exc:
+            raise ConfigError(f"{setting}: {value!r} is not a whole number") from exc
+    elif isinstance(value, int):
+        number = value
+    else:
+        raise ConfigError(f"{setting}: {value!r} is not a whole number")
+    if number <= 0:
+        raise ConfigError(f"{setting}: {value!r} must be greater than 0")
+    return number
+
+
+def parse_threshold_duration(
+    value: str | float | int | timedelta | None, *, setting: str
+) -> timedelta | None:
+    """A duration threshold: ``None`` (or ``"none"``, ``"null"``, ``"off"``) turns it off;
+    otherwise a duration as :func:`parse_duration` reads it, which must be greater than 0.
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
+        return None
+    duration = parse_duration(value, setting=setting)
+    if duration <= timedelta(0):
+        raise ConfigError(
+            f"{setting}: {value!r} must be greater than 0 (use 'none' to turn it off)"
+        )
+    return duration
+
+
+def parse_threshold_count(value: str | int | None, *, setting: str) -> int | None:
+    """A record-count threshold: ``None`` (or ``"none"``, ``"null"``, ``"off"``) turns it off;
+    otherwise a whole number greater than 0.
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
+        return None
+    try:
+        return parse_positive_int(value, setting=setting)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (use 'none' to turn it off)") from exc
+
+
+def _refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
+    known = frozenset(known)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown {what} setting(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+
+
+# --- planner settings ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerSettings:
+    """How a batch epoch's backlog is cut into splits and waves.
+
+    - ``max_split_records``: no split (one read task's range in one bucket) is larger.
+    - ``wave_records``: no wave (the splits committed together in one sink commit) is larger;
+      the "large checkpoint interval" of backlog mode (FLIP-309).
+    - ``parallelism``: read tasks that run at once; each wave has at most this many partitions.
+
+    The constructor validates: every value a whole number > 0, else :class:`ConfigError`
+    naming the setting and the value. Strings are accepted only through :meth:`from_mapping`.
+    """
+
+    max_split_records: int = 1_000_000
+    wave_records: int = 10_000_000
+    parallelism: int = 2  # the default deployment is local[*] on 2 cores
+
+    def __post_init__(self) -> None:
+        for name in ("max_split_records", "wave_records", "parallelism"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name}: {value!r} is not a whole number")
+            if value <= 0:
+                raise ConfigError(f"{name}: {value!r} must be greater than 0")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> PlannerSettings:
+        """Settings from raw values (strings as Airflow Variables hold them); defaults fill
+        the gaps; an unknown name is refused, naming it."""
+        _refuse_unknown(raw, (f.name for f in fields(cls)), what="planner")
+        return cls(**{name: parse_positive_int(value, setting=name) for name, value in raw.items()})
+
+
+# --- policy settings -------------------------------------------------------------------------
+
+OffsetLagMeasure = Literal["total", "max_bucket"]
+_OFFSET_LAG_MEASURES: tuple[str, ...] = ("total", "max_bucket")
+_DURATION_THRESHOLDS = ("watermark_lag_threshold", "enter_threshold", "exit_threshold")
+_DURATIONS = ("allowed_lateness", "enter_dwell", "min_time_in_stream", "min_time_in_batch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySettings:
+    """Thresholds of the backlog strategies and of the hysteresis around them.
+
+    Strategies (FLIP-328), OR-combined; a threshold of ``None`` turns its strategy off:
+
+    - ``watermark_lag_threshold``: backlog while now - watermark exceeds it.
+    - ``offset_lag_threshold`` (records) with ``offset_lag_measure``: backlog while the records
+      behind the latest offsets, in total or in the worst bucket, exceed it.
+    - ``idle_timeout``: a bucket with nothing to read and no new data for this long does not
+      hold the watermark back (``None``: no bucket is ever idle).
+    - ``allowed_lateness``: subtracted from the event-time watermark.
+
+    Hysteresis (beyond FLIP-328, which never switches back); lag here is watermark lag:
+
+    - ``enter_threshold``, ``enter_dwell``: stream -> batch only once the backlog signal, with
+      lag above ``enter_threshold``, has held for ``enter_dwell``.
+    - ``exit_threshold``: batch -> stream only once the backlog is drained and lag is at most
+      this; must be <= ``enter_threshold``. ``None`` for either drops the lag condition.
+    - ``min_time_in_stream``, ``min_time_in_batch``: no switch out of a mode sooner.
+
+    The constructor validates: thresholds ``None`` or > 0, durations >= 0, exit <= enter,
+    else :class:`ConfigError` naming the setting and the value. Strings (``30s``, ``5m``,
+    ``PT5M``, ``none``) are accepted through :meth:`from_mapping`.
+    """
+
+    watermark_lag_threshold: timedelta | None = timedelta(minutes=5)
+    offset_lag_threshold: int | None = None
+    offset_lag_measure: OffsetLagMeasure = "total"
+    idle_timeout: timedelta | None = timedelta(minutes=1)
+    allowed_lateness: timedelta = timedelta(0)
+    enter_threshold: timedelta | None = timedelta(minutes=5)
+    exit_threshold: timedelta | None = timedelta(seconds=30)
+    enter_dwell: timedelta = timedelta(minutes=1)
+    min_time_in_stream: timedelta = timedelta(minutes=5)
+    min_time_in_batch: timedelta = timedelta(0)
+
+    def __post_init__(self) -> None:
+        for name in (*_DURATION_THRESHOLDS, "idle_timeout"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, timedelta):
+                raise ConfigError(f"{name}: {value!r} is not a duration (timedelta) or None")
+            if value <= timedelta(0):
+                raise ConfigError(
+                    f"{name}: {value!r} must be greater than 0 (use None to turn it off)"
+                )
+        for name in _DURATIONS:
+            value = getattr(self, name)
+            if not isinstance(value, timedelta):
+                raise ConfigError(f"{name}: {value!r} is not a duration (timedelta)")
+            if value < timedelta(0):
+                raise ConfigError(f"{name}: {value!r} is negative")
+        threshold = self.offset_lag_threshold
+        if threshold is not None:
+            if isinstance(threshold, bool) or not isinstance(threshold, int):
+                raise ConfigError(f"offset_lag_threshold: {threshold!r} is not a whole number")
+            if threshold <= 0:
+                raise ConfigError(
+                    f"offset_lag_threshold: {threshold!r} must be greater than 0 "
+                    "(use None to turn it off)"
+                )
+        if self.offset_lag_measure not in _OFFSET_LAG_MEASURES:
+            raise ConfigError(
+                f"offset_lag_measure: {self.offset_lag_measure!r} is not one of "
+                f"{', '.join(_OFFSET_LAG_MEASURES)}"
+            )
+        enter, exit_ = self.enter_threshold, self.exit_threshold
+        if enter is not None and exit_ is not None and exit_ > enter:
+            raise ConfigError(
+                f"exit_threshold: {exit_} must be at most enter_threshold ({enter}), "
+                "otherwise the pipeline would switch back and forth"
+            )
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> PolicySettings:
+        """Settings from raw values (strings as Airflow Variables hold them); defaults fill
+        the gaps; an unknown name is refused, naming it."""
+        _refuse_unknown(raw, (f.name for f in fields(cls)), what="policy")
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name in (*_DURATION_THRESHOLDS, "idle_timeout"):
+                values[name] = parse_threshold_duration(value, setting=name)
+            elif name in _DURATIONS:
+                values[name] = parse_duration(value, setting=name)
+            elif name == "offset_lag_threshold":
+                values[name] = parse_threshold_count(value, setting=name)
+            else:  # offset_lag_measure
+                values[name] = str(value).strip().lower()
+        return cls(**values)

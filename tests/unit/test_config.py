@@ -1,0 +1,152 @@
+"""Planner and policy settings: defaults, parsing of raw strings, refusals that name the
+setting and the bad value."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from modeswitch.config import (
+    PlannerSettings,
+    PolicySettings,
+    parse_positive_int,
+    parse_threshold_count,
+    parse_threshold_duration,
+)
+from modeswitch.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+
+def test_policy_defaults_are_valid_and_hysteretic():
+    settings = PolicySettings()
+    assert settings.exit_threshold is not None
+    assert settings.enter_threshold is not None
+    assert settings.exit_threshold <= settings.enter_threshold
+    assert settings.watermark_lag_threshold == timedelta(minutes=5)
+    assert settings.offset_lag_threshold is None
+
+
+def test_policy_from_mapping_reads_airflow_variable_strings():
+    settings = PolicySettings.from_mapping(
+        {
+            "watermark_lag_threshold": "PT10M",
+            "offset_lag_threshold": "1_000_000",
+            "offset_lag_measure": "max_bucket",
+            "idle_timeout": "30s",
+            "allowed_lateness": "250ms",
+            "enter_threshold": "10m",
+            "exit_threshold": "1m",
+            "enter_dwell": "2m",
+            "min_time_in_stream": "15m",
+            "min_time_in_batch": "0s",
+        }
+    )
+    assert settings.watermark_lag_threshold == timedelta(minutes=10)
+    assert settings.offset_lag_threshold == 1_000_000
+    assert settings.offset_lag_measure == "max_bucket"
+    assert settings.idle_timeout == timedelta(seconds=30)
+    assert settings.allowed_lateness == timedelta(milliseconds=250)
+    assert settings.enter_dwell == timedelta(minutes=2)
+    assert settings.min_time_in_stream == timedelta(minutes=15)
+    assert settings.min_time_in_batch == timedelta(0)
+
+
+@pytest.mark.parametrize("off", [None, "none", "None", "null", "off", ""])
+def test_threshold_none_turns_the_strategy_off(off):
+    settings = PolicySettings.from_mapping(
+        {"watermark_lag_threshold": off, "offset_lag_threshold": off}
+    )
+    assert settings.watermark_lag_threshold is None
+    assert settings.offset_lag_threshold is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("watermark_lag_threshold", "0s"),
+        ("watermark_lag_threshold", "0"),
+        ("watermark_lag_threshold", "PT0S"),
+        ("enter_threshold", "-5m"),
+        ("exit_threshold", -3),
+        ("idle_timeout", "0ms"),
+        ("offset_lag_threshold", "0"),
+        ("offset_lag_threshold", "-10"),
+        ("offset_lag_threshold", "lots"),
+        ("enter_dwell", "soon"),
+        ("min_time_in_stream", "2026-01-01"),
+    ],
+)
+def test_bad_policy_value_is_refused_naming_setting_and_value(name, value):
+    with pytest.raises(ConfigError) as info:
+        PolicySettings.from_mapping({name: value})
+    assert name in str(info.value)
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("watermark_lag_threshold", timedelta(0)),
+        ("watermark_lag_threshold", timedelta(seconds=-1)),
+        ("offset_lag_threshold", 0),
+        ("offset_lag_threshold", -1),
+        ("enter_dwell", timedelta(seconds=-1)),
+        ("enter_dwell", "30s"),  # strings only through from_mapping
+    ],
+)
+def test_constructor_validates_typed_values(name, value):
+    with pytest.raises(ConfigError, match=name):
+        PolicySettings(**{name: value})
+
+
+def test_exit_threshold_above_enter_threshold_is_refused():
+    with pytest.raises(ConfigError, match=r"exit_threshold.*enter_threshold"):
+        PolicySettings.from_mapping({"enter_threshold": "1m", "exit_threshold": "2m"})
+    # equal is allowed, and either side None drops the check
+    PolicySettings.from_mapping({"enter_threshold": "1m", "exit_threshold": "60s"})
+    PolicySettings.from_mapping({"enter_threshold": "none", "exit_threshold": "2h"})
+
+
+def test_unknown_offset_lag_measure_is_refused():
+    with pytest.raises(ConfigError, match=r"offset_lag_measure.*'median'"):
+        PolicySettings.from_mapping({"offset_lag_measure": "median"})
+
+
+def test_unknown_setting_names_are_refused_naming_them():
+    with pytest.raises(ConfigError, match="'enter_treshold'") as info:
+        PolicySettings.from_mapping({"enter_treshold": "5m", "exit_threshold": "1m"})
+    assert "enter_threshold" in str(info.value)  # the known names are listed
+    with pytest.raises(ConfigError, match="'waves'"):
+        PlannerSettings.from_mapping({"waves": "3"})
+
+
+def test_planner_from_mapping_and_defaults():
+    settings = PlannerSettings.from_mapping(
+        {"max_split_records": "500000", "wave_records": "5_000_000", "parallelism": 8}
+    )
+    assert (settings.max_split_records, settings.wave_records, settings.parallelism) == (
+        500_000,
+        5_000_000,
+        8,
+    )
+    assert PlannerSettings().parallelism > 0
+
+
+@pytest.mark.parametrize("name", ["max_split_records", "wave_records", "parallelism"])
+@pytest.mark.parametrize("value", [0, -1, "0", "1.5", "many", True])
+def test_planner_sizes_must_be_positive_whole_numbers(name, value):
+    with pytest.raises(ConfigError) as info:
+        PlannerSettings.from_mapping({name: value})
+    assert name in str(info.value)
+    assert repr(value) in str(info.value)
+
+
+def test_value_parsers():
+    assert parse_positive_int(" 42 ", setting="x") == 42
+    assert parse_threshold_duration("PT5M", setting="x") == timedelta(minutes=5)
+    assert parse_threshold_duration(timedelta(seconds=1), setting="x") == timedelta(seconds=1)
+    assert parse_threshold_count(7, setting="x") == 7
+    with pytest.raises(ConfigError, match="use 'none' to turn it off"):
+        parse_threshold_count(0, setting="x")
