@@ -1,0 +1,300 @@
+"""The control tables' Arrow schemas, and optimistic concurrency on a Delta table.
+
+Every change to a control table is a compare-and-swap on the table version: read a snapshot,
+compute the change from it, and commit with ``max_commit_retries=0``. If any other commit
+landed after the snapshot, delta-rs refuses ours with ``CommitFailedError``; we reload and redo,
+a bounded number of times with jittered backoff. Measured with deltalake 1.6 and real
+processes: delta-rs's own conflict checker (its default retries) treats appends as blind, so
+two writers that each read "the highest id is 7" and append id 8 would *both* succeed; with zero
+retries exactly one does. Only writes that depend on nothing they read (decisions) use
+delta-rs's retries.
+
+Tables are created on first write, with explicit schemas; reads of a table that does not
+exist yet return no rows and create nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from modeswitch.errors import ModeswitchError, StateConflictError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Write = Callable[[DeltaTable, CommitProperties], object]
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+METADATA_KEY = "modeswitch.state"
+
+
+def _required(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_, nullable=False)
+
+
+def _optional(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_, nullable=True)
+
+
+EPOCHS_SCHEMA = pa.schema(
+    [
+        _required("id", pa.int64()),
+        _required("mode", pa.string()),
+        _required("reason", pa.string()),
+        _required("status", pa.string()),
+        _required("started_at", TIMESTAMP),
+        _required("start_offsets", pa.string()),
+        _optional("boundary_offsets", pa.string()),
+        _optional("ended_at", TIMESTAMP),
+        _optional("end_offsets", pa.string()),
+        _optional("end_reason", pa.string()),
+    ]
+)
+
+SPLITS_SCHEMA = pa.schema(
+    [
+        _required("epoch", pa.int64()),
+        _required("wave", pa.int64()),
+        _required("bucket", pa.int64()),
+        _required("start_offset", pa.int64()),
+        _required("end_offset", pa.int64()),
+        _required("status", pa.string()),
+        _required("recorded_at", TIMESTAMP),
+        _required("updated_at", TIMESTAMP),
+    ]
+)
+
+PROGRESS_SCHEMA = pa.schema(
+    [
+        _required("epoch", pa.int64()),
+        _required("sequence", pa.int64()),
+        _required("mode", pa.string()),
+        _required("start_offsets", pa.string()),
+        _required("end_offsets", pa.string()),
+        _required("records", pa.int64()),
+        _required("max_event_time_us", pa.string()),
+        _optional("watermark", TIMESTAMP),
+        _optional("committed_at", TIMESTAMP),
+        _optional("sink_version", pa.int64()),
+        _required("recorded_at", TIMESTAMP),
+        _required("recorded_by", pa.string()),
+    ]
+)
+
+DECISIONS_SCHEMA = pa.schema(
+    [
+        _required("at", TIMESTAMP),
+        _required("mode", pa.string()),
+        _required("reason", pa.string()),
+        _required("switched", pa.bool_()),
+        _required("inputs", pa.string()),
+        _optional("epoch", pa.int64()),
+        _required("decided_by", pa.string()),
+    ]
+)
+
+COMMANDS_SCHEMA = pa.schema(
+    [
+        _required("id", pa.int64()),
+        _required("kind", pa.string()),
+        _required("args", pa.string()),
+        _required("issuer", pa.string()),
+        _required("status", pa.string()),
+        _required("created_at", TIMESTAMP),
+        _optional("applied_at", TIMESTAMP),
+        _optional("applied_epoch", pa.int64()),
+        _optional("applied_offsets", pa.string()),
+        _optional("rejected_at", TIMESTAMP),
+        _optional("reason", pa.string()),
+    ]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "epochs": EPOCHS_SCHEMA,
+    "splits": SPLITS_SCHEMA,
+    "progress": PROGRESS_SCHEMA,
+    "decisions": DECISIONS_SCHEMA,
+    "commands": COMMANDS_SCHEMA,
+}
+
+
+@dataclass(frozen=True)
+class Change(Generic[T]):
+    """What a planned change returns: its result, and the write to commit (None: nothing to
+    write, the result stands as read)."""
+
+    result: T
+    write: Write | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of a control table, pinned: every read sees that version."""
+
+    table: DeltaTable
+
+    @property
+    def version(self) -> int:
+        """The Delta version the change is computed from."""
+        return self.table.version()
+
+    def read(
+        self, where: pc.Expression | None = None, *, match: pc.Expression | None = None
+    ) -> pa.Table:
+        """Rows of this version. ``where`` is pushed down to the scan, where the files' column
+        statistics prune it: give it conditions on integer columns only. ``match`` filters
+        the rows read, in memory: use it for strings (measured with deltalake 1.6 and pyarrow
+        26: delta-rs's string statistics are ``string_view`` literals, and pyarrow refuses to
+        compare them with the ``string`` column, so pushing a string condition down fails)."""
+        rows = self.table.to_pyarrow_dataset().to_table(filter=where)
+        return rows if match is None else rows.filter(match)
+
+
+def insert(rows: pa.Table) -> Write:
+    """A write appending ``rows``."""
+
+    def write(table: DeltaTable, properties: CommitProperties) -> None:
+        write_deltalake(table, rows, mode="append", commit_properties=properties)
+
+    return write
+
+
+def upsert(rows: pa.Table, keys: Sequence[str], *, insert_missing: bool = False) -> Write:
+    """A write replacing the rows that match ``rows`` on ``keys`` (all columns), in one commit;
+    with ``insert_missing`` the unmatched rows of ``rows`` are appended in that same commit."""
+    predicate = " AND ".join(f"t.{key} = s.{key}" for key in keys)
+
+    def write(table: DeltaTable, properties: CommitProperties) -> None:
+        merger = table.merge(
+            rows,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=properties,
+        ).when_matched_update_all()
+        if insert_missing:
+            merger = merger.when_not_matched_insert_all()
+        merger.execute()
+
+    return write
+
+
+def rows_table(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """An Arrow table of ``rows`` with exactly ``schema``."""
+    return pa.Table.from_pylist([dict(row) for row in rows], schema=schema)
+
+
+@dataclass(frozen=True)
+class ControlTable:
+    """One control table: its location, schema, and a compare-and-swap loop to change it.
+
+    Holds only strings and numbers, so it pickles; every call loads the table afresh.
+    ``attempts`` bounds how many commit races one change may lose before
+    :class:`StateConflictError`; the wait after the n-th lost race is uniform in
+    ``[0, min(max_backoff_s, backoff_s * 2**n)]``.
+    """
+
+    name: str
+    uri: str
+    schema: pa.Schema
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    attempts: int = 40
+    backoff_s: float = 0.005
+    max_backoff_s: float = 0.2
+
+    def load(self) -> DeltaTable | None:
+        """The latest version, or None if the table does not exist yet."""
+        try:
+            return DeltaTable(self.uri, storage_options=dict(self.storage_options))
+        except TableNotFoundError:
+            return None
+
+    def read(
+        self, where: pc.Expression | None = None, *, match: pc.Expression | None = None
+    ) -> pa.Table:
+        """Rows of the latest version, none if the table does not exist; ``where`` and
+        ``match`` as for :meth:`Snapshot.read`."""
+        table = self.load()
+        if table is None:
+            return self.schema.empty_table()
+        return Snapshot(table).read(where, match=match)
+
+    def append(self, rows: pa.Table, *, operation: str) -> None:
+        """Append rows that depend on nothing read: delta-rs's own retries are safe here."""
+        table = self._load_or_create()
+        write_deltalake(
+            table,
+            rows,
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata={METADATA_KEY: operation}),
+        )
+
+    def transact(self, operation: str, plan: Callable[[Snapshot], Change[T]]) -> T:
+        """Run ``plan`` on a fresh snapshot and commit its write only if the table has not moved
+        since; on a lost race, reload and run ``plan`` again. Returns the committed plan's
+        result. Errors ``plan`` raises (a refused transition) propagate unchanged.
+        """
+        lost: CommitFailedError | None = None
+        for attempt in range(1, self.attempts + 1):
+            snapshot = Snapshot(self._load_or_create())
+            change = plan(snapshot)
+            if change.write is None:
+                return change.result
+            properties = CommitProperties(
+                max_commit_retries=0, custom_metadata={METADATA_KEY: operation}
+            )
+            try:
+                change.write(snapshot.table, properties)
+            except CommitFailedError as exc:
+                lost = exc
+                log.debug(
+                    "%s on %s: version %d moved on (attempt %d of %d); retrying",
+                    operation,
+                    self.uri,
+                    snapshot.version,
+                    attempt,
+                    self.attempts,
+                )
+                time.sleep(random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2**attempt)))
+                continue
+            return change.result
+        raise StateConflictError(
+            f"{operation} on control table {self.name!r} ({self.uri}): lost the commit race "
+            f"{self.attempts} times to concurrent writers"
+        ) from lost
+
+    def _load_or_create(self) -> DeltaTable:
+        table = self.load()
+        if table is not None:
+            return table
+        try:
+            # Zero retries: two creators racing must not both write a CREATE TABLE (measured:
+            # with retries the loser commits a second one at version 1, with a new table id).
+            DeltaTable.create(
+                self.uri,
+                self.schema,
+                mode="ignore",
+                name=self.name,
+                description=f"modeswitch control table: {self.name}",
+                storage_options=dict(self.storage_options),
+                commit_properties=CommitProperties(max_commit_retries=0),
+            )
+            log.info("created control table %s at %s", self.name, self.uri)
+        except CommitFailedError:
+            log.debug("control table %s at %s was created concurrently", self.name, self.uri)
+        table = self.load()
+        if table is None:
+            raise ModeswitchError(
+                f"control table {self.name!r} at {self.uri} vanished after creation"
+            )
+        return table
