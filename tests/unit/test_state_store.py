@@ -1,0 +1,546 @@
+"""The control state: each table round-trips, statuses move only forward, bad input is refused."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pendulum
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from modeswitch.errors import (
+    EpochStillOpenError,
+    InvalidOffsetsError,
+    InvalidStateInputError,
+    InvalidStateTransitionError,
+    StateRecordNotFoundError,
+)
+from modeswitch.sinks.commits import SinkCommit
+from modeswitch.state import StateStore
+
+pytestmark = pytest.mark.unit
+
+PIPELINE = "orders"
+
+
+@dataclass(frozen=True)
+class Split:
+    bucket: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Wave:
+    index: int
+    splits: tuple[Split, ...]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> StateStore:
+    return StateStore.for_warehouse(str(tmp_path / "warehouse"), PIPELINE, str(tmp_path / "sink"))
+
+
+def sink_commit(epoch: int, sequence: int, start: dict[int, int], end: dict[int, int], **kw):
+    fields = {"records": sum(end[b] - start.get(b, 0) for b in end), "mode": "batch"} | kw
+    return SinkCommit(
+        pipeline=PIPELINE, epoch=epoch, sequence=sequence, start=start, end=end, **fields
+    )
+
+
+def write_sink_commit(uri: str, commit: SinkCommit) -> None:
+    rows = pa.table({"bucket": pa.array([0], pa.int32()), "value": ["x"]})
+    write_deltalake(
+        uri,
+        rows,
+        mode="append",
+        commit_properties=CommitProperties(
+            custom_metadata=commit.to_metadata(),
+            app_transactions=[Transaction(commit.pipeline, commit.txn_version)],
+        ),
+    )
+
+
+def assert_utc_between(value: datetime | None, before: datetime, after: datetime) -> None:
+    assert value is not None
+    assert value.utcoffset() == timedelta(0)
+    assert before <= value <= after
+
+
+# --- store construction ----------------------------------------------------------------------
+
+
+def test_default_root_is_under_the_warehouse_and_reads_create_nothing(tmp_path: Path) -> None:
+    store = StateStore.for_warehouse(str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"))
+
+    assert store.state_root == str(tmp_path / "wh" / "_modeswitch" / PIPELINE)
+    assert store.table_uri("epochs") == f"{store.state_root}/epochs"
+    assert store.current_epoch() is None
+    assert store.epochs() == []
+    assert store.pending_commands() == []
+    assert store.committed_offsets() == {}
+    assert not (tmp_path / "wh").exists()
+
+
+def test_store_pickles_and_a_rebuilt_store_sees_the_same_state(store: StateStore) -> None:
+    epoch = store.open_epoch("stream", "live", {0: 5})
+    command = store.submit_command("pause", issuer="ops")
+
+    clone = pickle.loads(pickle.dumps(store))
+    rebuilt = StateStore(store.state_root, store.sink_table_uri, store.pipeline)
+
+    for other in (clone, rebuilt):
+        assert other.current_epoch() == store.epoch(epoch)
+        assert [c.id for c in other.pending_commands()] == [command]
+
+
+def test_relative_roots_are_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = StateStore("state", "sink", PIPELINE)
+    assert store.state_root == str(tmp_path / "state")
+    assert store.sink_table_uri == str(tmp_path / "sink")
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../up", " spaced"])
+def test_bad_pipeline_names_are_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(InvalidStateInputError, match="pipeline"):
+        StateStore.for_warehouse(str(tmp_path), name, str(tmp_path / "sink"))
+
+
+def test_tables_are_created_with_their_explicit_schemas(store: StateStore) -> None:
+    epoch = store.open_epoch("batch", "backlog", {0: 0}, {0: 10})
+    store.record_splits(epoch, [Wave(0, (Split(0, 0, 10),))])
+    store.record_progress(sink_commit(epoch, 0, {0: 0}, {0: 10}))
+    store.record_decision("batch", "backlog", {})
+    store.submit_command("pause", issuer="ops")
+
+    utc = pa.timestamp("us", tz="UTC")
+    expected = {
+        "epochs": {"started_at": utc, "ended_at": utc, "id": pa.int64()},
+        "splits": {"start_offset": pa.int64(), "end_offset": pa.int64(), "updated_at": utc},
+        "progress": {"watermark": utc, "committed_at": utc, "sink_version": pa.int64()},
+        "decisions": {"at": utc, "inputs": pa.string(), "switched": pa.bool_()},
+        "commands": {"created_at": utc, "applied_at": utc, "applied_epoch": pa.int64()},
+    }
+    for name, columns in expected.items():
+        schema = pa.schema(DeltaTable(store.table_uri(name)).schema().to_arrow())
+        for column, type_ in columns.items():
+            assert schema.field(column).type == type_, (name, column)
+
+
+# --- epochs ----------------------------------------------------------------------------------
+
+
+def test_epoch_round_trip_open_then_close(store: StateStore) -> None:
+    before = pendulum.now("UTC")
+    epoch_id = store.open_epoch("batch", "offset lag 5000 > 1000", {0: 10, 1: 0}, {0: 90, 1: 40})
+    opened = store.current_epoch()
+
+    assert epoch_id == 1
+    assert opened is not None
+    assert (opened.id, opened.mode, opened.status) == (1, "batch", "running")
+    assert opened.reason == "offset lag 5000 > 1000"
+    assert (opened.start, opened.boundary, opened.end) == ({0: 10, 1: 0}, {0: 90, 1: 40}, None)
+    assert_utc_between(opened.started_at, before, pendulum.now("UTC"))
+
+    assert store.close_epoch(epoch_id, {0: 90, 1: 40}, "completed", "boundary reached") is True
+    closed = store.epoch(epoch_id)
+
+    assert store.current_epoch() is None
+    assert store.latest_epoch() == closed
+    assert (closed.status, closed.end, closed.end_reason) == (
+        "completed",
+        {0: 90, 1: 40},
+        "boundary reached",
+    )
+    assert_utc_between(closed.ended_at, opened.started_at, pendulum.now("UTC"))
+
+    second = store.open_epoch("stream", "caught up", closed.end)
+    assert second == 2
+    assert [e.id for e in store.epochs()] == [1, 2]
+    assert store.epoch(second).boundary is None
+
+
+def test_open_epoch_is_refused_while_another_runs(store: StateStore) -> None:
+    first = store.open_epoch("stream", "live", {0: 0})
+
+    with pytest.raises(EpochStillOpenError, match=f"epoch {first} \\(stream"):
+        store.open_epoch("batch", "lagging", {0: 0}, {0: 10})
+
+    assert [e.id for e in store.epochs()] == [first]
+
+
+def test_supersede_closes_the_running_epoch_in_the_same_commit(store: StateStore) -> None:
+    first = store.open_epoch("stream", "live", {0: 0})
+    version = DeltaTable(store.table_uri("epochs")).version()
+
+    second = store.open_epoch("batch", "operator forced", {0: 3}, {0: 10}, supersede=True)
+
+    assert second == first + 1
+    assert DeltaTable(store.table_uri("epochs")).version() == version + 1
+    old = store.epoch(first)
+    assert old.status == "superseded"
+    assert old.end_reason is not None
+    assert f"superseded by epoch {second}" in old.end_reason
+    assert store.current_epoch() == store.epoch(second)
+
+
+def test_epoch_ids_stay_above_the_epochs_already_in_the_sink(store: StateStore) -> None:
+    # The control tables were lost, but the sink remembers epoch 7: a new epoch 1 would be
+    # fenced out by the sink forever.
+    write_sink_commit(store.sink_table_uri, sink_commit(7, 3, {0: 0}, {0: 12}))
+
+    assert store.open_epoch("stream", "restart", {0: 12}) == 8
+
+
+def test_close_epoch_transitions(store: StateStore) -> None:
+    epoch = store.open_epoch("stream", "live", {0: 0})
+    assert store.close_epoch(epoch, {0: 7}, "failed", "driver lost") is True
+
+    # An Airflow retry of the same close is a no-op.
+    assert store.close_epoch(epoch, {0: 7}, "failed", "driver lost") is False
+    with pytest.raises(InvalidStateTransitionError, match=f"epoch {epoch} is already failed"):
+        store.close_epoch(epoch, {0: 7}, "completed")
+    with pytest.raises(InvalidStateTransitionError, match="already failed"):
+        store.close_epoch(epoch, {0: 9}, "failed")
+    with pytest.raises(StateRecordNotFoundError, match="epoch 42 does not exist"):
+        store.close_epoch(42, {0: 7})
+    with pytest.raises(InvalidStateInputError, match="closing status: 'running'"):
+        store.close_epoch(epoch, {0: 7}, "running")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (("batched", "r", {0: 0}, {0: 1}), InvalidStateInputError, "epoch mode: 'batched'"),
+        (("batch", "r", {0: 0}, None), InvalidStateInputError, "batch epoch needs a boundary"),
+        (("stream", "r", {0: 0}, {0: 1}), InvalidStateInputError, "stream epoch has no boundary"),
+        (("batch", "r", {0: 5}, {0: 4}), InvalidStateInputError, "bucket 0 ends at 4, below"),
+        (("batch", "r", {0: 0, 3: 1}, {0: 4}), InvalidStateInputError, "lacks bucket 3"),
+        (("batch", "r", {0: -1}, {0: 4}), InvalidOffsetsError, "epoch start: offset -1"),
+        (("stream", "r", {"x": 1}), InvalidOffsetsError, "epoch start: bucket 'x'"),
+        (("stream", 5, {0: 1}), InvalidStateInputError, "epoch reason: 5"),
+    ],
+)
+def test_open_epoch_validates_its_inputs(
+    store: StateStore, args: tuple, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        store.open_epoch(*args)
+    assert store.epochs() == []
+
+
+# --- split ledger ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def batch_epoch(store: StateStore) -> int:
+    return store.open_epoch("batch", "backlog", {0: 0, 1: 10}, {0: 100, 1: 50})
+
+
+PLAN = [
+    Wave(0, (Split(0, 0, 50), Split(1, 10, 30))),
+    Wave(1, (Split(0, 50, 100), Split(1, 30, 50))),
+]
+
+
+def test_splits_round_trip_and_recording_is_idempotent(store: StateStore, batch_epoch: int) -> None:
+    assert store.record_splits(batch_epoch, PLAN) == 4
+    assert store.record_splits(batch_epoch, PLAN) == 0  # a retried planning task
+
+    pending = store.pending_splits(batch_epoch)
+    assert [(s.wave, s.bucket, s.start, s.end) for s in pending] == [
+        (0, 0, 0, 50),
+        (0, 1, 10, 30),
+        (1, 0, 50, 100),
+        (1, 1, 30, 50),
+    ]
+    assert {s.status for s in pending} == {"pending"}
+    assert all(s.epoch == batch_epoch for s in pending)
+
+
+def test_mark_splits_committed_leaves_the_rest_pending(store: StateStore, batch_epoch: int) -> None:
+    store.record_splits(batch_epoch, PLAN)
+
+    assert store.mark_splits(batch_epoch, [(0, 0, 50), Split(1, 10, 30)], "committed") == 2
+    assert store.mark_splits(batch_epoch, [(0, 0, 50)], "committed") == 0  # already so
+
+    assert [s.key for s in store.pending_splits(batch_epoch)] == [(0, 50, 100), (1, 30, 50)]
+    committed = store.splits(batch_epoch, "committed")
+    assert [s.key for s in committed] == [(0, 0, 50), (1, 10, 30)]
+    assert all(s.updated_at >= s.recorded_at for s in committed)
+
+
+def test_split_status_moves_only_forward(store: StateStore, batch_epoch: int) -> None:
+    store.record_splits(batch_epoch, PLAN)
+    store.mark_splits(batch_epoch, [(0, 0, 50)], "committed")
+
+    with pytest.raises(InvalidStateTransitionError, match=r"\[0, 50\) .* is committed"):
+        store.mark_splits(batch_epoch, [(0, 0, 50)], "pending")
+    with pytest.raises(InvalidStateTransitionError, match="cannot become replanned"):
+        store.mark_splits(batch_epoch, [(0, 0, 50)], "replanned")
+    with pytest.raises(StateRecordNotFoundError, match=r"no split bucket 0 \[0, 40\)"):
+        store.mark_splits(batch_epoch, [(0, 0, 40)], "committed")
+    with pytest.raises(InvalidStateInputError, match="split status: 'done'"):
+        store.mark_splits(batch_epoch, [(0, 50, 100)], "done")  # type: ignore[arg-type]
+    # A refused call changes nothing, not even its valid part.
+    with pytest.raises(StateRecordNotFoundError):
+        store.mark_splits(batch_epoch, [(0, 50, 100), (9, 0, 1)], "committed")
+    assert (0, 50, 100) in [s.key for s in store.pending_splits(batch_epoch)]
+
+
+def test_a_replan_replaces_pending_splits_with_new_waves(
+    store: StateStore, batch_epoch: int
+) -> None:
+    store.record_splits(batch_epoch, PLAN)
+    store.mark_splits(batch_epoch, [(0, 0, 50), (1, 10, 30)], "committed")
+
+    # Wave 1 failed; the re-plan cuts what remains differently and numbers on.
+    store.mark_splits(batch_epoch, [(0, 50, 100), (1, 30, 50)], "replanned")
+    replan = [Wave(2, (Split(0, 50, 75), Split(1, 30, 50))), Wave(3, (Split(0, 75, 100),))]
+    assert store.record_splits(batch_epoch, replan) == 3
+
+    assert [(s.wave, s.key) for s in store.pending_splits(batch_epoch)] == [
+        (2, (0, 50, 75)),
+        (2, (1, 30, 50)),
+        (3, (0, 75, 100)),
+    ]
+    # (1, 30, 50) is live in wave 2 now, so marking it finds the live row, not the replanned.
+    assert store.mark_splits(batch_epoch, [(1, 30, 50)], "committed") == 1
+    assert len(store.splits(batch_epoch, "replanned")) == 2
+
+
+@pytest.mark.parametrize(
+    ("waves", "message"),
+    [
+        ([Wave(5, (Split(0, 40, 60),))], r"overlap its ledger: bucket 0 \[0, 50\) and \[40, 60\)"),
+        ([Wave(5, (Split(1, 10, 30),))], r"overlap its ledger: bucket 1 \[10, 30\)"),
+        ([Wave(5, (Split(0, 90, 110),))], r"\[90, 110\) lies outside epoch 1's range \[0, 100\)"),
+        ([Wave(5, (Split(1, 5, 12),))], r"outside epoch 1's range \[10, 50\)"),
+        ([Wave(5, (Split(2, 0, 5),))], "epoch 1 has no such bucket"),
+        ([Wave(5, ((0, 5, 5),))], r"bucket 0 \[5, 5\) is empty"),
+        ([Wave(-1, (Split(0, 0, 5),))], "wave index: -1"),
+    ],
+)
+def test_record_splits_refuses_bad_splits(
+    store: StateStore, batch_epoch: int, waves: list[Wave], message: str
+) -> None:
+    store.record_splits(batch_epoch, PLAN[:1])
+    with pytest.raises(InvalidStateInputError, match=message):
+        store.record_splits(batch_epoch, waves)
+    assert len(store.splits(batch_epoch)) == 2
+
+
+def test_overlapping_splits_within_one_call_are_refused(
+    store: StateStore, batch_epoch: int
+) -> None:
+    with pytest.raises(InvalidStateInputError, match=r"bucket 0 \[0, 50\) and \[0, 50\)"):
+        store.record_splits(batch_epoch, [Wave(0, (Split(0, 0, 50),)), Wave(1, (Split(0, 0, 50),))])
+    assert store.splits(batch_epoch) == []
+
+
+def test_only_batch_epochs_have_a_ledger(store: StateStore) -> None:
+    epoch = store.open_epoch("stream", "live", {0: 0})
+    with pytest.raises(InvalidStateInputError, match=f"epoch {epoch} is a stream epoch"):
+        store.record_splits(epoch, PLAN)
+    with pytest.raises(StateRecordNotFoundError, match="epoch 99"):
+        store.record_splits(99, PLAN)
+
+
+# --- progress --------------------------------------------------------------------------------
+
+
+def test_progress_round_trip_and_idempotence(store: StateStore) -> None:
+    watermark = pendulum.datetime(2025, 3, 1, 12, 0, 5, tz="Europe/Paris")
+    commit = sink_commit(
+        3,
+        7,
+        {0: 10, 1: 0},
+        {0: 20, 1: 5},
+        mode="stream",
+        max_event_time_us={0: 1_740_830_405_000_001, 1: 1_740_830_400_000_000},
+        table_version=12,
+        committed_at_ms=1_740_830_406_123,
+    )
+
+    assert store.record_progress(commit, watermark=watermark) is True
+    assert store.record_progress(commit, watermark=watermark) is False  # a retried writer
+
+    [row] = store.progress()
+    assert (row.epoch, row.sequence, row.mode) == (3, 7, "stream")
+    assert (row.start, row.end, row.records) == ({0: 10, 1: 0}, {0: 20, 1: 5}, 15)
+    assert row.max_event_time_us == {0: 1_740_830_405_000_001, 1: 1_740_830_400_000_000}
+    assert row.watermark == watermark
+    assert row.watermark.utcoffset() == timedelta(0)
+    assert row.committed_at == pendulum.datetime(2025, 3, 1, 12, 0, 6, 123000, tz="UTC")
+    assert (row.sink_version, row.recorded_by) == (12, "sink")
+    assert store.progress(epoch=4) == []
+
+
+def test_progress_refuses_a_different_commit_under_the_same_key(store: StateStore) -> None:
+    store.record_progress(sink_commit(1, 0, {0: 0}, {0: 10}))
+    with pytest.raises(InvalidStateTransitionError, match=r"epoch 1 sequence 0 is recorded"):
+        store.record_progress(sink_commit(1, 0, {0: 0}, {0: 11}))
+    assert [p.end for p in store.progress()] == [{0: 10}]
+
+
+def test_progress_refuses_bad_input(store: StateStore) -> None:
+    other = SinkCommit("payments", 1, "batch", 0, {0: 0}, {0: 1}, 1)
+    with pytest.raises(InvalidStateInputError, match="pipeline 'payments'"):
+        store.record_progress(other)
+    with pytest.raises(InvalidStateInputError, match=r"watermark: .* is naive"):
+        store.record_progress(sink_commit(1, 0, {0: 0}, {0: 1}), watermark=datetime(2025, 1, 1))
+    with pytest.raises(InvalidStateInputError, match="mode: 'fast'"):
+        store.record_progress(sink_commit(1, 0, {0: 0}, {0: 1}, mode="fast"))
+    with pytest.raises(InvalidStateInputError, match="is not a SinkCommit"):
+        store.record_progress({"epoch": 1})  # type: ignore[arg-type]
+    assert store.progress() == []
+
+
+# --- decisions -------------------------------------------------------------------------------
+
+
+def test_decisions_keep_their_inputs_and_come_back_newest_first(store: StateStore) -> None:
+    t0 = pendulum.datetime(2025, 3, 1, 12, tz="UTC")
+    store.record_decision(
+        "batch",
+        "watermark lag 10m > 5m",
+        {"lag": timedelta(minutes=10), "now": t0, "latest": {"0": 900}, "idle": {2}},
+        at=t0,
+        switched=True,
+        epoch=4,
+        decided_by="decide",
+    )
+    store.record_decision("batch", "still behind", {}, at=t0.add(minutes=1))
+
+    newest, oldest = store.decisions()
+    assert newest.reason == "still behind"
+    assert store.latest_decision() == newest
+    assert (oldest.at, oldest.mode, oldest.switched, oldest.epoch) == (t0, "batch", True, 4)
+    assert oldest.decided_by == "decide"
+    assert oldest.inputs == {
+        "idle": [2],
+        "lag": 600.0,
+        "latest": {"0": 900},
+        "now": "2025-03-01T12:00:00+00:00",
+    }
+    assert store.decisions(limit=1) == [newest]
+
+
+def test_decisions_refuse_bad_input(store: StateStore) -> None:
+    with pytest.raises(InvalidStateInputError, match="decision mode: 'backlog'"):
+        store.record_decision("backlog", "r", {})  # type: ignore[arg-type]
+    with pytest.raises(InvalidStateInputError, match=r"decision time: .* is naive"):
+        store.record_decision("batch", "r", {}, at=datetime(2025, 1, 1))
+    with pytest.raises(InvalidStateInputError, match="decision inputs: not JSON-serialisable"):
+        store.record_decision("batch", "r", {"x": object()})
+    with pytest.raises(InvalidStateInputError, match="decision inputs: not JSON-serialisable"):
+        store.record_decision("batch", "r", {"x": float("nan")})
+    assert store.decisions() == []
+
+
+def test_decision_time_is_kept_in_utc(store: StateStore) -> None:
+    at = datetime(2025, 6, 1, 14, 30, tzinfo=pendulum.timezone("Asia/Tokyo"))
+    recorded = store.record_decision("stream", "r", {}, at=at)
+    [stored] = store.decisions()
+    assert stored.at == recorded.at == at
+    assert stored.at.isoformat() == "2025-06-01T05:30:00+00:00"
+    assert stored.at == datetime(2025, 6, 1, 5, 30, tzinfo=UTC)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def test_command_round_trip_and_apply_once(store: StateStore) -> None:
+    before = pendulum.now("UTC")
+    first = store.submit_command("switch_to_batch", {"note": "reindex"}, issuer="alice")
+    second = store.submit_command("pause", issuer="bob")
+    assert (first, second) == (1, 2)
+
+    pending = store.pending_commands()
+    assert [(c.id, c.kind, c.issuer, c.args) for c in pending] == [
+        (1, "switch_to_batch", "alice", {"note": "reindex"}),
+        (2, "pause", "bob", {}),
+    ]
+    assert_utc_between(pending[0].created_at, before, pendulum.now("UTC"))
+
+    assert store.apply_command(first, 3, {0: 120, 1: 98}) is True
+    assert store.apply_command(first, 4, {0: 130, 1: 99}) is False  # never applied twice
+    assert store.reject_command(first, "too late") is False
+
+    applied = store.command(first)
+    assert (applied.status, applied.applied_epoch, applied.applied_offsets) == (
+        "applied",
+        3,
+        {0: 120, 1: 98},
+    )
+    assert applied.reason is None
+    assert applied.rejected_at is None
+    assert_utc_between(applied.applied_at, applied.created_at, pendulum.now("UTC"))
+    assert [c.id for c in store.pending_commands()] == [second]
+
+
+def test_rejected_commands_keep_their_reason_and_are_never_applied(store: StateStore) -> None:
+    command = store.submit_command("resume", issuer="alice")
+
+    assert store.reject_command(command, "pipeline is not paused") is True
+    assert store.apply_command(command, 1, {0: 1}) is False
+
+    rejected = store.command(command)
+    assert (rejected.status, rejected.reason, rejected.applied_epoch) == (
+        "rejected",
+        "pipeline is not paused",
+        None,
+    )
+    assert rejected.rejected_at is not None
+    assert store.pending_commands() == []
+    assert [c.id for c in store.commands("rejected")] == [command]
+
+
+def test_rewind_commands_carry_validated_offsets(store: StateStore) -> None:
+    command = store.submit_command("rewind", {"offsets": {1: 40, 0: 7}}, issuer="alice")
+    assert store.command(command).args == {"offsets": {"0": 7, "1": 40}}
+
+    with pytest.raises(InvalidStateInputError, match="has no 'offsets'"):
+        store.submit_command("rewind", {}, issuer="alice")
+    with pytest.raises(InvalidOffsetsError, match="rewind command offsets: offset -3"):
+        store.submit_command("rewind", {"offsets": {"0": -3}}, issuer="alice")
+
+
+def test_commands_refuse_bad_input(store: StateStore) -> None:
+    with pytest.raises(InvalidStateInputError, match="command kind: 'explode'"):
+        store.submit_command("explode", issuer="alice")  # type: ignore[arg-type]
+    with pytest.raises(InvalidStateInputError, match="command issuer: ''"):
+        store.submit_command("pause", issuer="")
+    with pytest.raises(InvalidStateInputError, match="pause command args: not JSON"):
+        store.submit_command("pause", {"when": object()}, issuer="alice")
+    with pytest.raises(InvalidStateInputError, match="pause command args: \\[1\\]"):
+        store.submit_command("pause", [1], issuer="alice")  # type: ignore[arg-type]
+    assert store.commands() == []
+
+    command = store.submit_command("pause", issuer="alice")
+    with pytest.raises(StateRecordNotFoundError, match="command 9 does not exist"):
+        store.apply_command(9, 1, {0: 1})
+    with pytest.raises(InvalidOffsetsError, match=f"offsets of command {command}"):
+        store.apply_command(command, 1, {0: "many"})
+    with pytest.raises(InvalidStateInputError, match="applied epoch: 0"):
+        store.apply_command(command, 0, {0: 1})
+    with pytest.raises(InvalidStateInputError, match="rejection reason"):
+        store.reject_command(command, "")
+    assert store.command(command).status == "pending"
+
+
+# --- committed offsets -----------------------------------------------------------------------
+
+
+def test_committed_offsets_come_from_the_sinks_log(store: StateStore) -> None:
+    write_sink_commit(store.sink_table_uri, sink_commit(1, 0, {0: 0, 1: 0}, {0: 10, 1: 4}))
+    write_sink_commit(store.sink_table_uri, sink_commit(1, 1, {0: 10, 1: 4}, {0: 25, 1: 9}))
+
+    # Whatever the control tables say (here: nothing), the sink's log is the truth.
+    assert store.progress() == []
+    assert store.committed_offsets() == {0: 25, 1: 9}
