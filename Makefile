@@ -37,8 +37,9 @@ format: $(STAMP)
 test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install
-	$(PY) bench/run.py
+	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 clean:
 	rm -rf .demo .pytest_cache .ruff_cache

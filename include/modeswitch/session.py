@@ -17,6 +17,13 @@ BASE_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
 }
 
+DELTA_SPARK_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+"""Where a deployment ships delta-spark's jars (``MODESWITCH_DELTA_JARS``, comma-separated
+paths), Spark can also read and write the sink's tables with ``format("delta")``."""
+
 LOCAL_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
@@ -56,6 +63,10 @@ def create_spark_session(
     settings = dict(BASE_CONF)
     if local and "PYSPARK_GATEWAY_PORT" not in os.environ:
         settings.update(LOCAL_CONF)
+    delta_jars = os.environ.get("MODESWITCH_DELTA_JARS")
+    if delta_jars:
+        settings["spark.jars"] = delta_jars
+        settings.update(DELTA_SPARK_CONF)
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

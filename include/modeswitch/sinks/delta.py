@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import time
 import uuid
@@ -81,6 +80,7 @@ SINK_NAME = "modeswitch_delta"
 DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
 STRING_STATS_PREFIX = 32
 COMMIT_ATTEMPTS = 20
+ROW_GROUP_ROWS = 262_144
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -175,16 +175,20 @@ class WrittenFile:
 
 @dataclass
 class DeltaCommitMessage(WriterCommitMessage):
-    """What one task wrote: files, record count, and per-bucket lineage."""
+    """What one task wrote: files, record count, and max event time per bucket."""
 
     files: list[WrittenFile] = field(default_factory=list)
     records: int = 0
     max_event_time_us: dict[int, int] = field(default_factory=dict)
-    offsets_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 class _ColumnStats:
-    """Running min / max / null count of one column, as Delta's JSON statistics want them."""
+    """Min / max / null count of one column, as Delta's JSON statistics want them.
+
+    Most columns take them from the Parquet footer the writer produces anyway (free).
+    Floating-point columns are tracked while writing, because Parquet statistics leave NaN
+    out and a max that ignores NaN would let readers skip files wrongly.
+    """
 
     def __init__(self, dtype: pa.DataType) -> None:
         self.dtype = dtype
@@ -192,16 +196,30 @@ class _ColumnStats:
         self.min: Any = None
         self.max: Any = None
         self.usable = _stats_type(dtype)
+        self.running = pa.types.is_floating(dtype)
 
     def update(self, array: pa.Array | pa.ChunkedArray) -> None:
+        """Track a floating-point column batch by batch."""
         self.nulls += array.null_count
         if not self.usable or array.null_count == len(array):
             return
-        bounds = pc.min_max(array)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if isinstance(low, float) and (math.isnan(low) or math.isnan(high)):
+        if pc.any(pc.is_nan(array)).as_py():
             self.usable = False
             return
+        bounds = pc.min_max(array)
+        self._widen(bounds["min"].as_py(), bounds["max"].as_py())
+
+    def add_footer(self, stats: Any) -> None:
+        """Fold in one row group's Parquet statistics (non-float columns)."""
+        if stats is None:
+            self.usable = False
+            return
+        self.nulls += stats.null_count
+        if not stats.has_min_max:
+            return
+        self._widen(stats.min, stats.max)
+
+    def _widen(self, low: Any, high: Any) -> None:
         self.min = low if self.min is None else min(self.min, low)
         self.max = high if self.max is None else max(self.max, high)
 
@@ -250,28 +268,60 @@ def _stats_json(records: int, stats: Mapping[str, _ColumnStats]) -> str:
 
 
 class _FileWriter:
-    """One open Parquet file of one partition, with running statistics."""
+    """One open Parquet file of one partition.
 
-    def __init__(self, options: DeltaSinkOptions, schema: pa.Schema, values: dict) -> None:
+    Batches are gathered into row groups of about ``ROW_GROUP_ROWS`` (Spark hands over
+    batches of 10 000 rows; one row group each would be slow to write and to read).
+    """
+
+    def __init__(self, options: DeltaSinkOptions, first: pa.RecordBatch, values: dict) -> None:
+        schema = first.schema
         self.fs, self.root = pafs.FileSystem.from_uri(options.path)
         self.values = values
         prefix = "".join(f"{k}={_partition_text(v)}/" for k, v in values.items())
         self.relative = f"{prefix}part-{uuid.uuid4().hex}-c000.snappy.parquet"
         full = f"{self.root}/{self.relative}"
         self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        self.writer = pq.ParquetWriter(full, schema, filesystem=self.fs, compression="snappy")
+        self.writer = pq.ParquetWriter(
+            full,
+            schema,
+            filesystem=self.fs,
+            compression="snappy",
+            use_dictionary=_dictionary_columns(first),
+        )
         self.full = full
         self.stats = {f.name: _ColumnStats(f.type) for f in schema}
         self.records = 0
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
         self.records += batch.num_rows
         for name, col in self.stats.items():
-            col.update(batch.column(name))
+            if col.running:
+                col.update(batch.column(name))
+        if self.pending_rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            table = pa.Table.from_batches(self.pending)
+            self.writer.write_table(table, row_group_size=max(ROW_GROUP_ROWS, table.num_rows))
+            self.pending, self.pending_rows = [], 0
 
     def close(self) -> WrittenFile:
+        self._flush()
         self.writer.close()
+        footer = self.writer.writer.metadata
+        for index in range(footer.num_columns):
+            name = footer.schema.column(index).path
+            col = self.stats.get(name)
+            if col is None or col.running:
+                continue
+            for group in range(footer.num_row_groups):
+                col.add_footer(footer.row_group(group).column(index).statistics)
         info = self.fs.get_file_info(self.full)
         return WrittenFile(
             path=self.relative,
@@ -280,6 +330,24 @@ class _FileWriter:
             modification_time=int(time.time() * 1000),
             stats=_stats_json(self.records, self.stats),
         )
+
+    def discard(self) -> None:
+        self.writer.close()
+        self.fs.delete_file(self.full)
+
+
+def _dictionary_columns(sample: pa.RecordBatch) -> list[str]:
+    """Columns worth dictionary encoding: those with mostly repeated values in a sample.
+
+    Trying a dictionary on a column of unique values (offsets, JSON payloads) costs a third
+    of the write time before Parquet gives up on it.
+    """
+    rows = max(1, sample.num_rows)
+    return [
+        field.name
+        for field, column in zip(sample.schema, sample.columns, strict=True)
+        if pc.count_distinct(column).as_py() <= rows // 2
+    ]
 
 
 def _partition_text(value: Any) -> str | None:
@@ -298,12 +366,13 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            _track_lineage(message, batch, options.event_time_column)
+            if options.pipeline is not None:
+                _track_event_times(message, batch, options.event_time_column)
             for values, part in _split_by_partition(batch, options.partition_by):
                 key = tuple(values.items())
                 writer = open_files.get(key)
                 if writer is None:
-                    writer = open_files[key] = _FileWriter(options, part.schema, values)
+                    writer = open_files[key] = _FileWriter(options, part, values)
                 writer.write(part)
                 message.records += part.num_rows
                 if writer.records >= options.max_records_per_file:
@@ -313,8 +382,7 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
         open_files.clear()
     except BaseException:
         for writer in open_files.values():
-            writer.writer.close()
-            writer.fs.delete_file(writer.full)
+            writer.discard()
         delete_files(options, message.files)
         raise
     return message
@@ -340,25 +408,17 @@ def _split_by_partition(
             yield row, out
 
 
-def _track_lineage(message: DeltaCommitMessage, batch: pa.RecordBatch, event_col: str) -> None:
+def _track_event_times(message: DeltaCommitMessage, batch: pa.RecordBatch, event_col: str) -> None:
+    """Max event time per bucket: what the watermark is computed from."""
     names = batch.schema.names
-    if "bucket" not in names or "offset" not in names:
+    if "bucket" not in names or event_col not in names:
         return
-    table = pa.Table.from_batches([batch])
-    aggs = [("offset", "min"), ("offset", "max")]
-    if event_col in names:
-        aggs.append((event_col, "max"))
-    grouped = table.group_by("bucket").aggregate(aggs).to_pylist()
-    for row in grouped:
-        bucket = row["bucket"]
-        low, high = row["offset_min"], row["offset_max"]
-        seen = message.offsets_seen.get(bucket)
-        message.offsets_seen[bucket] = (
-            (low, high) if seen is None else (min(seen[0], low), max(seen[1], high))
-        )
-        latest = row.get(f"{event_col}_max")
+    table = pa.Table.from_batches([batch]).select(["bucket", event_col])
+    for row in table.group_by("bucket").aggregate([(event_col, "max")]).to_pylist():
+        latest = row[f"{event_col}_max"]
         if latest is not None:
             micros = _micros(latest)
+            bucket = row["bucket"]
             message.max_event_time_us[bucket] = max(
                 micros, message.max_event_time_us.get(bucket, micros)
             )
