@@ -276,3 +276,71 @@ def test_commit_metadata_is_plain_json_that_other_tools_can_read(tmp_path: Path)
     txn = next(json.loads(line)["txn"] for line in log_entry if '"txn"' in line)
     assert txn["appId"] == "orders"
     assert txn["version"] == txn_version(2, 5)
+
+
+def with_reasons(batch: pa.RecordBatch, bad_offsets: set[int]) -> pa.RecordBatch:
+    reasons = pa.array(
+        [
+            "value is not valid JSON" if o in bad_offsets else None
+            for o in batch["offset"].to_pylist()
+        ],
+        pa.string(),
+    )
+    return batch.append_column("_quarantine_reason", reasons)
+
+
+def quarantine_wave(
+    path: Path, epoch: int, sequence: int, lo: int, hi: int, bad: set[int]
+) -> DeltaSinkOptions:
+    opts = options(path / "sink", epoch, quarantinePath=str(path / "quarantine"))
+    batch = with_reasons(rows(0, lo, hi), bad)
+    message = write_files(opts, iter([batch]))
+    commit_files(opts, batch.schema, [message], sequence=sequence, start={0: lo}, end={0: hi})
+    return opts
+
+
+def test_malformed_records_go_to_the_quarantine_with_their_reason(tmp_path: Path) -> None:
+    quarantine_wave(tmp_path, 1, 0, 0, 20, {3, 7})
+    sink = DeltaTable(str(tmp_path / "sink")).to_pyarrow_table()
+    assert "_quarantine_reason" not in sink.column_names
+    assert sorted(sink["offset"].to_pylist()) == [o for o in range(20) if o not in (3, 7)]
+    quarantine = DeltaTable(str(tmp_path / "quarantine"))
+    got = quarantine.to_pyarrow_table().sort_by("offset").to_pylist()
+    assert [(r["bucket"], r["offset"], r["value"], r["reason"]) for r in got] == [
+        (0, 3, "v0-3", "value is not valid JSON"),
+        (0, 7, "v0-7", "value is not valid JSON"),
+    ]
+    assert quarantine.transaction_version("orders") == txn_version(1, 0)
+    assert committed_offsets(str(tmp_path / "sink"), "orders") == {0: 20}
+
+
+def test_a_crash_between_sink_and_quarantine_commits_is_repaired_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import modeswitch.sinks.delta as delta
+
+    def crash(name: str) -> None:
+        if name == "sink.before_quarantine_commit":
+            raise KeyboardInterrupt("simulated crash")
+
+    monkeypatch.setattr(delta, "pause_point", crash)
+    with pytest.raises(KeyboardInterrupt):
+        quarantine_wave(tmp_path, 1, 0, 0, 10, {4})
+    monkeypatch.undo()
+    assert committed_offsets(str(tmp_path / "sink"), "orders") == {0: 10}
+    assert not (tmp_path / "quarantine" / "_delta_log").exists()
+    # The replay of the same wave (Spark retrying it) repairs the quarantine; so would the next.
+    quarantine_wave(tmp_path, 1, 0, 0, 10, {4})
+    quarantine_wave(tmp_path, 1, 1, 10, 15, {12})
+    quarantine_wave(tmp_path, 1, 1, 10, 15, {12})  # a replay: nothing twice
+    got = DeltaTable(str(tmp_path / "quarantine")).to_pyarrow_table()
+    assert sorted(got["offset"].to_pylist()) == [4, 12]
+    assert DeltaTable(str(tmp_path / "sink")).to_pyarrow_table().num_rows == 13
+
+
+def test_a_zombie_never_commits_its_quarantined_records(tmp_path: Path) -> None:
+    quarantine_wave(tmp_path, 2, 0, 0, 10, set())
+    with pytest.raises(FencedError):
+        quarantine_wave(tmp_path, 1, 0, 0, 10, {1, 2})
+    assert not (tmp_path / "quarantine" / "_delta_log").exists()
+    assert not list((tmp_path / "quarantine").rglob("*.parquet"))

@@ -133,6 +133,12 @@ def sink_commits(
 def newest_commit_in(table: Any, pipeline: str) -> SinkCommit | None:
     """The pipeline's newest commit at or below an open ``DeltaTable``'s snapshot version,
     reading as little history as it can (the last 16 versions, then 256, then all)."""
+    found = newest_commit_entry(table, pipeline)
+    return found[0] if found else None
+
+
+def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | None:
+    """Like :func:`newest_commit_in`, with the raw ``commitInfo`` entry beside it."""
     # history() reads the log as it is now, which may be ahead of the table's snapshot.
     snapshot = table.version()
     for limit in (16, 256, None):
@@ -142,7 +148,7 @@ def newest_commit_in(table: Any, pipeline: str) -> SinkCommit | None:
                 continue
             commit = SinkCommit.from_commit_info(info)
             if commit is not None and commit.pipeline == pipeline:
-                return commit
+                return commit, info
         if limit is None or len(history) < limit:
             return None
     return None

@@ -37,6 +37,7 @@ Options:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -80,6 +81,19 @@ SINK_NAME = "modeswitch_delta"
 DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
 STRING_STATS_PREFIX = 32
 COMMIT_ATTEMPTS = 20
+QUARANTINE_REASON = "_quarantine_reason"
+QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("bucket", pa.int32()),
+        ("offset", pa.int64()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("key", pa.string()),
+        ("value", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
+"""The quarantine table: each malformed record with its bucket, offset, raw value and why."""
 ROW_GROUP_ROWS = 262_144
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -102,6 +116,7 @@ class DeltaSinkOptions:
     max_records_per_file: int
     event_time_column: str
     checkpoint_location: str | None
+    quarantine_path: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
@@ -122,7 +137,7 @@ class DeltaSinkOptions:
         if merge not in ("true", "false"):
             raise ValueError(f"option mergeSchema={merge!r}: expected 'true' or 'false'")
         return cls(
-            path=path if "://" in path else os.path.abspath(path),
+            path=_absolute(path),
             storage_options={
                 k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
             },
@@ -140,7 +155,14 @@ class DeltaSinkOptions:
             or DEFAULT_MAX_RECORDS_PER_FILE,
             event_time_column=opts.get("eventtimecolumn", "event_time"),
             checkpoint_location=opts.get("checkpointlocation"),
+            quarantine_path=_absolute(opts["quarantinepath"])
+            if opts.get("quarantinepath")
+            else None,
         )
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
 def _int_option(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
@@ -179,6 +201,8 @@ class DeltaCommitMessage(WriterCommitMessage):
 
     files: list[WrittenFile] = field(default_factory=list)
     records: int = 0
+    quarantine_files: list[WrittenFile] = field(default_factory=list)
+    quarantined: int = 0
     max_event_time_us: dict[int, int] = field(default_factory=dict)
 
 
@@ -274,9 +298,9 @@ class _FileWriter:
     batches of 10 000 rows; one row group each would be slow to write and to read).
     """
 
-    def __init__(self, options: DeltaSinkOptions, first: pa.RecordBatch, values: dict) -> None:
+    def __init__(self, table_uri: str, first: pa.RecordBatch, values: dict) -> None:
         schema = first.schema
-        self.fs, self.root = pafs.FileSystem.from_uri(options.path)
+        self.fs, self.root = pafs.FileSystem.from_uri(table_uri)
         self.values = values
         prefix = "".join(f"{k}={_partition_text(v)}/" for k, v in values.items())
         self.relative = f"{prefix}part-{uuid.uuid4().hex}-c000.snappy.parquet"
@@ -359,20 +383,35 @@ def _partition_text(value: Any) -> str | None:
 
 
 def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
-    """Write a task's batches as Parquet files in the table folder; describe them."""
+    """Write a task's batches as Parquet files in the table folder; describe them.
+
+    Rows whose ``_quarantine_reason`` is set go to files in the quarantine table's folder
+    instead (see :data:`QUARANTINE_SCHEMA`); nothing is dropped.
+    """
     message = DeltaCommitMessage()
     open_files: dict[tuple, _FileWriter] = {}
+    quarantine: _FileWriter | None = None
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             if options.pipeline is not None:
                 _track_event_times(message, batch, options.event_time_column)
+            if QUARANTINE_REASON in batch.schema.names:
+                batch, bad = _split_quarantine(batch)
+                if bad.num_rows:
+                    assert options.quarantine_path is not None
+                    if quarantine is None:
+                        quarantine = _FileWriter(options.quarantine_path, bad, {})
+                    quarantine.write(bad)
+                    message.quarantined += bad.num_rows
+                if batch.num_rows == 0:
+                    continue
             for values, part in _split_by_partition(batch, options.partition_by):
                 key = tuple(values.items())
                 writer = open_files.get(key)
                 if writer is None:
-                    writer = open_files[key] = _FileWriter(options, part, values)
+                    writer = open_files[key] = _FileWriter(options.path, part, values)
                 writer.write(part)
                 message.records += part.num_rows
                 if writer.records >= options.max_records_per_file:
@@ -380,12 +419,33 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
         for writer in open_files.values():
             message.files.append(writer.close())
         open_files.clear()
+        if quarantine is not None:
+            message.quarantine_files.append(quarantine.close())
+            quarantine = None
     except BaseException:
-        for writer in open_files.values():
+        for writer in [*open_files.values(), *([quarantine] if quarantine else [])]:
             writer.discard()
-        delete_files(options, message.files)
+        delete_message_files(options, [message])
         raise
     return message
+
+
+def _split_quarantine(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """Good rows without the reason column, and bad rows in the quarantine schema."""
+    reason = batch.column(QUARANTINE_REASON)
+    bad_mask = pc.is_valid(reason)
+    good = batch.filter(pc.invert(bad_mask)).drop_columns([QUARANTINE_REASON])
+    if not pc.any(bad_mask).as_py():
+        return good, batch.slice(0, 0)
+    bad = batch.filter(bad_mask)
+    columns = []
+    for field_ in QUARANTINE_SCHEMA:
+        name = QUARANTINE_REASON if field_.name == "reason" else field_.name
+        if name in bad.schema.names:
+            columns.append(bad.column(name).cast(field_.type))
+        else:
+            columns.append(pa.nulls(bad.num_rows, field_.type))
+    return good, pa.RecordBatch.from_arrays(columns, schema=QUARANTINE_SCHEMA)
 
 
 def _split_by_partition(
@@ -430,11 +490,21 @@ def _micros(value: datetime) -> int:
     return (value - EPOCH) // timedelta(microseconds=1)
 
 
-def delete_files(options: DeltaSinkOptions, files: Sequence[WrittenFile]) -> None:
+def delete_message_files(
+    options: DeltaSinkOptions, messages: Sequence[WriterCommitMessage | None]
+) -> None:
+    """Remove every file the tasks wrote, in the table and in the quarantine."""
+    parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
+    delete_files(options.path, [f for m in parts for f in m.files])
+    if options.quarantine_path:
+        delete_files(options.quarantine_path, [f for m in parts for f in m.quarantine_files])
+
+
+def delete_files(table_uri: str, files: Sequence[WrittenFile]) -> None:
     """Remove written files that will never be committed (abort, replay, refusal)."""
     if not files:
         return
-    fs, root = pafs.FileSystem.from_uri(options.path)
+    fs, root = pafs.FileSystem.from_uri(table_uri)
     for written in files:
         with contextlib.suppress(FileNotFoundError):
             fs.delete_file(f"{root}/{written.path}")
@@ -470,6 +540,8 @@ def commit_files(
 
     parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
     files = [f for m in parts for f in m.files]
+    quarantine_files = [f for m in parts for f in m.quarantine_files]
+    quarantined = sum(m.quarantined for m in parts)
     records = sum(m.records for m in parts)
     max_event: dict[int, int] = {}
     for m in parts:
@@ -479,8 +551,14 @@ def commit_files(
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
     ]
-    data_schema = pa.schema([f for f in schema])
+    data_schema = pa.schema([f for f in schema if f.name != QUARANTINE_REASON])
+    if quarantine_files and (options.pipeline is None or options.quarantine_path is None):
+        raise ValueError("option quarantinePath: quarantined records need a pipeline and a path")
+    landed = False
     try:
+        if options.quarantine_path and options.pipeline:
+            # A crash may have come between the last commit and its quarantine commit.
+            sync_quarantine(options)
         for attempt in range(COMMIT_ATTEMPTS):
             try:
                 table = DeltaTable(options.path, storage_options=options.storage_options)
@@ -492,7 +570,7 @@ def commit_files(
                 assert options.epoch is not None and sequence is not None
                 previous = _check_fencing(table, options, sequence)
                 if previous == "replayed":
-                    delete_files(options, files)
+                    delete_message_files(options, parts)
                     version = table.version() if table is not None else None
                     return CommitOutcome("replayed", version, None)
                 commit = _sink_commit(
@@ -500,6 +578,14 @@ def commit_files(
                 )
                 properties["app_transactions"] = [Transaction(options.pipeline, commit.txn_version)]
                 properties["custom_metadata"] = commit.to_metadata()
+                if quarantine_files:
+                    properties["custom_metadata"][QUARANTINE_METADATA_KEY] = json.dumps(
+                        {
+                            "records": quarantined,
+                            "files": [dataclasses.asdict(f) for f in quarantine_files],
+                        },
+                        separators=(",", ":"),
+                    )
             elif not actions:
                 return CommitOutcome("empty", table.version() if table else None, None)
             pause_point("sink.between_check_and_commit")
@@ -531,9 +617,13 @@ def commit_files(
                 if table is None and "exists" in str(exc).lower():
                     continue  # another writer created the table first: check again
                 raise
+            landed = True  # from here on, the files belong to the table: never delete them
             pause_point("sink.after_commit")
             # No automatic retry: the commit landed exactly on top of the checked snapshot.
             version = 0 if table is None else table.version() + 1
+            if quarantine_files:
+                pause_point("sink.before_quarantine_commit")
+                sync_quarantine(options)
             log.info(
                 "sink commit %s: %d records in %d files, table version %d",
                 commit.txn_version if commit else "(no pipeline)",
@@ -547,8 +637,85 @@ def commit_files(
             "raced by another commit"
         )
     except BaseException:
-        delete_files(options, files)
+        if not landed:
+            delete_message_files(options, parts)
         raise
+
+
+def sync_quarantine(options: DeltaSinkOptions) -> int:
+    """Commit to the quarantine table the files that the pipeline's newest sink commit lists,
+    unless the quarantine table already holds them; returns how many files it committed.
+
+    The sink commit is the truth: its metadata lists its quarantine files, and the quarantine
+    commit carries the same app-transaction version, so a crash between the two is repaired
+    by the next commit (or by calling this) and never commits them twice.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from modeswitch.sinks.commits import newest_commit_entry
+
+    assert options.pipeline is not None and options.quarantine_path is not None
+    try:
+        table = DeltaTable(options.path, storage_options=options.storage_options)
+    except TableNotFoundError:
+        return 0
+    found = newest_commit_entry(table, options.pipeline)
+    if found is None or QUARANTINE_METADATA_KEY not in found[1]:
+        return 0
+    commit, info = found
+    files = [WrittenFile(**f) for f in json.loads(info[QUARANTINE_METADATA_KEY])["files"]]
+    return commit_quarantine(options, files, commit.txn_version)
+
+
+def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], version: int) -> int:
+    """One quarantine commit for the sink commit with app-transaction ``version``."""
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    assert options.pipeline is not None and options.quarantine_path is not None
+    actions = [
+        AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+        for f in files
+    ]
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            table = DeltaTable(options.quarantine_path, storage_options=options.storage_options)
+        except TableNotFoundError:
+            table = None
+        current = table.transaction_version(options.pipeline) if table is not None else None
+        if current is not None and current >= version:
+            return 0
+        properties = CommitProperties(
+            max_commit_retries=0, app_transactions=[Transaction(options.pipeline, version)]
+        )
+        try:
+            if table is None:
+                create_table_with_add_actions(
+                    options.quarantine_path,
+                    _delta_schema(QUARANTINE_SCHEMA),
+                    actions,
+                    mode="error",
+                    storage_options=options.storage_options,
+                    commit_properties=properties,
+                )
+            else:
+                table.create_write_transaction(
+                    actions, "append", QUARANTINE_SCHEMA, commit_properties=properties
+                )
+        except CommitFailedError:
+            time.sleep(min(0.5, 0.01 * 2**attempt))
+            continue
+        except Exception as exc:
+            if table is None and "exists" in str(exc).lower():
+                continue
+            raise
+        log.info("quarantine commit %d: %d files", version, len(files))
+        return len(files)
+    raise ModeswitchError(
+        f"quarantine {options.quarantine_path}: gave up after {COMMIT_ATTEMPTS} attempts"
+    )
 
 
 def _check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:
@@ -775,10 +942,7 @@ class DeltaSinkWriter(DataSourceArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        delete_files(
-            self.options,
-            [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files],
-        )
+        delete_message_files(self.options, messages)
 
 
 class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
@@ -805,10 +969,7 @@ class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
         commit_files(self.options, self.schema, messages, sequence=batchId, start=start, end=end)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        delete_files(
-            self.options,
-            [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files],
-        )
+        delete_message_files(self.options, messages)
 
 
 class DeltaSinkDataSource(DataSource):
@@ -828,6 +989,14 @@ class DeltaSinkDataSource(DataSource):
             )
         options = DeltaSinkOptions.parse(self.options)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        if QUARANTINE_REASON in arrow_schema.names:
+            if options.quarantine_path is None or options.pipeline is None:
+                raise ValueError(
+                    f"option quarantinePath: the data has a {QUARANTINE_REASON} column, so "
+                    "malformed records need a quarantine table (and a pipeline); refusing to "
+                    "write rather than lose them"
+                )
+            arrow_schema = arrow_schema.remove(arrow_schema.get_field_index(QUARANTINE_REASON))
         check_schema_before_write(options, arrow_schema)
         return options, arrow_schema
 
