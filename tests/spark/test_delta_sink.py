@@ -78,6 +78,7 @@ def test_a_failed_write_leaves_no_visible_data(spark, log, tmp_path) -> None:
     from pyspark.sql import functions as F
 
     sink = tmp_path / "sink"
+
     def fail_at_9500(offset: int) -> int:
         if offset == 9_500:  # one task of bucket 0 fails; the others finish and wrote files
             raise ValueError("a bad record")
