@@ -266,3 +266,208 @@ class PolicySettings:
             else:  # offset_lag_measure
                 values[name] = str(value).strip().lower()
         return cls(**values)
+
+
+# --- the whole pipeline's settings -----------------------------------------------------------
+
+_PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime")
+_COUNT_SETTINGS = ("max_records_per_trigger",)
+_TEXT_SETTINGS = (
+    "pipeline",
+    "source",
+    "warehouse",
+    "sink",
+    "quarantine",
+    "state_root",
+    "checkpoint_root",
+    "transform",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSettings:
+    """Everything one pipeline run needs, validated in one place.
+
+    Locations (local paths are made absolute; URIs are kept):
+
+    - ``source``: the bucketed log's root; ``warehouse``: where tables live by default;
+    - ``sink`` (default ``<warehouse>/<pipeline>``), ``quarantine``
+      (``<warehouse>/<pipeline>_quarantine``), ``state_root``
+      (``<warehouse>/_modeswitch/<pipeline>``), ``checkpoint_root``
+      (``<state_root>/checkpoints``; one folder per stream epoch).
+
+    Stream mode: ``trigger_interval`` (the micro-batch trigger), ``max_records_per_trigger``
+    (the read limit), ``max_stream_runtime`` (a stream epoch ends after this at the latest).
+    ``transform`` is ``module:function``. ``policy`` and ``planner`` hold the switching and
+    planning settings.
+
+    Layering (code defaults < config file < Airflow Variables < run params) is
+    :func:`layer_settings`; every layer is a flat mapping of setting name to raw value.
+    """
+
+    pipeline: str = "modeswitch"
+    source: str = ".demo/log"
+    warehouse: str = ".demo/warehouse"
+    sink: str = ""
+    quarantine: str = ""
+    state_root: str = ""
+    checkpoint_root: str = ""
+    trigger_interval: timedelta = timedelta(milliseconds=100)
+    max_records_per_trigger: int = 100_000
+    max_stream_runtime: timedelta = timedelta(minutes=10)
+    transform: str = "modeswitch.transforms:parse_events"
+    policy: PolicySettings = PolicySettings()
+    planner: PlannerSettings = PlannerSettings()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pipeline, str) or not _PIPELINE_NAME.match(self.pipeline):
+            raise ConfigError(
+                f"pipeline: {self.pipeline!r} is not a valid name (letters, digits, '_', '.', '-')"
+            )
+        for name in ("source", "warehouse"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name}: a location is required")
+        if self.trigger_interval <= timedelta(0):
+            raise ConfigError(f"trigger_interval: {self.trigger_interval} must be greater than 0")
+        if self.max_stream_runtime <= timedelta(0):
+            raise ConfigError(
+                f"max_stream_runtime: {self.max_stream_runtime} must be greater than 0"
+            )
+        if self.max_records_per_trigger <= 0:
+            raise ConfigError(
+                f"max_records_per_trigger: {self.max_records_per_trigger!r} must be greater than 0"
+            )
+        if ":" not in self.transform:
+            raise ConfigError(f"transform: {self.transform!r} is not 'module:function'")
+        warehouse = _location(self.warehouse)
+        state_root = _location(self.state_root) or f"{warehouse}/_modeswitch/{self.pipeline}"
+        resolved = {
+            "source": _location(self.source),
+            "warehouse": warehouse,
+            "sink": _location(self.sink) or f"{warehouse}/{self.pipeline}",
+            "quarantine": _location(self.quarantine) or f"{warehouse}/{self.pipeline}_quarantine",
+            "state_root": state_root,
+            "checkpoint_root": _location(self.checkpoint_root) or f"{state_root}/checkpoints",
+        }
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
+
+    def checkpoint(self, epoch: int) -> str:
+        """The stream checkpoint of one epoch: fresh per epoch, reused by its restarts."""
+        return f"{self.checkpoint_root}/epoch-{epoch}"
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every setting name a layer may hold (pipeline, policy and planner settings)."""
+        own = tuple(f.name for f in fields(cls) if f.name not in ("policy", "planner"))
+        return (
+            *own,
+            *(f.name for f in fields(PolicySettings)),
+            *(f.name for f in fields(PlannerSettings)),
+        )
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> PipelineSettings:
+        """Settings from one flat mapping of raw values; unknown names are refused."""
+        _refuse_unknown(raw, cls.names(), what="pipeline")
+        policy_names = {f.name for f in fields(PolicySettings)}
+        planner_names = {f.name for f in fields(PlannerSettings)}
+        values: dict[str, Any] = {
+            "policy": PolicySettings.from_mapping(
+                {k: v for k, v in raw.items() if k in policy_names}
+            ),
+            "planner": PlannerSettings.from_mapping(
+                {k: v for k, v in raw.items() if k in planner_names}
+            ),
+        }
+        for name, value in raw.items():
+            if name in _DURATION_SETTINGS:
+                values[name] = parse_duration(value, setting=name)
+            elif name in _COUNT_SETTINGS:
+                values[name] = parse_positive_int(value, setting=name)
+            elif name in _TEXT_SETTINGS:
+                if not isinstance(value, str):
+                    raise ConfigError(f"{name}: {value!r} is not text")
+                values[name] = value.strip()
+        return cls(**values)
+
+    def to_mapping(self) -> dict[str, str]:
+        """A flat mapping of strings that :meth:`from_mapping` reads back to equal settings."""
+        out: dict[str, str] = {}
+        for group in (self, self.policy, self.planner):
+            for f in fields(group):
+                if f.name in ("policy", "planner"):
+                    continue
+                value = getattr(group, f.name)
+                if value is None:
+                    out[f.name] = "none"
+                elif isinstance(value, timedelta):
+                    out[f.name] = f"{value.total_seconds():g}s"
+                else:
+                    out[f.name] = str(value)
+        return out
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(self.to_mapping(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PipelineSettings:
+        import json
+
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"settings: {text[:80]!r} is not valid JSON ({exc})") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"settings: expected a JSON object, got {type(raw).__name__}")
+        return cls.from_mapping(raw)
+
+
+def _location(value: str) -> str:
+    import os
+
+    value = value.strip()
+    if not value or "://" in value:
+        return value
+    return os.path.abspath(value)
+
+
+def read_settings_file(path: str) -> dict[str, Any]:
+    """A config file's flat mapping: TOML (``.toml``) or JSON (anything else)."""
+    import json
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle) if path.endswith(".toml") else json.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path!r} does not exist") from exc
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"config file {path!r} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path!r}: expected a table/object of settings")
+    return data
+
+
+def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSettings:
+    """Apply named layers in order (later wins) over the code defaults, then validate.
+
+    Each layer is ``(where, mapping)``, e.g. ``("Airflow Variable", {...})``; a bad value is
+    reported as ``<where> <setting>: ...`` so the operator knows what to fix.
+    """
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for where, mapping in layers:
+        for name, value in (mapping or {}).items():
+            merged[name] = value
+            origin[name] = where
+    try:
+        return PipelineSettings.from_mapping(merged)
+    except ConfigError as exc:
+        message = str(exc)
+        setting = message.split(":", 1)[0]
+        where = origin.get(setting)
+        raise ConfigError(f"{where} {message}" if where else message) from exc

@@ -20,6 +20,9 @@ Options (validated on the driver; an error names the option and its value):
   at their latest offset.
 - ``maxRecordsPerPartition``: bucket ranges larger than this are cut into equal parts, so
   that a skewed bucket does not become one long task. Default 1 000 000.
+- ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
+  partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
+  balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
   between buckets in proportion to how far behind each is. Spark passes it back to
   ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
@@ -75,6 +78,7 @@ class BucketLogOptions:
     ending: str | None
     max_records_per_partition: int
     max_records_per_trigger: int | None
+    partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -96,6 +100,7 @@ class BucketLogOptions:
                 opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION
             ),
             max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
+            partitions=_partitions_option(opts.get("partitions")),
         )
 
     def open_log(self) -> BucketedLog:
@@ -108,6 +113,30 @@ def _absolute(path: str) -> str:
     import os
 
     return path if "://" in path else os.path.abspath(path)
+
+
+def _partitions_option(raw: str | None) -> tuple | None:
+    if raw is None:
+        return None
+    import json
+
+    problem = f"option partitions={raw[:200]!r}: expected a JSON list of partitions, each a "
+    problem += "list of [bucket, start, end] ranges"
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{problem} ({exc})") from exc
+    try:
+        parts = tuple(
+            tuple((int(b), int(lo), int(hi)) for b, lo, hi in partition) for partition in data
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValueError(problem) from exc
+    for partition in parts:
+        for bucket, lo, hi in partition:
+            if lo > hi or lo < 0:
+                raise ValueError(f"{problem}: range [{lo}, {hi}) of bucket {bucket} is invalid")
+    return parts
 
 
 def _positive_int(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -158,6 +187,13 @@ def resolve_offsets(
             raise type(exc)(f"option {option}={text!r}: {exc}") from exc
         resolved[bucket] = offset
     return resolved
+
+
+@dataclass
+class BucketRanges(InputPartition):
+    """One Spark partition of planned ranges ``[(bucket, start, end), ...]``, read in order."""
+
+    ranges: tuple[tuple[int, int, int], ...]
 
 
 @dataclass
@@ -232,6 +268,14 @@ class BucketLogBatchReader(DataSourceReader):
         self.options = options
         source = options.open_log()
         earliest, latest = source.earliest_offsets(), source.latest_offsets()
+        if options.partitions is not None:
+            for partition in options.partitions:
+                for bucket, lo, hi in partition:
+                    try:
+                        check_range(bucket, lo, hi, earliest=earliest, latest=latest, what="")
+                    except (UnknownBucketError, OffsetOutOfRangeError) as exc:
+                        raise type(exc)(f"option partitions: {exc}") from exc
+            return
         self.start = resolve_offsets(
             "startingOffsets",
             options.starting,
@@ -257,11 +301,18 @@ class BucketLogBatchReader(DataSourceReader):
                 )
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.options.partitions is not None:
+            return [BucketRanges(tuple(p)) for p in self.options.partitions if p]
         return split_ranges(
             self.start, self.end, max_records=self.options.max_records_per_partition
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, BucketRanges):
+            source = self.options.open_log()
+            for bucket, start, end in partition.ranges:
+                yield from source.read(bucket, start, end)
+            return
         assert isinstance(partition, BucketRange)
         yield from read_range(self.options, partition)
 
@@ -351,6 +402,8 @@ class BucketLogDataSource(DataSource):
 
     def streamReader(self, schema: object) -> DataSourceStreamReader:
         options = self._options()
+        if options.partitions is not None:
+            raise ValueError("option partitions: only for batch reads")
         if options.ending is not None:
             raise ValueError(
                 f"option endingOffsets={options.ending!r}: not supported by streaming reads "
