@@ -1,0 +1,239 @@
+"""The one transform both modes run: parse each record's JSON value, mark what does not parse.
+
+The batch job and the stream job call the same ``transform(df) -> df`` on the ``bucketlog``
+source DataFrame (columns ``bucket, offset, event_time, key, value``). The contract the sink
+relies on:
+
+- every input row comes out, exactly once: malformed records are *marked*, never dropped;
+- the input columns are kept as they are (``value`` stays raw, for lineage);
+- typed columns parsed from the JSON ``value`` are added (by default :data:`EVENT_SCHEMA`:
+  ``event_id long, user_id long, action string, amount double, country string``);
+- a nullable string column :data:`QUARANTINE_REASON` is added: null for a good record, a short
+  human-readable reason for a bad one (``"value is not valid JSON"``, ``"field user_id is
+  missing or not an integer"``). The sink routes rows with a reason to the quarantine table.
+  On such rows every typed column is null.
+
+The transform is made of Spark SQL functions only (``from_json`` with an explicit schema and
+column checks): no Python UDF, no action, no aggregation, so it runs unchanged on a streaming
+DataFrame.
+
+What Spark's JSON reader accepts and this transform therefore accepts too: text after a
+complete JSON object is ignored (``{"event_id": 1} trailing``), a string field takes any JSON
+value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid double.
+
+The transform is a setting, ``module:function`` (default :data:`DEFAULT_TRANSFORM`), resolved
+by :func:`load_transform`; :func:`check_transform_output` tells a custom transform that broke
+the contract apart from a working one before anything is written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from modeswitch.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_REASON = "_quarantine_reason"
+"""Name of the column that marks a malformed record: null when good, a reason when not."""
+
+DEFAULT_TRANSFORM = "modeswitch.transforms:parse_events"
+"""The ``transform`` setting's default value."""
+
+SOURCE_COLUMNS = ("bucket", "offset", "event_time", "key", "value")
+"""The ``bucketlog`` source's columns; every transform keeps them."""
+
+REQUIRED_OUTPUT: dict[str, str] = {
+    "bucket": "int",
+    "offset": "bigint",
+    "event_time": "timestamp",
+    "key": "string",
+    "value": "string",
+    QUARANTINE_REASON: "string",
+}
+"""Columns (and Spark simple type names) that a transform's output must have."""
+
+EVENT_SCHEMA = StructType(
+    [
+        StructField("event_id", LongType()),
+        StructField("user_id", LongType()),
+        StructField("action", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("country", StringType()),
+    ]
+)
+"""The synthetic events' payload (see :mod:`modeswitch.produce`); every field is required."""
+
+_PARSED = "_modeswitch_parsed"
+_CORRUPT = "_modeswitch_corrupt"
+_JSON_OPTIONS = {
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": _CORRUPT,
+    # NaN / Infinity are not JSON; refuse them rather than store them as doubles.
+    "allowNonNumericNumbers": "false",
+}
+
+
+def parse_events(df: DataFrame) -> DataFrame:
+    """The default transform: parse ``value`` with :data:`EVENT_SCHEMA`, all fields required."""
+    return parse_json_values(df, EVENT_SCHEMA)
+
+
+def parse_json_values(
+    df: DataFrame, schema: StructType, *, required: Sequence[str] | None = None
+) -> DataFrame:
+    """Add ``schema``'s fields parsed from the JSON ``value`` and :data:`QUARANTINE_REASON`.
+
+    ``required`` names the fields that must be present, non-null and of their type (default:
+    all of them); a missing optional field is just null. Keeps every input column and row;
+    on a row with a reason, every added field is null. Pure Spark SQL, streaming-safe.
+
+    The reason is the first of: ``value is null``, ``value is empty``, ``value is not valid
+    JSON``, ``value is not a JSON object``, ``field F is missing or not <type>`` (the first
+    required field, in schema order, that did not parse).
+    """
+    names = [f.name for f in schema.fields]
+    required = list(names if required is None else required)
+    unknown = [n for n in required if n not in names]
+    if unknown:
+        raise ConfigError(
+            f"transform: required fields {unknown} are not in the payload schema {names}"
+        )
+    clashes = [n for n in [*names, QUARANTINE_REASON] if n in df.columns]
+    if clashes:
+        raise ConfigError(
+            f"transform: payload fields {clashes} clash with input columns {df.columns}"
+        )
+    if "value" not in df.columns:
+        raise ConfigError(f"transform: the input has no 'value' column (columns: {df.columns})")
+
+    parse_schema = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
+    value = F.col("value")
+    parsed = F.col(_PARSED)
+    corrupt = parsed.getField(_CORRUPT)
+    # Each CASE branch is evaluated only if the earlier ones did not match, so the second
+    # parse (get_json_object / json_object_keys) runs on malformed records only.
+    reason: Column = (
+        F.when(value.isNull(), F.lit("value is null"))
+        .when(parsed.isNull(), F.lit("value is empty"))
+        .when(
+            corrupt.isNotNull() & F.get_json_object(value, "$").isNull(),
+            F.lit("value is not valid JSON"),
+        )
+        .when(
+            corrupt.isNotNull() & F.json_object_keys(value).isNull(),
+            F.lit("value is not a JSON object"),
+        )
+    )
+    for name in required:
+        kind = _type_word(schema[name].dataType)
+        reason = reason.when(
+            parsed.getField(name).isNull(), F.lit(f"field {name} is missing or not {kind}")
+        )
+    # Three projections, so that from_json and the reason are each computed once per row
+    # (Spark does not collapse projections that would repeat an expensive expression).
+    with_parsed = df.withColumn(_PARSED, F.from_json(value, parse_schema, _JSON_OPTIONS))
+    with_reason = with_parsed.withColumn(QUARANTINE_REASON, reason)
+    good = F.col(QUARANTINE_REASON).isNull()
+    return with_reason.select(
+        *[F.col(c) for c in df.columns],
+        *[F.when(good, parsed.getField(n)).alias(n) for n in names],
+        F.col(QUARANTINE_REASON),
+    )
+
+
+def _type_word(dtype: DataType) -> str:
+    if isinstance(dtype, LongType) or dtype.typeName() in ("integer", "short", "byte"):
+        return "an integer"
+    if dtype.typeName() in ("double", "float", "decimal"):
+        return "a number"
+    if isinstance(dtype, StringType):
+        return "a string"
+    return f"a {dtype.simpleString()}"
+
+
+def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataFrame]:
+    """Resolve the ``transform`` setting, ``module:function``, to the callable it names.
+
+    ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). Raises
+    :class:`ConfigError` naming the setting and the value when the spec is malformed, the
+    module cannot be imported, the attribute is missing, or it is not callable.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise ConfigError(f"transform={spec!r}: expected 'module:function'")
+    module_name, _, attr_path = (part.strip() for part in spec.partition(":"))
+    if not module_name or not attr_path:
+        raise ConfigError(f"transform={spec!r}: expected 'module:function'")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"transform={spec!r}: module {module_name!r} cannot be imported ({exc})"
+        ) from exc
+    for attr in attr_path.split("."):
+        try:
+            target = getattr(target, attr)
+        except AttributeError as exc:
+            raise ConfigError(
+                f"transform={spec!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from exc
+    if not callable(target):
+        raise ConfigError(
+            f"transform={spec!r}: {attr_path!r} is a {type(target).__name__}, not a callable"
+        )
+    log.info("transform %s loaded", spec)
+    return target  # type: ignore[return-value]
+
+
+def check_transform_output(df: DataFrame, *, spec: str | None = None) -> None:
+    """Refuse a transform output that breaks the sink's contract, before anything is written.
+
+    The output must have the columns of :data:`REQUIRED_OUTPUT` with those types. Raises
+    :class:`ConfigError` naming the missing or mistyped columns (and ``spec``, if given).
+    Inspects the schema only: no Spark job runs.
+    """
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    missing = [name for name in REQUIRED_OUTPUT if name not in types]
+    mistyped = [
+        f"{name} ({types[name]}, expected {expected})"
+        for name, expected in REQUIRED_OUTPUT.items()
+        if name in types and types[name] != expected
+    ]
+    if not missing and not mistyped:
+        return
+    problems = []
+    if missing:
+        problems.append(f"lacks columns {', '.join(missing)}")
+    if mistyped:
+        problems.append(f"has mistyped columns {', '.join(mistyped)}")
+    which = f"transform={spec!r}" if spec else "transform"
+    raise ConfigError(
+        f"{which}: the output {' and '.join(problems)}; a transform must keep "
+        f"{', '.join(SOURCE_COLUMNS)} and add {QUARANTINE_REASON} (null for good records)"
+    )
+
+
+__all__ = [
+    "DEFAULT_TRANSFORM",
+    "EVENT_SCHEMA",
+    "QUARANTINE_REASON",
+    "REQUIRED_OUTPUT",
+    "SOURCE_COLUMNS",
+    "check_transform_output",
+    "load_transform",
+    "parse_events",
+    "parse_json_values",
+]
