@@ -124,7 +124,11 @@ class StateStore:
     ``state_root`` holds the tables (``<root>/epochs``, ``<root>/splits``, ...); local paths are
     made absolute so that every process means the same place. Tables are created on first
     write. ``attempts`` bounds how many commit races one change may lose before
-    :class:`~modeswitch.errors.StateConflictError`.
+    :class:`~modeswitch.errors.StateConflictError`; a table that reaches
+    ``compact_at_files`` data files is compacted by the writer that got it there.
+
+    The store holds only strings and numbers: it pickles, and it opens the tables afresh on
+    every call, so one instance may be shared by threads or shipped to another process.
     """
 
     def __init__(
@@ -135,6 +139,7 @@ class StateStore:
         *,
         storage_options: Mapping[str, str] | None = None,
         attempts: int = 40,
+        compact_at_files: int = 64,
     ) -> None:
         self.state_root = _normalise_uri(
             check_text(state_root, what="state_root", allow_empty=False)
@@ -145,6 +150,7 @@ class StateStore:
         self.pipeline = check_text(pipeline, what="pipeline", allow_empty=False)
         self.storage_options = dict(storage_options or {})
         self.attempts = check_int(attempts, what="attempts", minimum=1)
+        self.compact_at_files = check_int(compact_at_files, what="compact_at_files", minimum=2)
 
     @classmethod
     def for_warehouse(
@@ -154,6 +160,8 @@ class StateStore:
         sink_table_uri: str,
         *,
         storage_options: Mapping[str, str] | None = None,
+        attempts: int = 40,
+        compact_at_files: int = 64,
     ) -> StateStore:
         """The store at the default root, ``<warehouse>/_modeswitch/<pipeline>``."""
         if not isinstance(pipeline, str) or not _PIPELINE_NAME.fullmatch(pipeline):
@@ -162,7 +170,14 @@ class StateStore:
             )
         warehouse = check_text(warehouse, what="warehouse", allow_empty=False)
         root = f"{_normalise_uri(warehouse)}/{STATE_DIR}/{pipeline}"
-        return cls(root, sink_table_uri, pipeline, storage_options=storage_options)
+        return cls(
+            root,
+            sink_table_uri,
+            pipeline,
+            storage_options=storage_options,
+            attempts=attempts,
+            compact_at_files=compact_at_files,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -182,6 +197,7 @@ class StateStore:
             schema=SCHEMAS[name],
             storage_options=self.storage_options,
             attempts=self.attempts,
+            compact_at_files=self.compact_at_files,
         )
 
     # --- epochs ------------------------------------------------------------------------------
@@ -623,7 +639,7 @@ class StateStore:
 
         ``inputs`` is everything the evaluation used (e.g. ``Decision.to_record()``); it is
         stored as JSON text, datetimes as ISO 8601. ``at`` (default now) must be
-        timezone-aware. Appends never conflict, so this never retries on its own account.
+        timezone-aware.
         """
         if not isinstance(inputs, Mapping):
             raise InvalidStateInputError(f"decision inputs: {inputs!r} is not a mapping")
@@ -639,7 +655,9 @@ class StateStore:
             decided_by=check_text(decided_by, what="decided_by"),
         )
         rows = rows_table(SCHEMAS["decisions"], [decision_to_row(decision)])
-        self._table("decisions").append(rows, operation=f"record_decision {decision.mode}")
+        self._table("decisions").transact(
+            f"record_decision {decision.mode}", lambda _: Change(None, insert(rows))
+        )
         return decision
 
     def decisions(self, limit: int | None = None) -> list[RecordedDecision]:
