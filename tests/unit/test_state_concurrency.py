@@ -45,7 +45,7 @@ def _submit_and_record(store: StateStore, worker: int) -> list[Any]:
 
 
 def _apply_all(store: StateStore, worker: int) -> list[Any]:
-    ids = [c.id for c in store.pending_commands()]
+    ids = list(range(1, 11))  # submitted before the race
     order = ids if worker % 2 == 0 else list(reversed(ids))
     # The worker's id is its "epoch", so the stored row tells who won.
     return [(command, store.apply_command(command, worker + 1, {0: worker})) for command in order]
@@ -73,10 +73,10 @@ TASKS: dict[str, Callable[[StateStore, int], list[Any]]] = {
 }
 
 
-def _worker(task: str, spec: tuple[str, str, str], worker: int, barrier: Any, queue: Any) -> None:
+def _worker(task: str, spec: dict[str, Any], worker: int, barrier: Any, queue: Any) -> None:
     code = 0
     try:
-        store = StateStore(*spec)
+        store = StateStore(**spec)
         barrier.wait(timeout=TIMEOUT_S)
         queue.put((worker, TASKS[task](store, worker)))
     except BaseException:
@@ -92,7 +92,12 @@ def run_workers(store: StateStore, task: str) -> dict[int, list[Any]]:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(WORKERS)
     queue = ctx.Queue()
-    spec = (store.state_root, store.sink_table_uri, store.pipeline)
+    spec = {
+        "state_root": store.state_root,
+        "sink_table_uri": store.sink_table_uri,
+        "pipeline": store.pipeline,
+        "compact_at_files": store.compact_at_files,
+    }
     procs = [
         ctx.Process(target=_worker, args=(task, spec, w, barrier, queue)) for w in range(WORKERS)
     ]
@@ -116,9 +121,13 @@ def store(tmp_path: Path) -> StateStore:
     return StateStore.for_warehouse(str(tmp_path / "warehouse"), PIPELINE, str(tmp_path / "sink"))
 
 
+@pytest.mark.parametrize("compact_at_files", [64, 4], ids=["plain", "compacting"])
 def test_concurrent_submits_and_progress_lose_nothing_and_duplicate_nothing(
-    store: StateStore,
+    tmp_path: Path, compact_at_files: int
 ) -> None:
+    store = StateStore.for_warehouse(
+        str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"), compact_at_files=compact_at_files
+    )
     results = run_workers(store, "submit_and_record")
 
     commands = store.commands()
@@ -144,6 +153,7 @@ def test_concurrent_submits_and_progress_lose_nothing_and_duplicate_nothing(
 
 def test_racing_processes_apply_each_command_exactly_once(store: StateStore) -> None:
     ids = [store.submit_command("switch_to_batch", {"n": n}, issuer="ops") for n in range(10)]
+    assert ids == list(range(1, 11))  # what the racers apply
 
     results = run_workers(store, "apply_all")
 

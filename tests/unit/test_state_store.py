@@ -381,6 +381,23 @@ def test_progress_round_trip_and_idempotence(store: StateStore) -> None:
     assert store.progress(epoch=4) == []
 
 
+def test_small_files_are_compacted_and_no_row_is_lost(tmp_path: Path) -> None:
+    store = StateStore(
+        str(tmp_path / "state"), str(tmp_path / "sink"), PIPELINE, compact_at_files=8
+    )
+    for sequence in range(30):
+        store.record_progress(sink_commit(1, sequence, {0: sequence}, {0: sequence + 1}))
+        store.record_decision("stream", f"tick {sequence}", {})
+
+    for name in ("progress", "decisions"):
+        table = DeltaTable(store.table_uri(name))
+        assert len(table.file_uris()) < 8, name
+        assert "compact" in {entry.get("modeswitch.state") for entry in table.history()}, name
+    assert [p.sequence for p in store.progress()] == list(range(30))
+    assert len(store.decisions()) == 30
+    assert store.record_progress(sink_commit(1, 3, {0: 3}, {0: 4})) is False
+
+
 def test_progress_refuses_a_different_commit_under_the_same_key(store: StateStore) -> None:
     store.record_progress(sink_commit(1, 0, {0: 0}, {0: 10}))
     with pytest.raises(InvalidStateTransitionError, match=r"epoch 1 sequence 0 is recorded"):
