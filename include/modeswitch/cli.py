@@ -209,16 +209,132 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(args.dir, records=args.records, buckets=args.buckets, console=console)
 
 
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="audit that every committed record is in the sink or quarantine exactly once",
+        description=(
+            "Compare the sink and quarantine tables with the source log up to the pipeline's "
+            "committed offsets: per bucket, records missing, duplicated and out of range. "
+            "Exits 0 when exact, 1 on any discrepancy, 2 on an error."
+        ),
+    )
+    p.add_argument("--log", required=True, help="the source log's root folder or URI")
+    p.add_argument("--sink", required=True, help="the sink Delta table's URI")
+    p.add_argument("--quarantine", required=True, help="the quarantine Delta table's URI")
+    p.add_argument("--pipeline", required=True, help="the pipeline id (its app transaction)")
+    p.add_argument(
+        "--spot-check",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also compare up to N quarantined records' key and value with the source",
+    )
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from rich import box
+
+    from modeswitch.verify import audit
+
+    if args.spot_check < 0:
+        raise ModeswitchError(f"verify: --spot-check {args.spot_check} is negative")
+    report = audit(args.log, args.sink, args.quarantine, args.pipeline, spot_check=args.spot_check)
+    table = Table(title=f"exactly-once audit of pipeline {report.pipeline!r}", box=box.SIMPLE_HEAD)
+    for name in ("bucket", "expected", "sink", "quarantine", "missing", "duplicated"):
+        # Full header words; in 80 columns "out of range" wraps instead.
+        table.add_column(name, justify="right", min_width=len(name))
+    table.add_column("out of range", justify="right")
+    for row in report.buckets:
+        table.add_row(
+            str(row.bucket),
+            f"{row.expected:,}" if row.committed is not None else "-",
+            f"{row.in_sink:,}",
+            f"{row.in_quarantine:,}",
+            f"{row.missing:,}",
+            f"{row.duplicated:,}",
+            f"{row.out_of_range:,}",
+            style=None if row.ok else "red",
+        )
+    totals = report.totals
+    table.add_section()
+    table.add_row(
+        "total",
+        f"{totals.expected:,}",
+        f"{totals.in_sink:,}",
+        f"{totals.in_quarantine:,}",
+        f"{totals.missing:,}",
+        f"{totals.duplicated:,}",
+        f"{totals.out_of_range:,}",
+        style="bold",
+    )
+    console.print(table)
+    console.print(
+        f"sink {report.sink_uri} at version {report.sink_version}, "
+        f"{report.sink_commits} commits; quarantine {report.quarantine_uri} at version "
+        f"{report.quarantine_version}; {report.seconds:.2f} s"
+    )
+    for row in report.buckets:
+        if row.ok:
+            continue
+        found = []
+        if row.missing:
+            ranges = ", ".join(f"[{a}, {b})" for a, b in row.missing_ranges)
+            found.append(f"missing {ranges}")
+        if row.duplicated:
+            found.append(f"duplicated {', '.join(map(str, row.duplicated_offsets))}")
+        if row.out_of_range:
+            found.append(f"out of range {', '.join(map(str, row.out_of_range_offsets))}")
+        where = (
+            f"range [{row.start}, {row.committed})"
+            if row.committed is not None
+            else "nothing committed"
+        )
+        console.print(f"bucket {row.bucket} ({where}): {'; '.join(found)} (first offsets)")
+    for problem in report.problems:
+        console.print(f"[red]{problem}[/red]")
+    if report.spot_check is not None:
+        check = report.spot_check
+        console.print(
+            f"spot check: {check.checked} quarantined records compared with the source, "
+            f"{check.skipped} no longer in the source, {len(check.mismatches)} mismatches"
+        )
+        for m in check.mismatches:
+            console.print(
+                f"[red]bucket {m.bucket} offset {m.offset}: quarantined {m.column} "
+                f"{m.quarantined!r} differs from the source's {m.source!r}[/red]"
+            )
+    if report.ok:
+        console.print(
+            "[green]OK[/green]: every committed record is in the sink or the "
+            "quarantine exactly once"
+        )
+        return 0
+    mismatches = len(report.spot_check.mismatches) if report.spot_check else 0
+    console.print(
+        f"[red]FAILED[/red]: {totals.missing:,} missing, {totals.duplicated:,} duplicated, "
+        f"{totals.out_of_range:,} out of range, {len(report.problems)} other problems, "
+        f"{mismatches} spot-check mismatches"
+    )
+    return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_produce, _add_offsets, _add_retain, _add_demo):
+    for add in (_add_produce, _add_offsets, _add_retain, _add_demo, _add_verify):
         add(sub)
     return parser
 
 
-COMMANDS = {"produce": _produce, "offsets": _offsets, "retain": _retain, "demo": _demo}
+COMMANDS = {
+    "produce": _produce,
+    "offsets": _offsets,
+    "retain": _retain,
+    "demo": _demo,
+    "verify": _verify,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
