@@ -471,3 +471,21 @@ def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSet
         setting = message.split(":", 1)[0]
         where = origin.get(setting)
         raise ConfigError(f"{where} {message}" if where else message) from exc
+
+
+def load_job_settings(config: str, *, pipeline: str) -> PipelineSettings:
+    """The settings a Spark job was given with ``--config``: inline JSON or a JSON/TOML file.
+
+    The ``decide`` step resolves and validates every layer, then hands the result to the job,
+    so both see the same values. ``pipeline`` must match the settings' pipeline.
+    """
+    raw = config.strip()
+    if raw.startswith("{"):
+        settings = PipelineSettings.from_json(raw)
+    else:
+        settings = PipelineSettings.from_mapping(read_settings_file(raw))
+    if settings.pipeline != pipeline:
+        raise ConfigError(
+            f"--pipeline {pipeline!r} does not match the settings' pipeline {settings.pipeline!r}"
+        )
+    return settings

@@ -561,3 +561,16 @@ def test_committed_offsets_come_from_the_sinks_log(store: StateStore) -> None:
     # Whatever the control tables say (here: nothing), the sink's log is the truth.
     assert store.progress() == []
     assert store.committed_offsets() == {0: 25, 1: 9}
+
+
+def test_backlog_finished_is_recorded_once_per_bucket_per_epoch(tmp_path) -> None:
+    from modeswitch.errors import InvalidStateInputError
+    from modeswitch.state import StateStore
+
+    store = StateStore(str(tmp_path / "state"), str(tmp_path / "sink"), "fin")
+    epoch = store.open_epoch("batch", "backlog", {0: 0, 1: 0}, {0: 10, 1: 20})
+    assert store.record_backlog_finished(epoch, [0]) == 1
+    assert store.record_backlog_finished(epoch, [0, 1]) == 1  # bucket 0 again: a no-op
+    assert set(store.finished_buckets(epoch)) == {0, 1}
+    with pytest.raises(InvalidStateInputError, match=r"buckets \[7\] are not in its boundary"):
+        store.record_backlog_finished(epoch, [7])

@@ -74,6 +74,7 @@ from modeswitch.sinks.commits import (
     split_txn_version,
     txn_version,
 )
+from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,6 @@ SINK_NAME = "modeswitch_delta"
 DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
 STRING_STATS_PREFIX = 32
 COMMIT_ATTEMPTS = 20
-QUARANTINE_REASON = "_quarantine_reason"
 QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
 QUARANTINE_SCHEMA = pa.schema(
     [

@@ -1,4 +1,4 @@
-"""The pipeline's control state: five Delta tables under one root, and the operations on them.
+"""The pipeline's control state: six Delta tables under one root, and the operations on them.
 
 ========== =================================================================================
 epochs     one row per epoch: mode, why, start / boundary / end offsets, status
@@ -6,6 +6,7 @@ splits     the split ledger of batch epochs: (epoch, wave, bucket, [start, end),
 progress   one row per sink commit: offsets, records, event times, watermark, sink version
 decisions  every policy evaluation, its outcome and its inputs (JSON): the audit trail
 commands   operator commands and how each was resolved (applied where, or rejected why)
+finished   per batch epoch and bucket, when the bucket reached its boundary (once each)
 ========== =================================================================================
 
 The sink's own Delta log is the truth about what is committed (DESIGN.md, invariant 7);
@@ -466,6 +467,53 @@ class StateStore:
     def pending_splits(self, epoch: int) -> list[LedgerSplit]:
         """The splits of the epoch that are neither committed nor replanned."""
         return self.splits(epoch, "pending")
+
+    # --- backlog finished --------------------------------------------------------------------
+
+    def record_backlog_finished(self, epoch: int, buckets: Iterable[int]) -> int:
+        """Record that ``buckets`` of batch epoch ``epoch`` reached their boundary (Fluss's
+        BacklogFinishEvent); returns how many were new. Each bucket is recorded once per
+        epoch: recording it again (a retried job) is a no-op."""
+        owner = self.epoch(epoch)
+        if owner.mode != "batch" or owner.boundary is None:
+            raise InvalidStateInputError(
+                f"epoch {owner.id} is a {owner.mode} epoch; only batch epochs finish a backlog"
+            )
+        wanted = sorted({check_int(b, what="finished bucket") for b in buckets})
+        unknown = [b for b in wanted if b not in owner.boundary]
+        if unknown:
+            raise InvalidStateInputError(
+                f"epoch {owner.id}: buckets {unknown} are not in its boundary"
+            )
+        now = utc_now()
+
+        def plan(snapshot: Snapshot) -> Change[int]:
+            rows = snapshot.read(pc.field("epoch") == owner.id).to_pylist()
+            known = {row["bucket"] for row in rows}
+            new = [b for b in wanted if b not in known]
+            if not new:
+                return Change(0)
+            table = rows_table(
+                SCHEMAS["finished"],
+                [
+                    {
+                        "epoch": owner.id,
+                        "bucket": b,
+                        "boundary_offset": owner.boundary[b],
+                        "finished_at": now,
+                    }
+                    for b in new
+                ],
+            )
+            return Change(len(new), insert(table))
+
+        return self._table("finished").transact(f"record_backlog_finished {owner.id}", plan)
+
+    def finished_buckets(self, epoch: int) -> dict[int, datetime]:
+        """The buckets of a batch epoch that reached their boundary, and when."""
+        epoch_id = check_int(epoch, what="epoch", minimum=1)
+        rows = self._table("finished").read(pc.field("epoch") == epoch_id).to_pylist()
+        return {row["bucket"]: row["finished_at"] for row in rows}
 
     # --- progress ----------------------------------------------------------------------------
 

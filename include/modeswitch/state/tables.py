@@ -120,12 +120,22 @@ COMMANDS_SCHEMA = pa.schema(
     ]
 )
 
+FINISHED_SCHEMA = pa.schema(
+    [
+        _required("epoch", pa.int64()),
+        _required("bucket", pa.int64()),
+        _required("boundary_offset", pa.int64()),
+        _required("finished_at", TIMESTAMP),
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "epochs": EPOCHS_SCHEMA,
     "splits": SPLITS_SCHEMA,
     "progress": PROGRESS_SCHEMA,
     "decisions": DECISIONS_SCHEMA,
     "commands": COMMANDS_SCHEMA,
+    "finished": FINISHED_SCHEMA,
 }
 
 

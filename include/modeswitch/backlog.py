@@ -1,0 +1,178 @@
+"""BATCH mode: drain a batch epoch's backlog to its boundary, wave by wave, one sink commit each.
+
+Called by ``jobs/backlog_batch.py``. The epoch (mode, start, boundary) was opened by the
+``decide`` step; this module reads it from the control tables and processes what is not yet
+committed:
+
+1. ``reconcile()`` repairs the control tables from the sink's log (a wave committed to the
+   sink but not recorded is marked committed and never read again; FLIP-537 case 3).
+2. If an earlier run of this epoch left splits pending (it failed), they are marked
+   ``replanned`` and the rest ``[committed, boundary)`` is planned again, rebalanced, with new
+   wave numbers (FLIP-537 case 1). A failed task inside a wave is Spark's to retry; the sink's
+   idempotent commit makes the retry harmless (case 2).
+3. Each wave is read through ``bucketlog`` with exactly the planned partitions, goes through
+   the shared transform, and is written by the Delta sink in one commit carrying the wave's
+   offsets. Then the ledger, progress and per-bucket "backlog finished" are recorded.
+
+Peak memory is bounded by the wave, not the backlog: each wave is its own Spark job and no
+record reaches the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import FencedError
+from modeswitch.faults import pause_point
+from modeswitch.offsets import OffsetsMap, offsets_to_json
+from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
+from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.state import StateStore
+from modeswitch.transforms import load_transform
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchRunReport:
+    """What one run of a batch epoch did."""
+
+    epoch: int
+    waves: int
+    records: int
+    committed: OffsetsMap
+    finished_buckets: tuple[int, ...]
+
+
+def open_store(settings: PipelineSettings) -> StateStore:
+    """The control tables of the configured pipeline."""
+    return StateStore(settings.state_root, settings.sink, settings.pipeline)
+
+
+def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str, str]:
+    """The ``modeswitch_delta`` options shared by both modes."""
+    return {
+        "pipeline": settings.pipeline,
+        "epoch": str(epoch),
+        "mode": mode,
+        "quarantinePath": settings.quarantine,
+    }
+
+
+def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int) -> BatchPlan:
+    """The plan for what this epoch still has to read, recorded in the split ledger."""
+    epoch = store.epoch(epoch_id)
+    assert epoch.boundary is not None
+    committed = {**epoch.start, **store.committed_offsets()}
+    committed = {b: committed.get(b, epoch.start.get(b, 0)) for b in epoch.boundary}
+    ledger = store.splits(epoch_id)
+    pending = [s for s in ledger if s.status == "pending"]
+    if pending:
+        log.info("epoch %d: %d splits of a failed run are re-planned", epoch_id, len(pending))
+        store.mark_splits(epoch_id, [(s.bucket, s.start, s.end) for s in pending], "replanned")
+    first_wave = max((s.wave for s in ledger), default=-1) + 1
+    planner = settings.planner
+    plan = plan_batch(
+        committed,
+        epoch.boundary,
+        max_split_records=planner.max_split_records,
+        wave_records=planner.wave_records,
+        parallelism=planner.parallelism,
+        first_wave_index=first_wave,
+    )
+    if plan.waves:
+        store.record_splits(epoch_id, plan.waves)
+    log.info(
+        "epoch %d: %d records to read in %d waves (makespan %d, ideal %.0f)",
+        epoch_id,
+        plan.total_records,
+        len(plan.waves),
+        plan.makespan,
+        plan.ideal_makespan,
+    )
+    return plan
+
+
+def wave_partitions_json(wave: Wave) -> str:
+    """The ``partitions`` option of ``bucketlog`` for one wave."""
+    return json.dumps(
+        [[[s.bucket, s.start, s.end] for s in partition] for partition in wave.partitions]
+    )
+
+
+def run_batch_epoch(
+    spark,
+    settings: PipelineSettings,
+    epoch_id: int,
+    *,
+    on_wave: Callable[[Wave], None] | None = None,
+) -> BatchRunReport:
+    """Process every uncommitted split of batch epoch ``epoch_id``; see the module docstring.
+
+    Raises :class:`FencedError` if the epoch is not a running batch epoch (a retried task of
+    an epoch that was closed or superseded must not write).
+    """
+    store = open_store(settings)
+    epoch = store.epoch(epoch_id)
+    if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
+        raise FencedError(
+            f"epoch {epoch_id} is a {epoch.status} {epoch.mode} epoch; the backlog batch job "
+            "only runs a running batch epoch"
+        )
+    repaired = store.reconcile()
+    if repaired.progress or repaired.splits:
+        log.warning("epoch %d: reconciled the control tables from the sink: %s", epoch_id, repaired)
+    plan = plan_remaining(store, settings, epoch_id)
+    transform = load_transform(settings.transform)
+    options = sink_options(settings, epoch_id, "batch")
+    finished = set(store.finished_buckets(epoch_id))
+    if plan.finished_buckets - finished:
+        store.record_backlog_finished(epoch_id, sorted(plan.finished_buckets - finished))
+        finished |= plan.finished_buckets
+    committed = dict(plan.start)
+    records = 0
+    for wave in plan.waves:
+        start = {b: committed[b] for b in wave.end_offsets()}
+        end = wave.end_offsets()
+        source = (
+            spark.read.format("bucketlog")
+            .option("partitions", wave_partitions_json(wave))
+            .load(settings.source)
+        )
+        (
+            transform(source)
+            .write.format("modeswitch_delta")
+            .mode("append")
+            .options(**options)
+            .option("sequence", str(wave.index))
+            .option("offsetsStart", offsets_to_json(start))
+            .option("offsetsEnd", offsets_to_json(end))
+            .save(settings.sink)
+        )
+        pause_point("batch.after_wave_commit")
+        commit = latest_sink_commit(settings.sink, settings.pipeline)
+        assert commit is not None and commit.epoch == epoch_id and commit.sequence == wave.index
+        store.record_progress(commit, recorded_by="backlog_batch")
+        store.mark_splits(epoch_id, wave.splits, "committed")
+        committed.update(end)
+        records += commit.records
+        done = newly_finished_buckets(epoch.boundary, committed, finished)
+        if done:
+            store.record_backlog_finished(epoch_id, sorted(done))
+            finished |= done
+        log.info(
+            "epoch %d wave %d: %d records committed; %d/%d buckets finished",
+            epoch_id,
+            wave.index,
+            commit.records,
+            len(finished),
+            len(epoch.boundary),
+        )
+        if on_wave is not None:
+            on_wave(wave)
+    final = {**committed, **store.committed_offsets()}
+    return BatchRunReport(epoch_id, len(plan.waves), records, final, tuple(sorted(finished)))

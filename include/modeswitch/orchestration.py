@@ -1,0 +1,252 @@
+"""Deciding and closing epochs: what the Airflow ``decide`` and ``close_epoch`` tasks do.
+
+No Spark here: the control tables and the source's offsets are read with deltalake and the
+log itself, in milliseconds. :func:`decide` calls the same :func:`~modeswitch.policy.decide_mode`
+as the stream job, opens the next epoch with its exact start offsets (the sink's committed
+offsets: the handoff) and, for a batch epoch, its boundary (the source's latest offsets now).
+:func:`close_epoch` checks that a batch epoch reached its boundary, or records where a stream
+epoch stopped and why.
+
+:func:`run_locally` strings them together with the Spark jobs run as child processes: the
+pipeline without Airflow, for tests and the demo.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import pendulum
+
+from modeswitch.backlog import open_store
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
+from modeswitch.offsets import OffsetsMap
+from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+
+log = logging.getLogger(__name__)
+
+ForceMode = Literal["auto", "batch", "stream"]
+_COMMAND_OVERRIDES = {
+    "switch_to_batch": "force_batch",
+    "switch_to_stream": "force_stream",
+    "pause": "pause",
+}
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What :func:`decide` chose: the epoch to run (or None: nothing to run)."""
+
+    epoch: int | None
+    mode: str
+    reason: str
+    start: OffsetsMap
+    boundary: OffsetsMap | None
+    attached: bool = False
+    commands: tuple[int, ...] = field(default_factory=tuple)
+    decision: dict | None = None
+
+
+def _previous_state(store: StateStore) -> PolicyState | None:
+    latest = store.latest_decision()
+    if latest is None:
+        return None
+    state = latest.inputs.get("state")
+    if not state:
+        return None
+    return PolicyState(
+        mode=state["mode"],
+        mode_since=pendulum.parse(state["mode_since"]),
+        backlog_since=pendulum.parse(state["backlog_since"]) if state["backlog_since"] else None,
+    )
+
+
+def observe(
+    settings: PipelineSettings, store: StateStore, now: datetime
+) -> tuple[Observation, OffsetsMap]:
+    """The policy's inputs now, and the offsets the next epoch starts from."""
+    source = SegmentLog(settings.source)
+    earliest, latest = source.earliest_offsets(), source.latest_offsets()
+    committed = {**earliest, **store.committed_offsets()}
+    max_event: dict[int, int] = {}
+    for row in store.progress():
+        for bucket, micros in row.max_event_time_us.items():
+            max_event[bucket] = max(micros, max_event.get(bucket, micros))
+    observation = Observation(
+        now=now,
+        committed=committed,
+        latest=latest,
+        max_event_time={b: datetime.fromtimestamp(us / 1e6, tz=UTC) for b, us in max_event.items()},
+        # Unread data keeps a bucket from being idle; between epochs nothing else is known.
+        last_data_at={b: now for b in latest if latest[b] > committed.get(b, 0)},
+    )
+    return observation, committed
+
+
+def decide(
+    settings: PipelineSettings,
+    *,
+    force_mode: ForceMode = "auto",
+    dry_run: bool = False,
+    now: datetime | None = None,
+    decided_by: str = "decide",
+) -> EpochPlan:
+    """Choose the next epoch's mode and open it (unless ``dry_run``).
+
+    A running epoch (an Airflow retry of a run whose epoch is still open) is re-attached,
+    not replaced. Pending switch and pause commands override the policy and are applied, with
+    the start offsets, when the epoch opens; ``force_mode`` (a run param) does the same.
+    """
+    store = open_store(settings)
+    if not dry_run:
+        store.reconcile()
+    current = store.current_epoch()
+    if current is not None:
+        log.info("epoch %d (%s) is still running: re-attaching", current.id, current.mode)
+        return EpochPlan(
+            current.id, current.mode, "re-attached", current.start, current.boundary, True
+        )
+    now = now or pendulum.now("UTC")
+    observation, committed = observe(settings, store, now)
+    command = None
+    applied: list[int] = []
+    for pending in store.pending_commands():
+        if pending.kind in _COMMAND_OVERRIDES:
+            command = OperatorCommand(_COMMAND_OVERRIDES[pending.kind], f"#{pending.id}")
+            applied.append(pending.id)
+        elif pending.kind == "resume":
+            applied.append(pending.id)
+    if force_mode != "auto":
+        command = OperatorCommand(f"force_{force_mode}", "run param force_mode")
+    decision: Decision = decide_mode(
+        observation, settings=settings.policy, previous=_previous_state(store), command=command
+    )
+    record = decision.to_record()
+    if dry_run:
+        return EpochPlan(None, decision.mode, decision.reason, committed, None, decision=record)
+    store.record_decision(
+        "batch" if decision.mode == "batch" else "stream",
+        decision.reason,
+        record,
+        at=now,
+        switched=decision.switched,
+        decided_by=decided_by,
+    )
+    if decision.mode == "paused":
+        # No epoch opens; the pause is applied at the last epoch's end (the commit boundary).
+        last = store.latest_epoch()
+        if last is not None:
+            for command_id in applied:
+                store.apply_command(command_id, last.id, committed)
+        return EpochPlan(None, "paused", decision.reason, committed, None, decision=record)
+    boundary = dict(observation.latest) if decision.mode == "batch" else None
+    epoch = store.open_epoch(decision.mode, decision.reason, committed, boundary)
+    for command_id in applied:
+        store.apply_command(command_id, epoch, committed)
+    return EpochPlan(
+        epoch, decision.mode, decision.reason, committed, boundary, False, tuple(applied), record
+    )
+
+
+def close_epoch(settings: PipelineSettings, epoch_id: int) -> tuple[str, OffsetsMap]:
+    """Close an epoch at the sink's committed offsets; returns ``(status, end)``.
+
+    A batch epoch is completed only if every bucket reached its boundary; otherwise it is
+    closed as failed and :class:`ModeswitchError` names the buckets that did not finish.
+    """
+    store = open_store(settings)
+    store.reconcile()
+    epoch = store.epoch(epoch_id)
+    end = {**epoch.start, **store.committed_offsets()}
+    if not epoch.running:
+        return epoch.status, dict(epoch.end or end)
+    if epoch.mode == "batch":
+        assert epoch.boundary is not None
+        short = {
+            b: (end.get(b, 0), target)
+            for b, target in epoch.boundary.items()
+            if end.get(b, 0) < target
+        }
+        if short:
+            store.close_epoch(epoch_id, end, "failed", f"buckets below their boundary: {short}")
+            raise ModeswitchError(
+                f"batch epoch {epoch_id} ended below its boundary in buckets "
+                + ", ".join(f"{b} ({at} < {target})" for b, (at, target) in short.items())
+            )
+        store.close_epoch(epoch_id, end, "completed", "every bucket reached its boundary")
+        return "completed", end
+    reason = next(
+        (d.reason for d in store.decisions(limit=20) if d.epoch == epoch_id),
+        "stream stopped",
+    )
+    store.close_epoch(epoch_id, end, "completed", reason)
+    return "completed", end
+
+
+JobRunner = Callable[[str, PipelineSettings, int], None]
+
+
+def run_job_process(
+    kind: str,
+    settings: PipelineSettings,
+    epoch: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+) -> None:
+    """Run ``jobs/<kind>.py`` as a child process in its own process group; stop it (and the
+    JVM it started) by that group if anything goes wrong."""
+    script = JOBS / ("backlog_batch.py" if kind == "batch" else "stream.py")
+    command = [
+        sys.executable,
+        str(script),
+        "--pipeline",
+        settings.pipeline,
+        "--epoch",
+        str(epoch),
+        "--config",
+        settings.to_json(),
+    ]
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        code = process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    if code != 0:
+        raise ModeswitchError(f"{script.name} for epoch {epoch} exited with status {code}")
+
+
+def run_locally(
+    settings: PipelineSettings,
+    *,
+    epochs: int,
+    runner: JobRunner | None = None,
+    on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
+) -> list[tuple[EpochPlan, str, OffsetsMap]]:
+    """Decide, run and close ``epochs`` epochs in turn, as the Airflow DAG does."""
+    runner = runner or (lambda kind, s, e: run_job_process(kind, s, e))
+    done = []
+    for _ in range(epochs):
+        plan = decide(settings, decided_by="run_locally")
+        if plan.epoch is None:
+            break
+        runner(plan.mode, settings, plan.epoch)
+        status, end = close_epoch(settings, plan.epoch)
+        done.append((plan, status, end))
+        if on_epoch:
+            on_epoch(plan, status, end)
+    return done

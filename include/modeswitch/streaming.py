@@ -1,0 +1,293 @@
+"""STREAM mode: a Structured Streaming query from the epoch's handoff offsets into the sink.
+
+Called by ``jobs/stream.py``. The query starts at exactly the epoch's start offsets (checked
+against the sink's committed offsets: no gap, no overlap), with a fresh checkpoint per epoch
+(a restart within the epoch resumes from it). It applies the shared transform with
+``withWatermark(event_time, allowed_lateness)`` and writes every micro-batch to the Delta sink
+with a low-latency trigger.
+
+A :class:`StreamingQueryListener` hands every micro-batch's progress to the job's main
+thread, which records the sink commit in the control tables, evaluates
+:func:`modeswitch.policy.decide_mode` (the same function the ``decide`` task calls) and looks
+for operator commands. The query is stopped, between micro-batches, when the policy says
+batch, when a command asks for it, or at ``max_stream_runtime``. The end offsets are then read
+from the sink's log (the truth), and a command that caused the stop is applied and
+acknowledged, with those offsets, in one commit of the commands table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pendulum
+
+from modeswitch.backlog import open_store, sink_options
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import FencedError, OffsetsContinuityError
+from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
+from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
+from modeswitch.sinks.commits import SinkCommit, latest_sink_commit
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.transforms import load_transform
+
+log = logging.getLogger(__name__)
+
+STOP_COMMANDS = {"switch_to_batch": "force_batch", "pause": "pause"}
+DECISION_RECORD_EVERY = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class StreamRunReport:
+    """How a stream epoch's run ended."""
+
+    epoch: int
+    reason: str
+    next_mode: str
+    end: OffsetsMap
+    micro_batches: int
+    records: int
+    command: int | None = None
+
+
+class _ProgressListener:
+    """Forwards each micro-batch's id to the main thread (listeners must return quickly)."""
+
+    def __init__(self, events: queue.Queue[int]) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:
+                pass
+
+            def onQueryProgress(self, event) -> None:
+                events.put(event.progress.batchId)
+
+            def onQueryIdle(self, event) -> None:
+                pass
+
+            def onQueryTerminated(self, event) -> None:
+                events.put(-1)
+
+        self.listener = Listener()
+
+
+def _epoch_max_event_times(store: StateStore) -> dict[int, datetime]:
+    """Per bucket, the max event time committed so far by any epoch."""
+    latest: dict[int, int] = {}
+    for row in store.progress():
+        for bucket, micros in row.max_event_time_us.items():
+            latest[bucket] = max(micros, latest.get(bucket, micros))
+    return {b: datetime.fromtimestamp(us / 1e6, tz=UTC) for b, us in latest.items()}
+
+
+class StreamSupervisor:
+    """The main thread's bookkeeping between micro-batches: progress, policy, commands."""
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        store: StateStore,
+        epoch_id: int,
+        started_at: datetime,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.epoch_id = epoch_id
+        self.clock = clock
+        self.started_at = started_at
+        self.log = SegmentLog(settings.source)
+        self.max_event_time = _epoch_max_event_times(store)
+        self.last_latest: OffsetsMap = {}
+        self.last_data_at: dict[int, datetime] = {}
+        self.state = PolicyState(mode="stream", mode_since=started_at)
+        self.last_sequence: int | None = None
+        self.last_recorded_decision: datetime | None = None
+        self.micro_batches = 0
+        self.records = 0
+        self.committed: OffsetsMap = {}
+
+    def record_commits(self) -> SinkCommit | None:
+        """Record the sink's newest commit of this epoch in the progress table."""
+        commit = latest_sink_commit(self.settings.sink, self.settings.pipeline)
+        if commit is None or commit.epoch != self.epoch_id:
+            return None
+        if commit.sequence != self.last_sequence:
+            self.store.record_progress(commit, recorded_by="stream")
+            self.last_sequence = commit.sequence
+            self.micro_batches += 1
+            self.records += commit.records
+            for bucket, micros in commit.max_event_time_us.items():
+                moment = datetime.fromtimestamp(micros / 1e6, tz=UTC)
+                if bucket not in self.max_event_time or moment > self.max_event_time[bucket]:
+                    self.max_event_time[bucket] = moment
+        self.committed = dict(commit.end)
+        return commit
+
+    def observe(self, now: datetime) -> Observation:
+        latest = self.log.latest_offsets()
+        for bucket, offset in latest.items():
+            if offset != self.last_latest.get(bucket):
+                self.last_data_at[bucket] = now
+        self.last_latest = latest
+        return Observation(
+            now=now,
+            committed={b: self.committed.get(b, 0) for b in latest},
+            latest=latest,
+            max_event_time=self.max_event_time,
+            last_data_at=self.last_data_at,
+        )
+
+    def evaluate(self, command: OperatorCommand | None = None) -> Decision:
+        now = self.clock()
+        decision = decide_mode(
+            self.observe(now), settings=self.settings.policy, previous=self.state, command=command
+        )
+        self.state = decision.state
+        due = (
+            self.last_recorded_decision is None
+            or now - self.last_recorded_decision >= DECISION_RECORD_EVERY
+        )
+        if decision.switched or decision.mode != "stream" or due:
+            self.store.record_decision(
+                "batch" if decision.mode == "batch" else "stream",
+                decision.reason,
+                decision.to_record(),
+                at=now,
+                switched=decision.switched,
+                epoch=self.epoch_id,
+                decided_by="stream",
+            )
+            self.last_recorded_decision = now
+        return decision
+
+
+def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
+    """The stream must start exactly where the sink ends (invariant 2)."""
+    committed = store.committed_offsets()
+    different = {
+        b: (epoch_start.get(b), committed[b])
+        for b in committed
+        if epoch_start.get(b) != committed[b]
+    }
+    if different:
+        raise OffsetsContinuityError(
+            f"stream epoch {epoch_id} starts at {offsets_to_json(epoch_start)} but the sink "
+            f"holds up to {offsets_to_json(committed)}; buckets differ: {different}"
+        )
+
+
+def run_stream_epoch(
+    spark,
+    settings: PipelineSettings,
+    epoch_id: int,
+    *,
+    clock: Callable[[], datetime] = lambda: pendulum.now("UTC"),
+    poll: timedelta = timedelta(milliseconds=200),
+) -> StreamRunReport:
+    """Run stream epoch ``epoch_id`` until the policy, a command or the runtime stops it."""
+    store = open_store(settings)
+    epoch = store.epoch(epoch_id)
+    if epoch.mode != "stream" or epoch.status != "running":
+        raise FencedError(
+            f"epoch {epoch_id} is a {epoch.status} {epoch.mode} epoch; the stream job only "
+            "runs a running stream epoch"
+        )
+    store.reconcile()
+    check_handoff(store, epoch.start, epoch_id)
+    transform = load_transform(settings.transform)
+    start_json = offsets_to_json(epoch.start)
+    lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
+    stream = (
+        spark.readStream.format("bucketlog")
+        .option("startingOffsets", start_json)
+        .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+        .load(settings.source)
+    )
+    events: queue.Queue[int] = queue.Queue()
+    listener = _ProgressListener(events).listener
+    spark.streams.addListener(listener)
+    started_at = clock()
+    supervisor = StreamSupervisor(settings, store, epoch_id, epoch.started_at, clock)
+    supervisor.committed = dict(epoch.start)
+    interval_ms = max(1, int(settings.trigger_interval.total_seconds() * 1000))
+    query = (
+        transform(stream)
+        .withWatermark("event_time", f"{lateness} milliseconds")
+        .writeStream.format("modeswitch_delta")
+        .options(**sink_options(settings, epoch_id, "stream"))
+        .option("offsetsStart", start_json)
+        .option("checkpointLocation", settings.checkpoint(epoch_id))
+        .queryName(f"{settings.pipeline}-epoch-{epoch_id}")
+        .trigger(processingTime=f"{interval_ms} milliseconds")
+        .start(settings.sink)
+    )
+    reason, next_mode, command_id = "", "stream", None
+    try:
+        deadline = started_at + settings.max_stream_runtime
+        while query.isActive:
+            with contextlib.suppress(queue.Empty):
+                events.get(timeout=poll.total_seconds())
+            supervisor.record_commits()
+            pending = _stop_command(store)
+            if pending is not None:
+                command_id, kind = pending
+                decision = supervisor.evaluate(
+                    OperatorCommand(STOP_COMMANDS[kind], f"#{command_id}")
+                )
+                reason = f"command #{command_id} {kind}"
+                next_mode = decision.mode
+                break
+            decision = supervisor.evaluate()
+            if decision.mode != "stream":
+                reason, next_mode = f"policy: {decision.reason}", decision.mode
+                break
+            if clock() >= deadline:
+                reason = f"max_stream_runtime {settings.max_stream_runtime} reached"
+                break
+        else:
+            error = query.exception()
+            raise RuntimeError(f"stream epoch {epoch_id}: the query stopped: {error}")
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"stream epoch {epoch_id}: the query failed: {error}") from None
+    supervisor.record_commits()
+    end = {**epoch.start, **store.committed_offsets()}
+    if command_id is not None:
+        store.apply_command(command_id, epoch_id, end)
+    # The exit itself is a decision: close_epoch reads its reason.
+    store.record_decision(
+        "batch" if next_mode == "batch" else "stream",
+        f"stream stopped: {reason}",
+        {"end": offsets_to_dict(end), "state": supervisor.state.to_record()},
+        switched=next_mode != "stream",
+        epoch=epoch_id,
+        decided_by="stream-exit",
+    )
+    log.info("stream epoch %d stopped: %s; end offsets %s", epoch_id, reason, end)
+    return StreamRunReport(
+        epoch_id,
+        reason,
+        next_mode,
+        end,
+        supervisor.micro_batches,
+        supervisor.records,
+        command_id,
+    )
+
+
+def _stop_command(store: StateStore) -> tuple[int, str] | None:
+    """The oldest pending command that stops a stream, if any."""
+    for command in store.pending_commands():
+        if command.kind in STOP_COMMANDS:
+            return command.id, command.kind
+    return None
