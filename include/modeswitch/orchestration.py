@@ -198,18 +198,10 @@ def close_epoch(settings: PipelineSettings, epoch_id: int) -> tuple[str, Offsets
 JobRunner = Callable[[str, PipelineSettings, int], None]
 
 
-def run_job_process(
-    kind: str,
-    settings: PipelineSettings,
-    epoch: int,
-    *,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 1800,
-) -> None:
-    """Run ``jobs/<kind>.py`` as a child process in its own process group; stop it (and the
-    JVM it started) by that group if anything goes wrong."""
+def job_command(kind: str, settings: PipelineSettings, epoch: int) -> list[str]:
+    """The command line of ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for one epoch."""
     script = JOBS / ("backlog_batch.py" if kind == "batch" else "stream.py")
-    command = [
+    return [
         sys.executable,
         str(script),
         "--pipeline",
@@ -219,6 +211,19 @@ def run_job_process(
         "--config",
         settings.to_json(),
     ]
+
+
+def run_job_process(
+    kind: str,
+    settings: PipelineSettings,
+    epoch: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+) -> None:
+    """Run the epoch's job as a child process in its own process group; stop it (and the JVM
+    it started) by that group if it overruns or anything goes wrong."""
+    command = job_command(kind, settings, epoch)
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, start_new_session=True)
     try:
         code = process.wait(timeout=timeout)
@@ -227,7 +232,9 @@ def run_job_process(
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     if code != 0:
-        raise ModeswitchError(f"{script.name} for epoch {epoch} exited with status {code}")
+        raise ModeswitchError(
+            f"{Path(command[1]).name} for epoch {epoch} exited with status {code}"
+        )
 
 
 def run_locally(

@@ -214,7 +214,9 @@ def run_stream_epoch(
     listener = _ProgressListener(events).listener
     spark.streams.addListener(listener)
     started_at = clock()
-    supervisor = StreamSupervisor(settings, store, epoch_id, epoch.started_at, clock)
+    # The stream's time in mode counts from its query start, not from when decide opened the
+    # epoch: Spark's start-up is not time spent streaming.
+    supervisor = StreamSupervisor(settings, store, epoch_id, started_at, clock)
     supervisor.committed = dict(epoch.start)
     interval_ms = max(1, int(settings.trigger_interval.total_seconds() * 1000))
     query = (
@@ -244,6 +246,13 @@ def run_stream_epoch(
                 reason = f"command #{command_id} {kind}"
                 next_mode = decision.mode
                 break
+            if supervisor.micro_batches == 0:
+                # Nothing read yet: the lag still measures the previous epoch and the
+                # start-up, not whether this stream keeps up.
+                if clock() >= deadline:
+                    reason = f"max_stream_runtime {settings.max_stream_runtime} reached"
+                    break
+                continue
             decision = supervisor.evaluate()
             if decision.mode != "stream":
                 reason, next_mode = f"policy: {decision.reason}", decision.mode

@@ -9,37 +9,59 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeswitch.errors import InvalidOffsetsError, OffsetOutOfRangeError, UnknownBucketError
-from modeswitch.sources.spark import BucketLogOptions, limit_by_rows, resolve_offsets, split_ranges
+from modeswitch.sources.spark import (
+    BucketLogOptions,
+    limit_by_rows,
+    plan_partitions,
+    resolve_offsets,
+)
 
 EARLIEST = {0: 10, 1: 0, 2: 0}
 LATEST = {0: 100, 1: 50, 2: 0}
 
 
-def test_split_ranges_cuts_skewed_buckets_into_equal_parts_in_offset_order() -> None:
-    parts = split_ranges({0: 0, 1: 5, 2: 7}, {0: 10, 1: 105, 2: 7}, max_records=30)
+def ranges_of(parts) -> dict[int, list[tuple[int, int]]]:
     by_bucket: dict[int, list[tuple[int, int]]] = {}
-    for p in parts:
-        by_bucket.setdefault(p.bucket, []).append((p.start, p.end))
-    assert by_bucket[1] == [(5, 30), (30, 55), (55, 80), (80, 105)]
-    assert by_bucket[0] == [(0, 10)]
-    assert 2 not in by_bucket  # empty range, no partition
-    assert max(p.records for p in parts) <= 30
-    assert [p.records for p in parts] == sorted((p.records for p in parts), reverse=True)
+    for part in parts:
+        for bucket, lo, hi in part.ranges:
+            by_bucket.setdefault(bucket, []).append((lo, hi))
+    return by_bucket
+
+
+def test_partitions_cut_skewed_buckets_and_keep_offset_order() -> None:
+    parts = plan_partitions(
+        {0: 0, 1: 5, 2: 7}, {0: 10, 1: 105, 2: 7}, max_records=30, parallelism=2
+    )
+    records = [sum(hi - lo for _, lo, hi in p.ranges) for p in parts]
+    assert max(records) <= 30
+    assert max(records) - min(records) <= 1  # balanced: 110 records in 4 parts of 27-28
+    by_bucket = ranges_of(parts)
+    assert by_bucket[1][0][0] == 5
+    assert 2 not in by_bucket  # empty range, nothing to read
+
+
+def test_a_small_micro_batch_over_many_buckets_is_few_tasks() -> None:
+    start = dict.fromkeys(range(16), 0)
+    end = {b: 250 for b in range(16)}  # 4 000 records
+    parts = plan_partitions(start, end, max_records=1_000_000, parallelism=2)
+    assert len(parts) == 2
+    assert sorted(ranges_of(parts)) == list(range(16))
 
 
 @given(
     st.dictionaries(st.integers(0, 20), st.tuples(st.integers(0, 1000), st.integers(0, 5000))),
     st.integers(1, 700),
+    st.integers(1, 8),
 )
-def test_split_ranges_cover_every_range_exactly(ranges: dict, max_records: int) -> None:
+def test_partitions_cover_every_range_exactly(ranges: dict, max_records: int, parallelism) -> None:
     start = {b: lo for b, (lo, n) in ranges.items()}
     end = {b: lo + n for b, (lo, n) in ranges.items()}
-    parts = split_ranges(start, end, max_records=max_records)
+    parts = plan_partitions(start, end, max_records=max_records, parallelism=parallelism)
+    by_bucket = ranges_of(parts)
     for bucket in end:
-        own = sorted((p.start, p.end) for p in parts if p.bucket == bucket)
-        covered = [o for lo, hi in own for o in range(lo, hi)]
-        assert covered == list(range(start[bucket], end[bucket]))
-    assert all(0 < p.records <= max_records for p in parts)
+        covered = [o for lo, hi in by_bucket.get(bucket, []) for o in range(lo, hi)]
+        assert covered == list(range(start[bucket], end[bucket]))  # in order, no gap or overlap
+    assert all(sum(hi - lo for _, lo, hi in p.ranges) <= max_records for p in parts)
 
 
 @given(

@@ -18,8 +18,11 @@ Options (validated on the driver; an error names the option and its value):
   ``latest`` for streaming reads (as Spark's Kafka source does).
 - ``endingOffsets`` (batch only): ``latest`` (default) or an offsets map; missing buckets end
   at their latest offset.
-- ``maxRecordsPerPartition``: bucket ranges larger than this are cut into equal parts, so
-  that a skewed bucket does not become one long task. Default 1 000 000.
+- ``maxRecordsPerPartition``: no partition reads more; skewed buckets are cut and small ones
+  packed together. Default 1 000 000.
+- ``numPartitions``: read with at least this many partitions when there is enough to read
+  (default: this machine's cores). A small micro-batch is then a couple of tasks, not one
+  per bucket.
 - ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
@@ -35,6 +38,7 @@ afresh from its root, so ``read`` is stateless.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,6 +83,7 @@ class BucketLogOptions:
     max_records_per_partition: int
     max_records_per_trigger: int | None
     partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
+    parallelism: int = 2
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -101,6 +106,7 @@ class BucketLogOptions:
             ),
             max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
             partitions=_partitions_option(opts.get("partitions")),
+            parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
         )
 
     def open_log(self) -> BucketedLog:
@@ -110,8 +116,6 @@ class BucketLogOptions:
 
 
 def _absolute(path: str) -> str:
-    import os
-
     return path if "://" in path else os.path.abspath(path)
 
 
@@ -196,48 +200,47 @@ class BucketRanges(InputPartition):
     ranges: tuple[tuple[int, int, int], ...]
 
 
-@dataclass
-class BucketRange(InputPartition):
-    """One Spark partition: the records ``[start, end)`` of ``bucket``."""
+def plan_partitions(
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    *,
+    max_records: int,
+    parallelism: int,
+) -> list[BucketRanges]:
+    """Balanced Spark partitions covering ``[start, end)`` of every bucket exactly.
 
-    bucket: int
-    start: int
-    end: int
-
-    @property
-    def records(self) -> int:
-        return self.end - self.start
-
-
-def split_ranges(
-    start: Mapping[int, int], end: Mapping[int, int], *, max_records: int
-) -> list[BucketRange]:
-    """Cut ``[start, end)`` of every bucket into parts of at most ``max_records``.
-
-    Parts of one bucket have equal sizes (±1, larger first), so a skewed bucket becomes
-    several equal tasks. Larger parts come first, so Spark starts the long tasks early;
-    within a bucket, parts stay in offset order. Empty ranges give no part.
+    At least ``parallelism`` partitions when there is that much to read, more when a partition
+    would exceed ``max_records``; skewed buckets are cut and small ones packed together (the
+    planner's balancing, :func:`modeswitch.planning.plan_batch`). A micro-batch of a few
+    thousand records over 16 buckets is one or two tasks, not sixteen. Within a bucket,
+    ranges come in offset order. An empty range gives no partition.
     """
-    parts: list[BucketRange] = []
-    for bucket in sorted(end):
-        lo, hi = start.get(bucket, 0), end[bucket]
-        total = hi - lo
-        if total <= 0:
-            continue
-        pieces = -(-total // max_records)
-        size, extra = divmod(total, pieces)
-        at = lo
-        for i in range(pieces):
-            n = size + (1 if i < extra else 0)
-            parts.append(BucketRange(bucket, at, at + n))
-            at += n
-    parts.sort(key=lambda p: (-p.records, p.bucket, p.start))
-    return parts
+    from modeswitch.planning import plan_batch
+
+    total = sum(max(0, end[b] - start.get(b, end[b])) for b in end)
+    if total == 0:
+        return []
+    count = max(min(parallelism, total), -(-total // max_records))
+    plan = plan_batch(
+        {b: start.get(b, end[b]) for b in end},
+        dict(end),
+        max_split_records=max_records,
+        wave_records=total,
+        parallelism=count,
+    )
+    return [
+        BucketRanges(tuple((s.bucket, s.start, s.end) for s in partition))
+        for wave in plan.waves
+        for partition in wave.partitions
+    ]
 
 
-def read_range(options: BucketLogOptions, part: BucketRange) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of one partition, in offset order."""
-    yield from options.open_log().read(part.bucket, part.start, part.end)
+def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one partition's ranges, each in offset order."""
+    assert isinstance(partition, BucketRanges)
+    source = options.open_log()
+    for bucket, start, end in partition.ranges:
+        yield from source.read(bucket, start, end)
 
 
 def limit_by_rows(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int) -> OffsetsMap:
@@ -303,18 +306,15 @@ class BucketLogBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         if self.options.partitions is not None:
             return [BucketRanges(tuple(p)) for p in self.options.partitions if p]
-        return split_ranges(
-            self.start, self.end, max_records=self.options.max_records_per_partition
+        return plan_partitions(
+            self.start,
+            self.end,
+            max_records=self.options.max_records_per_partition,
+            parallelism=self.options.parallelism,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, BucketRanges):
-            source = self.options.open_log()
-            for bucket, start, end in partition.ranges:
-                yield from source.read(bucket, start, end)
-            return
-        assert isinstance(partition, BucketRange)
-        yield from read_range(self.options, partition)
+        yield from read_ranges(self.options, partition)
 
 
 class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -370,15 +370,15 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("bucketlog availableNow target %s", self._target)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return split_ranges(
+        return plan_partitions(
             offsets_from_dict(start, source="micro-batch start offset"),
             offsets_from_dict(end, source="micro-batch end offset"),
             max_records=self.options.max_records_per_partition,
+            parallelism=self.options.parallelism,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, BucketRange)
-        yield from read_range(self.options, partition)
+        yield from read_ranges(self.options, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the sink's commit, not the source, is the checkpoint."""
@@ -423,10 +423,10 @@ __all__ = [
     "SOURCE_NAME",
     "BucketLogDataSource",
     "BucketLogOptions",
-    "BucketRange",
+    "BucketRanges",
     "ModeswitchError",
     "limit_by_rows",
+    "plan_partitions",
     "register",
     "resolve_offsets",
-    "split_ranges",
 ]

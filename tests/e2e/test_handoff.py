@@ -1,0 +1,137 @@
+"""The whole cycle on the embedded default: batch -> stream -> (burst) -> batch -> stream.
+
+Real parts only: the segment log, the Spark jobs as child processes (each its own driver and
+JVM, stopped by process group), Delta tables on disk, a live producer thread. The policy's
+thresholds are scaled to this machine: a batch epoch (Spark start included) takes ~20-40 s,
+so the exit threshold must exceed that, and the burst must keep the throttled stream behind
+for longer than the enter threshold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.orchestration import close_epoch, decide, run_job_process
+from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+BUCKETS = 16
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> PipelineSettings:
+    return PipelineSettings.from_mapping(
+        {
+            "pipeline": "e2e",
+            "source": str(tmp_path / "log"),
+            "warehouse": str(tmp_path / "warehouse"),
+            "trigger_interval": "500ms",
+            "max_records_per_trigger": "4000",
+            "max_stream_runtime": "150s",
+            "watermark_lag_threshold": "60s",
+            "enter_threshold": "60s",
+            "exit_threshold": "60s",
+            "enter_dwell": "2s",
+            "min_time_in_stream": "5s",
+            "min_time_in_batch": "0s",
+            "idle_timeout": "30s",
+            "wave_records": "400000",
+            "max_split_records": "200000",
+            "parallelism": "2",
+        }
+    )
+
+
+class LiveProducer:
+    """Appends events at a steady rate in a thread until stopped."""
+
+    def __init__(self, log: SegmentLog, generator: EventGenerator, rate: float) -> None:
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(
+            target=produce_live,
+            args=(log, generator),
+            kwargs={
+                "rate": rate,
+                "duration": timedelta(minutes=30),
+                "first": 10_000_000,
+                "should_stop": self.stop_flag.is_set,
+            },
+            daemon=True,
+        )
+
+    def __enter__(self) -> LiveProducer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_flag.set()
+        self.thread.join(timeout=30)
+
+
+def run_epoch(settings: PipelineSettings, expected_mode: str) -> tuple[int, dict, dict]:
+    plan = decide(settings, decided_by="e2e")
+    assert plan.epoch is not None
+    assert plan.mode == expected_mode, plan.reason
+    run_job_process(plan.mode, settings, plan.epoch, timeout=600)
+    status, end = close_epoch(settings, plan.epoch)
+    assert status == "completed"
+    return plan.epoch, dict(plan.start), end
+
+
+def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSettings) -> None:
+    log = SegmentLog.create(settings.source, buckets=BUCKETS)
+    generator = EventGenerator(
+        seed=5, buckets=BUCKETS, skew="zipf:1.1", late_fraction=0.01, malformed_fraction=0.001
+    )
+    produce_backlog(log, generator, records=1_000_000, span=timedelta(hours=1))
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    epochs = []
+    with LiveProducer(log, EventGenerator(seed=6, buckets=BUCKETS, skew="zipf:1.1"), 500):
+        epochs.append(run_epoch(settings, "batch"))  # the 1 M backlog, an hour of event time
+        burst = threading.Timer(
+            25.0,
+            lambda: produce_backlog(
+                log, EventGenerator(seed=7, buckets=BUCKETS), records=400_000, first=20_000_000
+            ),
+        )
+        burst.start()
+        try:
+            epochs.append(run_epoch(settings, "stream"))  # stops when the burst holds it back
+        finally:
+            burst.cancel()
+            burst.join()
+        epochs.append(run_epoch(settings, "batch"))  # drains the burst
+        short = PipelineSettings.from_mapping(
+            {**settings.to_mapping(), "max_stream_runtime": "20s"}
+        )
+        epochs.append(run_epoch(short, "stream"))
+
+    # Each epoch starts exactly where the previous one ended: no gap, no overlap.
+    for (_, _, end), (_, start, _) in itertools.pairwise(epochs):
+        assert start == end
+    recorded = store.epochs()
+    assert [e.mode for e in recorded] == ["batch", "stream", "batch", "stream"]
+    assert all(e.status == "completed" for e in recorded)
+    assert recorded[0].end == recorded[0].boundary
+    assert recorded[2].end == recorded[2].boundary
+    stream_stop = recorded[1].end_reason or ""
+    assert "policy" in stream_stop, stream_stop
+    assert "watermark lag" in stream_stop, stream_stop
+    # The first stream kept up with the live producer before the burst held it back.
+    first_stream = [p for p in store.progress(recorded[1].id)]
+    assert len(first_stream) >= 3
+
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    assert report.ok, report
+    assert report.totals.missing == 0
+    assert report.totals.duplicated == 0
+    assert report.totals.in_quarantine > 0  # malformed records were kept, not dropped
+    assert report.totals.expected >= 1_400_000

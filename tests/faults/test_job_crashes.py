@@ -1,0 +1,138 @@
+"""SIGKILL the Spark jobs at the worst moments; a rerun must converge to exactly once.
+
+Each job runs as a child process in its own process group (the Python driver and its JVM);
+a fault point (modeswitch.faults) pauses it at an exact moment, and the test kills the whole
+group there, like a machine losing power. Then the same epoch is run again, closed, and the
+sink plus quarantine are audited against the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
+from modeswitch.orchestration import close_epoch, decide, job_command, run_job_process
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.commits import sink_commits
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> PipelineSettings:
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "faults",
+            "source": str(tmp_path / "log"),
+            "warehouse": str(tmp_path / "warehouse"),
+            "wave_records": "40000",
+            "max_split_records": "20000",
+            "max_records_per_trigger": "15000",
+            "trigger_interval": "200ms",
+            "max_stream_runtime": "20s",
+            "watermark_lag_threshold": "1h",
+            "enter_threshold": "1h",
+            "exit_threshold": "1h",
+        }
+    )
+    log = SegmentLog.create(settings.source, buckets=4)
+    produce_backlog(
+        log,
+        EventGenerator(seed=3, buckets=4, skew="zipf:1.1", malformed_fraction=0.01),
+        records=150_000,
+        span=timedelta(minutes=30),
+    )
+    return settings
+
+
+def kill_at(
+    settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path
+) -> None:
+    """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""
+    env = {**os.environ, ENV_FAULTS: f"{fault}=120", ENV_MARKERS: str(markers)}
+    process = subprocess.Popen(
+        job_command(kind, settings, epoch),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (markers.exists() and any(markers.iterdir())):
+            if process.poll() is not None:
+                pytest.fail(f"{kind} job exited first: {process.stderr.read().decode()[-3000:]}")
+            assert time.monotonic() < deadline, f"the {kind} job never reached {fault}"
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
+def assert_exactly_once(settings: PipelineSettings) -> None:
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    assert report.totals.missing == 0, report
+    assert report.totals.duplicated == 0, report
+    assert report.totals.out_of_range == 0, report
+    assert report.ok
+    sequences = [(c.epoch, c.sequence) for c in sink_commits(settings.sink, settings.pipeline)]
+    assert len(sequences) == len(set(sequences)), "a wave or micro-batch was committed twice"
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "sink.between_check_and_commit",  # mid-wave: files written, nothing committed
+        "batch.after_wave_commit",  # the sink commit landed, the state write did not
+    ],
+)
+def test_batch_driver_killed_then_rerun_converges(settings, tmp_path, fault) -> None:
+    plan = decide(settings)
+    assert plan.mode == "batch"
+    kill_at(settings, "batch", plan.epoch, fault, tmp_path / "markers")
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    assert store.current_epoch().id == plan.epoch  # still open: the rerun re-attaches
+    again = decide(settings)
+    assert again.attached
+    assert again.epoch == plan.epoch
+    run_job_process("batch", settings, plan.epoch, timeout=600)
+    status, end = close_epoch(settings, plan.epoch)
+    assert status == "completed"
+    assert end == plan.boundary
+    assert_exactly_once(settings)
+    ledger = store.splits(plan.epoch)
+    live = [s for s in ledger if s.status != "replanned"]
+    assert all(s.status == "committed" for s in live)
+    if fault == "batch.after_wave_commit":
+        # The wave the sink held but the ledger missed was reconciled, never read again.
+        first_wave = min(s.wave for s in ledger)
+        assert all(s.status == "committed" for s in ledger if s.wave == first_wave)
+
+
+def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(settings, tmp_path) -> None:
+    batch = decide(settings, force_mode="batch")
+    run_job_process("batch", settings, batch.epoch, timeout=600)
+    close_epoch(settings, batch.epoch)
+    log = SegmentLog(settings.source)
+    produce_backlog(log, EventGenerator(seed=4, buckets=4), records=60_000, first=1_000_000)
+    stream = decide(settings, force_mode="stream")
+    assert stream.mode == "stream"
+    assert stream.start == batch.boundary  # the exact handoff
+    kill_at(settings, "stream", stream.epoch, "sink.between_check_and_commit", tmp_path / "m")
+    run_job_process("stream", settings, stream.epoch, timeout=600)  # resumes its checkpoint
+    status, end = close_epoch(settings, stream.epoch)
+    assert status == "completed"
+    assert end == log.latest_offsets()
+    assert_exactly_once(settings)
