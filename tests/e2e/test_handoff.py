@@ -2,9 +2,10 @@
 
 Real parts only: the segment log, the Spark jobs as child processes (each its own driver and
 JVM, stopped by process group), Delta tables on disk, a live producer thread. The policy's
-thresholds are scaled to this machine: a batch epoch (Spark start included) takes ~20-40 s,
-so the exit threshold must exceed that, and the burst must keep the throttled stream behind
-for longer than the enter threshold.
+thresholds are scaled to this machine: a batch epoch of 1 M records takes ~20 s (Spark start
+included), so the exit threshold (45 s) must exceed the lag it leaves; the stream reads at
+most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
+holds it back for over a minute, longer than the enter threshold plus the dwell.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ def settings(tmp_path: Path) -> PipelineSettings:
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             "trigger_interval": "500ms",
-            "max_records_per_trigger": "4000",
+            "max_records_per_trigger": "2000",
             "max_stream_runtime": "150s",
-            "watermark_lag_threshold": "60s",
-            "enter_threshold": "60s",
-            "exit_threshold": "60s",
+            "watermark_lag_threshold": "45s",
+            "enter_threshold": "45s",
+            "exit_threshold": "45s",
             "enter_dwell": "2s",
             "min_time_in_stream": "5s",
             "min_time_in_batch": "0s",
