@@ -1,141 +1,174 @@
-"""``make demo``: what modeswitch can do so far, end to end on the embedded default.
+"""``make demo``: the pipeline end to end on the embedded default, without a server.
 
-1. Produce a skewed backlog into the embedded log under ``<dir>/log``.
-2. Read it back through Spark's ``bucketlog`` source as a batch query.
-3. Read it again as a streaming query, with a read limit, while a live producer appends.
-4. Print records per bucket for each, the totals, and where the data lives.
+1. Produce a skewed backlog (an hour of event time) into the embedded log, and start a live
+   producer.
+2. Run the cycle the Airflow DAG runs, with the Spark jobs as child processes: decide ->
+   batch epoch (drains the backlog to its boundary) -> stream epoch (starts exactly there) ->
+   a burst holds the stream back until the watermark lag crosses the threshold -> batch ->
+   stream.
+3. Print the epochs with their boundaries and handoffs, the records per mode, the audit of
+   the sink plus the quarantine against the source (``modeswitch verify``), and where the data
+   lives. Every process started here is stopped here.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from modeswitch.config import PipelineSettings
+from modeswitch.orchestration import close_epoch, decide, run_job_process
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
 
-STREAM_READ_LIMIT = 200_000
-LIVE_RATE = 5_000.0
-LIVE_SECONDS = 5.0
+LIVE_RATE = 500.0
+BURST_RECORDS = 400_000
+BURST_AFTER_SECONDS = 25.0
+
+# Scaled to a 2-core machine: a batch epoch of 1 M records takes ~20 s with Spark's start, so
+# the lag it leaves must be under the exit threshold; the stream reads at most 2 000 records
+# per micro-batch, so the burst holds it back for over a minute.
+DEMO_SETTINGS = {
+    "pipeline": "demo",
+    "trigger_interval": "500ms",
+    "max_records_per_trigger": "2000",
+    "max_stream_runtime": "150s",
+    "watermark_lag_threshold": "45s",
+    "enter_threshold": "45s",
+    "exit_threshold": "45s",
+    "enter_dwell": "2s",
+    "min_time_in_stream": "5s",
+    "min_time_in_batch": "0s",
+    "idle_timeout": "30s",
+    "wave_records": "400000",
+    "max_split_records": "200000",
+    "parallelism": "2",
+}
 
 
 def run_demo(directory: str, *, records: int, buckets: int, console: Console) -> int:
     root = Path(directory).resolve()
-    log_root = root / "log"
-    shutil.rmtree(log_root, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
-
-    console.rule("1. backlog")
-    log_ = SegmentLog.create(str(log_root), buckets=buckets)
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    settings = PipelineSettings.from_mapping(
+        {**DEMO_SETTINGS, "source": str(root / "log"), "warehouse": str(root / "warehouse")}
+    )
+    console.rule("1. a skewed backlog and a live producer")
+    log = SegmentLog.create(settings.source, buckets=buckets)
     generator = EventGenerator(
         seed=7, buckets=buckets, skew="zipf:1.1", late_fraction=0.01, malformed_fraction=0.001
     )
-    report = produce_backlog(log_, generator, records=records, span=timedelta(hours=1))
+    report = produce_backlog(log, generator, records=records, span=timedelta(hours=1))
     console.print(
-        f"produced {report.records:,} events into {buckets} buckets (zipf 1.1 skew) "
-        f"in {report.seconds:.1f} s"
+        f"{report.records:,} events in {buckets} buckets (Zipf 1.1: bucket 0 holds "
+        f"{report.per_bucket.get(0, 0):,}), event times over the last hour, "
+        f"{report.seconds:.1f} s; live producer at {LIVE_RATE:,.0f} events/s"
     )
-    backlog_end = log_.latest_offsets()
-
-    from modeswitch.session import create_spark_session
-
-    spark = create_spark_session("modeswitch-demo")
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        console.rule("2. Spark batch read")
-        started = time.monotonic()
-        batch_counts = _counts(
-            spark.read.format("bucketlog")
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
-            .option("maxRecordsPerPartition", "250000")
-            .load(str(log_root))
-        )
-        batch_seconds = time.monotonic() - started
-        console.print(f"batch read {sum(batch_counts.values()):,} records in {batch_seconds:.1f} s")
-
-        console.rule("3. Spark streaming read while a live producer appends")
-        stream_counts, batches = _stream(spark, log_, generator, str(log_root), console)
-    finally:
-        spark.stop()
-
-    latest = log_.latest_offsets()
-    table = Table(title="records per bucket")
-    for name in ("bucket", "backlog", "batch read", "live appended", "stream read"):
-        table.add_column(name, justify="right")
-    for bucket in log_.buckets():
-        table.add_row(
-            str(bucket),
-            f"{backlog_end[bucket]:,}",
-            f"{batch_counts.get(bucket, 0):,}",
-            f"{latest[bucket] - backlog_end[bucket]:,}",
-            f"{stream_counts.get(bucket, 0):,}",
-        )
-    table.add_row(
-        "total",
-        f"{sum(backlog_end.values()):,}",
-        f"{sum(batch_counts.values()):,}",
-        f"{sum(latest.values()) - sum(backlog_end.values()):,}",
-        f"{sum(stream_counts.values()):,}",
-    )
-    console.print(table)
-    ok = batch_counts == {b: n for b, n in backlog_end.items() if n} and stream_counts == {
-        b: n for b, n in latest.items() if n
-    }
-    console.print(
-        f"streaming read {batches} micro-batches of at most {STREAM_READ_LIMIT:,} records; "
-        + ("every record read exactly as produced" if ok else "[red]COUNTS DIFFER[/red]")
-    )
-    console.print(f"the log lives in {log_root} (one folder per bucket, Parquet segments)")
-    return 0 if ok else 1
-
-
-def _counts(df) -> dict[int, int]:
-    return {row["bucket"]: row["count"] for row in df.groupBy("bucket").count().collect()}
-
-
-def _stream(spark, log_: SegmentLog, generator, root: str, console: Console):
-    counts: dict[int, int] = {}
-    batches = 0
-
-    def add(batch_df, batch_id: int) -> None:
-        nonlocal batches
-        batches += 1
-        for bucket, n in _counts(batch_df).items():
-            counts[bucket] = counts.get(bucket, 0) + n
-
-    first = sum(log_.latest_offsets().values())
-    producer = threading.Thread(
+    stop_live = threading.Event()
+    live = threading.Thread(
         target=produce_live,
-        args=(log_, generator),
-        kwargs={"rate": LIVE_RATE, "duration": timedelta(seconds=LIVE_SECONDS), "first": first},
+        args=(log, EventGenerator(seed=8, buckets=buckets, skew="zipf:1.1")),
+        kwargs={
+            "rate": LIVE_RATE,
+            "duration": timedelta(hours=1),
+            "first": 10_000_000,
+            "should_stop": stop_live.is_set,
+        },
         name="live-producer",
     )
-    query = (
-        spark.readStream.format("bucketlog")
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(STREAM_READ_LIMIT))
-        .load(root)
-        .writeStream.foreachBatch(add)
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    live.start()
     try:
-        producer.start()
-        producer.join()
-        target = sum(log_.latest_offsets().values())
-        deadline = time.monotonic() + 120
-        while sum(counts.values()) < target and time.monotonic() < deadline:
-            query.awaitTermination(0.5)
-            if query.exception() is not None:
-                raise query.exception()
-        console.print(f"live producer appended for {LIVE_SECONDS:.0f} s at {LIVE_RATE:,.0f}/s")
+        _cycle(settings, log, buckets, console)
     finally:
-        query.stop()
-    return counts, batches
+        stop_live.set()
+        live.join(timeout=30)
+    return _summary(settings, console)
+
+
+def _epoch(settings: PipelineSettings, console: Console, note: str) -> None:
+    plan = decide(settings, decided_by="demo")
+    if plan.epoch is None:
+        console.print(f"decide: {plan.mode} ({plan.reason}); nothing to run")
+        return
+    console.print(f"[bold]epoch {plan.epoch}: {plan.mode}[/bold] {note}\n  why: {plan.reason}")
+    run_job_process(plan.mode, settings, plan.epoch, timeout=900)
+    status, end = close_epoch(settings, plan.epoch)
+    console.print(f"  closed {status} at {sum(end.values()):,} records committed")
+
+
+def _cycle(settings: PipelineSettings, log: SegmentLog, buckets: int, console: Console) -> None:
+    console.rule("2. the pipeline: decide, run, close, decide again")
+    _epoch(settings, console, "drains the backlog up to its boundary")
+
+    def burst() -> None:
+        produce_backlog(
+            log, EventGenerator(seed=9, buckets=buckets), records=BURST_RECORDS, first=20_000_000
+        )
+        console.print(f"  [yellow]burst: {BURST_RECORDS:,} events appended at once[/yellow]")
+
+    timer = threading.Timer(BURST_AFTER_SECONDS, burst)
+    timer.start()
+    try:
+        _epoch(settings, console, "from the batch's end offsets, until it falls behind")
+    finally:
+        timer.cancel()
+        timer.join()
+    _epoch(settings, console, "drains what the burst left")
+    short = PipelineSettings.from_mapping({**settings.to_mapping(), "max_stream_runtime": "20s"})
+    _epoch(short, console, "live again (20 s, then the demo ends)")
+
+
+def _summary(settings: PipelineSettings, console: Console) -> int:
+    console.rule("3. what happened")
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    epochs = Table(title="epochs (each starts where the previous ended)")
+    for name in ("epoch", "mode", "start", "boundary", "end", "handoff", "ended because"):
+        epochs.add_column(name, overflow="fold")
+    previous_end = None
+    per_mode: dict[str, int] = {}
+    for epoch in store.epochs():
+        start, end = sum(epoch.start.values()), sum((epoch.end or {}).values())
+        per_mode[epoch.mode] = per_mode.get(epoch.mode, 0) + end - start
+        handoff = (
+            "-" if previous_end is None else ("exact" if previous_end == epoch.start else "GAP")
+        )
+        epochs.add_row(
+            str(epoch.id),
+            epoch.mode,
+            f"{start:,}",
+            f"{sum(epoch.boundary.values()):,}" if epoch.boundary else "",
+            f"{end:,}",
+            handoff,
+            (epoch.end_reason or "")[:70],
+        )
+        previous_end = epoch.end
+    console.print(epochs)
+    console.print(
+        "records by mode: "
+        + ", ".join(f"{mode} {count:,}" for mode, count in sorted(per_mode.items()))
+    )
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    t = report.totals
+    console.print(
+        f"modeswitch verify: {t.expected:,} expected, {t.in_sink:,} in the sink, "
+        f"{t.in_quarantine:,} quarantined, {t.missing} missing, {t.duplicated} duplicated, "
+        f"{t.out_of_range} out of range -> "
+        + ("[green]exactly once[/green]" if report.ok else "[red]DISCREPANCIES[/red]")
+    )
+    console.print(
+        f"data: log {settings.source}\n      sink {settings.sink}\n"
+        f"      quarantine {settings.quarantine}\n      control tables {settings.state_root}"
+    )
+    console.print(
+        "check it yourself: .venv/bin/modeswitch verify "
+        f"--log {settings.source} --sink {settings.sink} "
+        f"--quarantine {settings.quarantine} --pipeline {settings.pipeline}"
+    )
+    return 0 if report.ok else 1
