@@ -98,9 +98,14 @@ def _epoch(settings: PipelineSettings, console: Console, note: str) -> None:
         console.print(f"decide: {plan.mode} ({plan.reason}); nothing to run")
         return
     console.print(f"[bold]epoch {plan.epoch}: {plan.mode}[/bold] {note}\n  why: {plan.reason}")
-    run_job_process(plan.mode, settings, plan.epoch, timeout=900)
+    logs = Path(settings.warehouse).parent / "logs"
+    logs.mkdir(exist_ok=True)
+    job_log = logs / f"epoch-{plan.epoch}-{plan.mode}.log"
+    run_job_process(plan.mode, settings, plan.epoch, timeout=900, log_file=job_log)
     status, end = close_epoch(settings, plan.epoch)
-    console.print(f"  closed {status} at {sum(end.values()):,} records committed")
+    console.print(
+        f"  closed {status} at {sum(end.values()):,} records committed (job log: {job_log})"
+    )
 
 
 def _cycle(settings: PipelineSettings, log: SegmentLog, buckets: int, console: Console) -> None:

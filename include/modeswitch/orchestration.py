@@ -220,17 +220,30 @@ def run_job_process(
     *,
     env: Mapping[str, str] | None = None,
     timeout: float = 1800,
+    log_file: str | Path | None = None,
 ) -> None:
     """Run the epoch's job as a child process in its own process group; stop it (and the JVM
-    it started) by that group if it overruns or anything goes wrong."""
+    it started) by that group if it overruns or anything goes wrong. Its output goes to
+    ``log_file`` when given, else to this process's."""
     command = job_command(kind, settings, epoch)
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, start_new_session=True)
+    output = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
     try:
-        code = process.wait(timeout=timeout)
+        process = subprocess.Popen(
+            command,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+        )
+        try:
+            code = process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if output:
+            output.close()
     if code != 0:
         raise ModeswitchError(
             f"{Path(command[1]).name} for epoch {epoch} exited with status {code}"
