@@ -272,7 +272,9 @@ class PolicySettings:
 
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime")
-_COUNT_SETTINGS = ("max_records_per_trigger",)
+_COUNT_SETTINGS: tuple[str, ...] = ()
+_OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
+STREAM_TRIGGERS = ("processing_time", "available_now")
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -298,7 +300,10 @@ class PipelineSettings:
       (``<state_root>/checkpoints``; one folder per stream epoch).
 
     Stream mode: ``trigger_interval`` (the micro-batch trigger), ``max_records_per_trigger``
-    (the read limit), ``max_stream_runtime`` (a stream epoch ends after this at the latest).
+    (the read limit; ``none``: no limit), ``max_stream_runtime`` (a stream epoch ends after this
+    at the latest), ``stream_trigger`` (``processing_time``, the live default, or
+    ``available_now``: read what is there, then end the epoch; for catch-up runs and
+    benchmarks).
     ``transform`` is ``module:function``. ``policy`` and ``planner`` hold the switching and
     planning settings.
 
@@ -314,7 +319,8 @@ class PipelineSettings:
     state_root: str = ""
     checkpoint_root: str = ""
     trigger_interval: timedelta = timedelta(milliseconds=100)
-    max_records_per_trigger: int = 100_000
+    max_records_per_trigger: int | None = 100_000
+    stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
     transform: str = "modeswitch.transforms:parse_events"
     policy: PolicySettings = PolicySettings()
@@ -334,7 +340,12 @@ class PipelineSettings:
             raise ConfigError(
                 f"max_stream_runtime: {self.max_stream_runtime} must be greater than 0"
             )
-        if self.max_records_per_trigger <= 0:
+        if self.stream_trigger not in STREAM_TRIGGERS:
+            raise ConfigError(
+                f"stream_trigger: {self.stream_trigger!r} is not one of "
+                + ", ".join(STREAM_TRIGGERS)
+            )
+        if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ConfigError(
                 f"max_records_per_trigger: {self.max_records_per_trigger!r} must be greater than 0"
             )
@@ -386,6 +397,10 @@ class PipelineSettings:
                 values[name] = parse_duration(value, setting=name)
             elif name in _COUNT_SETTINGS:
                 values[name] = parse_positive_int(value, setting=name)
+            elif name in _OPTIONAL_COUNT_SETTINGS:
+                values[name] = parse_threshold_count(value, setting=name)
+            elif name == "stream_trigger":
+                values[name] = str(value).strip().lower()
             elif name in _TEXT_SETTINGS:
                 if not isinstance(value, str):
                     raise ConfigError(f"{name}: {value!r} is not text")

@@ -204,12 +204,11 @@ def run_stream_epoch(
     transform = load_transform(settings.transform)
     start_json = offsets_to_json(epoch.start)
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
-    stream = (
-        spark.readStream.format("bucketlog")
-        .option("startingOffsets", start_json)
-        .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
-        .load(settings.source)
-    )
+    reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
+    if settings.max_records_per_trigger is not None:
+        reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+    stream = reader.load(settings.source)
+    available_now = settings.stream_trigger == "available_now"
     events: queue.Queue[int] = queue.Queue()
     listener = _ProgressListener(events).listener
     spark.streams.addListener(listener)
@@ -219,7 +218,7 @@ def run_stream_epoch(
     supervisor = StreamSupervisor(settings, store, epoch_id, started_at, clock)
     supervisor.committed = dict(epoch.start)
     interval_ms = max(1, int(settings.trigger_interval.total_seconds() * 1000))
-    query = (
+    writer = (
         transform(stream)
         .withWatermark("event_time", f"{lateness} milliseconds")
         .writeStream.format("modeswitch_delta")
@@ -227,9 +226,12 @@ def run_stream_epoch(
         .option("offsetsStart", start_json)
         .option("checkpointLocation", settings.checkpoint(epoch_id))
         .queryName(f"{settings.pipeline}-epoch-{epoch_id}")
-        .trigger(processingTime=f"{interval_ms} milliseconds")
-        .start(settings.sink)
     )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
+    query = writer.start(settings.sink)
     reason, next_mode, command_id = "", "stream", None
     try:
         deadline = started_at + settings.max_stream_runtime
@@ -262,7 +264,9 @@ def run_stream_epoch(
                 break
         else:
             error = query.exception()
-            raise RuntimeError(f"stream epoch {epoch_id}: the query stopped: {error}")
+            if not available_now or error is not None:
+                raise RuntimeError(f"stream epoch {epoch_id}: the query stopped: {error}")
+            reason = "availableNow: read everything that was there at the start"
     finally:
         query.stop()
         spark.streams.removeListener(listener)

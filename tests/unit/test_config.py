@@ -150,3 +150,30 @@ def test_value_parsers():
     assert parse_threshold_count(7, setting="x") == 7
     with pytest.raises(ConfigError, match="use 'none' to turn it off"):
         parse_threshold_count(0, setting="x")
+
+
+def test_pipeline_settings_round_trip_and_stream_trigger() -> None:
+    from modeswitch.config import PipelineSettings
+
+    settings = PipelineSettings.from_mapping(
+        {"max_records_per_trigger": "none", "stream_trigger": "available_now", "pipeline": "p"}
+    )
+    assert settings.max_records_per_trigger is None
+    assert PipelineSettings.from_json(settings.to_json()) == settings
+    assert settings.sink.endswith("/p")
+    assert settings.checkpoint(3).endswith("/_modeswitch/p/checkpoints/epoch-3")
+    with pytest.raises(ConfigError, match="stream_trigger: 'sometimes'"):
+        PipelineSettings.from_mapping({"stream_trigger": "sometimes"})
+    with pytest.raises(ConfigError, match="unknown pipeline setting"):
+        PipelineSettings.from_mapping({"wave_size": "10"})
+
+
+def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
+    from modeswitch.config import layer_settings
+
+    settings = layer_settings(
+        ("config file", {"wave_records": "500"}), ("run params", {"wave_records": "700"})
+    )
+    assert settings.planner.wave_records == 700
+    with pytest.raises(ConfigError, match=r"^Airflow Variable enter_threshold: '0s'"):
+        layer_settings(("Airflow Variable", {"enter_threshold": "0s"}))
