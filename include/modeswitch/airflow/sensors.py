@@ -1,0 +1,84 @@
+"""A sensor that waits until a pipeline's watermark lag or offset lag crosses a threshold,
+deferred to the triggerer (no worker slot held) by default."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+
+from modeswitch.airflow.lag import measure_lag
+from modeswitch.airflow.settings import settings_from_airflow
+from modeswitch.airflow.triggers import LagThresholdTrigger
+from modeswitch.errors import ModeswitchError
+
+
+class LagThresholdSensor(BaseSensorOperator):
+    """Succeed once the watermark lag exceeds ``watermark_lag_threshold`` or the offset lag
+    exceeds ``offset_lag_threshold`` records; returns the reading (XCom).
+
+    The pipeline's settings are resolved at run time from the Variables (plus ``settings``
+    overrides). With ``deferrable=True`` (default) the wait runs in the triggerer.
+    """
+
+    template_fields = ("settings",)
+
+    def __init__(
+        self,
+        *,
+        watermark_lag_threshold: timedelta | None = None,
+        offset_lag_threshold: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if watermark_lag_threshold is None and offset_lag_threshold is None:
+            raise ValueError("set watermark_lag_threshold or offset_lag_threshold (or both)")
+        self.watermark_lag_threshold = watermark_lag_threshold
+        self.offset_lag_threshold = offset_lag_threshold
+        self.settings = dict(settings or {})
+        self.deferrable = deferrable
+
+    def _check(self) -> dict[str, Any] | None:
+        reading = measure_lag(settings_from_airflow(self.settings))
+        reason = reading.crosses(
+            watermark_lag_threshold=self.watermark_lag_threshold,
+            offset_lag_threshold=self.offset_lag_threshold,
+        )
+        if reason is None:
+            return None
+        return {"status": "crossed", "reason": reason, **reading.to_event()}
+
+    def poke(self, context: Any) -> bool:
+        return self._check() is not None
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            super().execute(context)
+            return self._check()
+        crossed = self._check()
+        if crossed is not None:
+            return crossed
+        self.defer(
+            trigger=LagThresholdTrigger(
+                settings=settings_from_airflow(self.settings).to_json(),
+                watermark_lag_threshold=(
+                    None
+                    if self.watermark_lag_threshold is None
+                    else self.watermark_lag_threshold.total_seconds()
+                ),
+                offset_lag_threshold=self.offset_lag_threshold,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "crossed":
+            raise ModeswitchError(f"lag sensor: {event.get('reason', event)}")
+        self.log.info("lag crossed: %s", event["reason"])
+        return event

@@ -1,0 +1,66 @@
+"""Pipeline settings from Airflow Variables, read at run time.
+
+One Variable per setting, named ``modeswitch_<setting>`` (e.g. ``modeswitch_enter_threshold``
+= ``45s``), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads. An
+optional ``modeswitch_config_file`` Variable names a JSON/TOML file of settings. Layers, later
+wins: code defaults < that file < the other Variables < the run's ``settings`` param.
+A bad value raises :class:`ConfigError` naming the Variable (or the param) and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from modeswitch.config import PipelineSettings, layer_settings, read_settings_file
+from modeswitch.errors import ConfigError
+
+VARIABLE_PREFIX = "modeswitch_"
+CONFIG_FILE_VARIABLE = "modeswitch_config_file"
+
+VariableGetter = Callable[[str], Any]
+
+
+def variable_name(setting: str) -> str:
+    """The Airflow Variable that holds ``setting``."""
+    return f"{VARIABLE_PREFIX}{setting}"
+
+
+def airflow_variable(key: str) -> Any:
+    """``Variable.get(key)``, or None when the Variable is not set (run time only)."""
+    from airflow.sdk import Variable
+
+    return Variable.get(key, default=None)
+
+
+def read_variables(get_variable: VariableGetter | None = None) -> dict[str, Any]:
+    """The settings that are set as Variables: ``{setting: raw value}``."""
+    get = get_variable or airflow_variable
+    values = {}
+    for name in PipelineSettings.names():
+        value = get(variable_name(name))
+        if value is not None:
+            values[name] = value
+    return values
+
+
+def settings_from_airflow(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    get_variable: VariableGetter | None = None,
+) -> PipelineSettings:
+    """Resolve and validate the pipeline's settings: defaults < ``modeswitch_config_file`` <
+    ``modeswitch_<setting>`` Variables < ``overrides`` (the run's ``settings`` param)."""
+    get = get_variable or airflow_variable
+    config_file = get(CONFIG_FILE_VARIABLE)
+    file_layer = read_settings_file(str(config_file)) if config_file else None
+    variables = read_variables(get)
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"run param settings: {overrides!r} is not an object of settings")
+    layers: list[tuple[str, Mapping[str, Any] | None]] = [
+        (f"config file {config_file}:", file_layer)
+    ]
+    # One layer per Variable, so that an error names the Variable itself.
+    layers += [(f"Airflow Variable {variable_name(k)!r}:", {k: v}) for k, v in variables.items()]
+    layers.append(("run param settings:", dict(overrides or {})))
+    return layer_settings(*layers)

@@ -1,0 +1,207 @@
+"""The callables behind the DAGs' tasks: testable without a scheduler.
+
+- :func:`decide_task`: resolve settings (Variables and params), decide and open the epoch
+  (or re-attach to a running one); returns the plan that the branch, the Spark job and
+  ``close_epoch`` read from XCom.
+- :func:`branch_for`: the task to run for a plan.
+- :func:`close_task`: close the plan's epoch (boundary check, or where the stream stopped).
+- :func:`submit_control_command`: validate a control DAG run's params and queue the command.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import pendulum
+
+from modeswitch.airflow.settings import VariableGetter, settings_from_airflow
+from modeswitch.backlog import open_store
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.offsets import OffsetsMap
+from modeswitch.orchestration import close_epoch, decide
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state.records import COMMAND_KINDS
+
+log = logging.getLogger(__name__)
+
+FORCE_MODES = ("auto", "batch", "stream")
+BATCH_TASK = "backlog_batch"
+STREAM_TASK = "stream"
+
+
+def _offsets_json(offsets: Mapping[int, int] | None) -> dict[str, int] | None:
+    return None if offsets is None else {str(b): int(o) for b, o in sorted(offsets.items())}
+
+
+def decide_task(
+    params: Mapping[str, Any],
+    *,
+    run_id: str = "manual",
+    get_variable: VariableGetter | None = None,
+) -> dict[str, Any]:
+    """Decide the run's epoch. ``params``: ``force_mode``, ``dry_run``, ``settings``.
+
+    Settings are validated before anything is read or written: a bad Variable fails here,
+    naming it. With ``dry_run`` the decision is only returned (and logged).
+    """
+    force_mode = params.get("force_mode", "auto")
+    if force_mode not in FORCE_MODES:
+        raise ConfigError(f"run param force_mode: {force_mode!r} is not one of {FORCE_MODES}")
+    dry_run = params.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ConfigError(f"run param dry_run: {dry_run!r} is not true or false")
+    settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+    plan = decide(settings, force_mode=force_mode, dry_run=dry_run, decided_by=f"airflow {run_id}")
+    log.info(
+        "pipeline %s: %s%s epoch %s (%s); start %s; boundary %s",
+        settings.pipeline,
+        "dry run: would run " if dry_run else "",
+        plan.mode,
+        plan.epoch,
+        plan.reason,
+        _offsets_json(plan.start),
+        _offsets_json(plan.boundary),
+    )
+    return {
+        "pipeline": settings.pipeline,
+        "epoch": plan.epoch,
+        "mode": plan.mode,
+        "reason": plan.reason,
+        "start": _offsets_json(plan.start),
+        "boundary": _offsets_json(plan.boundary),
+        "attached": plan.attached,
+        "commands": list(plan.commands),
+        "dry_run": dry_run,
+        "settings": settings.to_json(),
+    }
+
+
+def branch_for(plan: Mapping[str, Any]) -> list[str]:
+    """The task id(s) to follow: the epoch's job, or none (dry run, paused, nothing to do)."""
+    if plan.get("dry_run") or plan.get("epoch") is None:
+        return []
+    return [BATCH_TASK if plan["mode"] == "batch" else STREAM_TASK]
+
+
+def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Close the plan's epoch; a batch epoch below its boundary fails (ModeswitchError)."""
+    settings = PipelineSettings.from_json(plan["settings"])
+    epoch_id = int(plan["epoch"])
+    status, end = close_epoch(settings, epoch_id)
+    epoch = open_store(settings).epoch(epoch_id)
+    log.info(
+        "epoch %d (%s) closed %s at %s: %s",
+        epoch_id,
+        epoch.mode,
+        status,
+        _offsets_json(end),
+        epoch.end_reason,
+    )
+    return {
+        "epoch": epoch_id,
+        "mode": epoch.mode,
+        "status": status,
+        "end": _offsets_json(end),
+        "reason": epoch.end_reason,
+    }
+
+
+# --- control commands --------------------------------------------------------------------------
+
+
+def offsets_at_event_time(log_root: str, at: datetime) -> OffsetsMap:
+    """Per bucket, the first offset whose event time is at or after ``at`` (the latest offset
+    if none is): where a rewind to an event time starts reading."""
+    source = SegmentLog(log_root)
+    earliest, latest = source.earliest_offsets(), source.latest_offsets()
+    target = pendulum.instance(at).in_timezone("UTC")
+    offsets: dict[int, int] = {}
+    for bucket in source.buckets():
+        offsets[bucket] = latest[bucket]
+        for batch in source.read(bucket, earliest[bucket], latest[bucket]):
+            times = batch.column("event_time").to_pylist()
+            hit = next((i for i, t in enumerate(times) if t is not None and t >= target), None)
+            if hit is not None:
+                offsets[bucket] = batch.column("offset")[hit].as_py()
+                break
+    return offsets
+
+
+def command_args(params: Mapping[str, Any], settings: PipelineSettings) -> dict[str, Any]:
+    """The stored args of a control command from the control DAG's params; a bad param is
+    refused with a ConfigError naming it."""
+    kind = params.get("command")
+    if kind not in COMMAND_KINDS:
+        raise ConfigError(f"param command: {kind!r} is not one of {', '.join(COMMAND_KINDS)}")
+    offsets, event_time = params.get("offsets"), params.get("event_time")
+    args: dict[str, Any] = {}
+    if params.get("note"):
+        args["note"] = str(params["note"])
+    if kind != "rewind":
+        if offsets or event_time:
+            raise ConfigError(f"params offsets and event_time: only rewind takes them, not {kind}")
+        return args
+    if bool(offsets) == bool(event_time):
+        raise ConfigError(
+            'rewind needs exactly one of param offsets (e.g. {"0": 120}) or param event_time '
+            "(ISO-8601, e.g. 2026-01-01T12:00:00Z)"
+        )
+    if event_time:
+        try:
+            at = pendulum.parse(str(event_time))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"param event_time: {event_time!r} is not an ISO-8601 time") from exc
+        if not isinstance(at, datetime):
+            raise ConfigError(f"param event_time: {event_time!r} is not a date and time")
+        args["event_time"] = at.isoformat()
+        args["offsets"] = _offsets_json(offsets_at_event_time(settings.source, at))
+        return args
+    if not isinstance(offsets, Mapping):
+        raise ConfigError(f"param offsets: {offsets!r} is not a map of bucket to offset")
+    known = set(SegmentLog(settings.source).buckets())
+    try:
+        parsed = {int(b): o for b, o in offsets.items()}
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"param offsets: {offsets!r} has a bucket that is not a number") from exc
+    unknown = sorted(set(parsed) - known)
+    if unknown:
+        raise ConfigError(
+            f"param offsets: unknown bucket(s) {unknown}; the log has {sorted(known)}"
+        )
+    if any(isinstance(o, bool) or not isinstance(o, int) or o < 0 for o in parsed.values()):
+        raise ConfigError(f"param offsets: {offsets!r} must map buckets to offsets >= 0")
+    args["offsets"] = _offsets_json(parsed)
+    return args
+
+
+def submit_control_command(
+    params: Mapping[str, Any],
+    *,
+    run_id: str = "manual",
+    get_variable: VariableGetter | None = None,
+) -> dict[str, Any]:
+    """Queue the command a control DAG run asks for; the running job applies it at its next
+    commit boundary, or the next ``decide`` does. Returns the command's id and args."""
+    settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+    args = command_args(params, settings)
+    kind = params["command"]
+    try:
+        command_id = open_store(settings).submit_command(
+            kind, args, issuer=f"airflow modeswitch_control {run_id}"
+        )
+    except ValueError as exc:
+        raise ConfigError(f"command {kind}: {exc}") from exc
+    log.info("pipeline %s: queued command %d %s %s", settings.pipeline, command_id, kind, args)
+    return {"pipeline": settings.pipeline, "command": command_id, "kind": kind, "args": args}
+
+
+def require_running_epoch(plan: Mapping[str, Any], kind: str) -> None:
+    """Fencing at the job task: the plan must be an epoch of ``kind``."""
+    if plan.get("epoch") is None or plan.get("mode") != kind:
+        raise ModeswitchError(
+            f"the {kind} job was asked to run plan {plan.get('mode')} epoch {plan.get('epoch')}"
+        )
