@@ -1,0 +1,376 @@
+"""Benchmark: batch mode vs stream mode on the same backlog, live latency, and the handoff.
+
+    .venv/bin/python bench/bench_modes.py [--records 10000000] [--only a,b,c,d,latency,memory]
+
+Side by side in one run, on the same backlog (16 buckets, Zipf 1.1 skew) in the embedded log,
+each a real job process (driver + JVM + Python workers, peak memory = the peak of their summed
+resident memory, sampled every 0.2 s):
+
+(a) the batch path: ``jobs/backlog_batch.py`` on a batch epoch;
+(b) the stream job catching up with its live trigger (100 ms) and ``maxRecordsPerTrigger``
+    = 100 000, until it has committed everything (then a ``pause`` command stops it);
+(c) the stream job with availableNow and no read limit: one giant micro-batch;
+(d) Spark's native Parquet read of the same rows (the log's segment files), the same
+    transform, and a native Parquet write: the floor for Spark on this machine.
+
+``latency``: a live producer appends 5 000 records/s; the stream job (100 ms trigger) writes
+them; each record's latency is the time its sink commit landed (commitInfo timestamp) minus
+its append time (its event time: the producer stamps records as it appends them). Before it,
+a batch epoch drains a backlog and the handoff is measured from the batch's last commit to
+the stream's first.
+
+``memory``: the batch path on 1/10 of the records and on all of them, same wave size: peak
+memory must not grow by more than 20 %.
+
+Throughput is records / wall time of the job process, Spark's start-up included (the same
+for every mode); figures go to stdout as a Markdown table for docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+
+from modeswitch.config import PipelineSettings
+from modeswitch.orchestration import close_epoch, decide, job_command
+from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.sinks.commits import committed_offsets, sink_commits
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+
+BUCKETS = 16
+WARM_UP_SECONDS = 60
+POLICY_OFF = {
+    "watermark_lag_threshold": "none",
+    "enter_threshold": "none",
+    "exit_threshold": "none",
+    "offset_lag_threshold": "none",
+}
+
+
+@dataclass
+class Run:
+    name: str
+    records: int
+    seconds: float
+    peak_mb: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds
+
+
+class PeakMemory:
+    """Samples the summed RSS of a process and all its descendants."""
+
+    def __init__(self, pid: int) -> None:
+        self.root = psutil.Process(pid)
+        self.peak = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                total = 0
+                for proc in procs:
+                    with contextlib.suppress(psutil.Error):
+                        total += proc.memory_info().rss
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            self.stop.wait(0.2)
+
+    def done(self) -> float:
+        self.stop.set()
+        self.thread.join()
+        return self.peak / 2**20
+
+
+def start(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        command,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> PipelineSettings:
+    return PipelineSettings.from_mapping(
+        {
+            "pipeline": f"bench_{name}",
+            "source": log_root,
+            "warehouse": str(scratch / name),
+            "wave_records": "2000000",
+            "max_split_records": "1000000",
+            "parallelism": "2",
+            **POLICY_OFF,
+            **extra,
+        }
+    )
+
+
+def run_batch(scratch: Path, name: str, log_root: str) -> Run:
+    settings = settings_for(scratch, name, log_root)
+    plan = decide(settings, force_mode="batch", decided_by="bench")
+    began = time.perf_counter()
+    process = start(job_command("batch", settings, plan.epoch))
+    memory = PeakMemory(process.pid)
+    code = finish(process)
+    seconds, peak = time.perf_counter() - began, memory.done()
+    assert code == 0, f"batch job exited {code}"
+    close_epoch(settings, plan.epoch)
+    return Run(f"(a) batch, waves of 2 M ({name})", sum(plan.boundary.values()), seconds, peak)
+
+
+def run_stream(scratch: Path, name: str, log_root: str, label: str, **extra: str) -> Run:
+    settings = settings_for(scratch, name, log_root, max_stream_runtime="2h", **extra)
+    target = SegmentLog(log_root).latest_offsets()
+    plan = decide(settings, force_mode="stream", decided_by="bench")
+    began = time.perf_counter()
+    process = start(job_command("stream", settings, plan.epoch))
+    memory = PeakMemory(process.pid)
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    caught_up = None
+    while process.poll() is None:
+        if committed_offsets(settings.sink, settings.pipeline) == target:
+            caught_up = time.perf_counter()
+            store.submit_command("pause", {"note": "benchmark caught up"}, issuer="bench")
+            break
+        time.sleep(0.2)
+    code = finish(process)
+    if caught_up is None:
+        caught_up = time.perf_counter()
+    peak = memory.done()
+    assert code == 0, f"stream job exited {code}"
+    assert committed_offsets(settings.sink, settings.pipeline) == target
+    close_epoch(settings, plan.epoch)
+    return Run(label, sum(target.values()), caught_up - began, peak)
+
+
+NATIVE = """
+import sys, time
+from modeswitch.session import create_spark_session
+from modeswitch.transforms import load_transform
+spark = create_spark_session("bench-native")
+source, target = sys.argv[1], sys.argv[2]
+df = spark.read.parquet(source + "/*/*.parquet")
+load_transform("modeswitch.transforms:parse_events")(df).write.mode("overwrite").parquet(target)
+spark.stop()
+"""
+
+
+def run_native(scratch: Path, log_root: str, records: int) -> Run:
+    began = time.perf_counter()
+    process = start([sys.executable, "-c", NATIVE, log_root, str(scratch / "native")])
+    memory = PeakMemory(process.pid)
+    code = finish(process)
+    seconds, peak = time.perf_counter() - began, memory.done()
+    assert code == 0, f"native job exited {code}"
+    return Run("(d) native parquet read + transform + parquet write", records, seconds, peak)
+
+
+def run_latency(scratch: Path, seconds: float) -> dict:
+    """Batch epoch over a backlog, then the stream job live at 5 000 records/s."""
+    log = SegmentLog.create(str(scratch / "live-log"), buckets=BUCKETS)
+    produce_backlog(log, EventGenerator(seed=2, buckets=BUCKETS, skew="zipf:1.1"), records=500_000)
+    settings = settings_for(
+        scratch,
+        "live",
+        log.root,
+        trigger_interval="100ms",
+        max_records_per_trigger="100000",
+        max_stream_runtime="1h",
+    )
+    stop = threading.Event()
+    producer = threading.Thread(
+        target=produce_live,
+        args=(log, EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
+        kwargs={
+            "rate": 5000.0,
+            "duration": timedelta(hours=1),
+            "first": 10_000_000,
+            "flush_every": timedelta(milliseconds=50),
+            "should_stop": stop.is_set,
+        },
+        daemon=True,
+    )
+    producer.start()
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    try:
+        batch = decide(settings, force_mode="batch", decided_by="bench")
+        assert finish(start(job_command("batch", settings, batch.epoch))) == 0
+        close_epoch(settings, batch.epoch)
+        stream = decide(settings, force_mode="stream", decided_by="bench")
+        process = start(job_command("stream", settings, stream.epoch))
+        # Past Spark's start and the catch-up of what arrived during the batch epoch (many
+        # small segments: the live producer publishes one per bucket every 50 ms).
+        measure_from = time.time() + WARM_UP_SECONDS
+        time.sleep(WARM_UP_SECONDS + seconds)
+        store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
+        assert finish(process, timeout=120) == 0
+        close_epoch(settings, stream.epoch)
+    finally:
+        stop.set()
+        producer.join()
+    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
+    last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
+    first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
+    latencies = []
+    for commit in commits:
+        if commit.epoch != stream.epoch:
+            continue
+        for bucket, end in commit.end.items():
+            begin = commit.start.get(bucket, end)
+            for batch_ in log.read(bucket, begin, end) if end > begin else ():
+                for appended in batch_.column("event_time").to_pylist():
+                    if appended.timestamp() >= measure_from:
+                        latencies.append(commit.committed_at_ms / 1000 - appended.timestamp())
+    latencies.sort()
+    if not latencies:
+        raise RuntimeError(
+            f"no stream commit after the warm-up: {len(commits)} commits, stream epoch "
+            f"{stream.epoch}: {[(c.epoch, c.sequence, c.records) for c in commits][-5:]}"
+        )
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
+
+    return {
+        "records": len(latencies),
+        "p50": pct(0.50),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+        "max": latencies[-1],
+        "mean": statistics.fmean(latencies),
+        "handoff": (first_stream - last_batch) / 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--only", default="a,b,c,d,latency,memory")
+    parser.add_argument("--latency-seconds", type=float, default=60)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    scratch = Path(args.dir or tempfile.mkdtemp(prefix="modeswitch-bench-modes-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    runs: list[Run] = []
+    try:
+        log = SegmentLog.create(str(scratch / "log"), buckets=BUCKETS)
+        began = time.perf_counter()
+        produce_backlog(
+            log,
+            EventGenerator(seed=1, buckets=BUCKETS, skew="zipf:1.1"),
+            records=args.records,
+            span=timedelta(hours=1),
+        )
+        print(f"backlog: {args.records:,} records in {time.perf_counter() - began:.0f} s")
+        if "a" in only:
+            runs.append(run_batch(scratch, "a", log.root))
+        if "b" in only:
+            runs.append(
+                run_stream(
+                    scratch,
+                    "b",
+                    log.root,
+                    "(b) stream, 100 ms trigger, 100 000 per trigger",
+                    trigger_interval="100ms",
+                    max_records_per_trigger="100000",
+                )
+            )
+        if "c" in only:
+            runs.append(
+                run_stream(
+                    scratch,
+                    "c",
+                    log.root,
+                    "(c) stream, availableNow, no read limit",
+                    stream_trigger="available_now",
+                    max_records_per_trigger="none",
+                )
+            )
+        if "d" in only:
+            runs.append(run_native(scratch, log.root, args.records))
+        for run in runs:
+            print(json.dumps(run.__dict__ | {"rate": run.rate}))
+        print()
+        print("| run | records | wall (s) | records/s | peak memory (MB) |")
+        print("|---|---|---|---|---|")
+        for run in runs:
+            print(
+                f"| {run.name} | {run.records:,} | {run.seconds:.1f} | {run.rate:,.0f} "
+                f"| {run.peak_mb:,.0f} |"
+            )
+        by = {r.name[:3]: r for r in runs}
+        if "(a)" in by and "(b)" in by:
+            print(f"(a)/(b) throughput: {by['(a)'].rate / by['(b)'].rate:.2f} (target >= 3)")
+        if "(a)" in by and "(c)" in by:
+            print(f"(a)/(c) throughput: {by['(a)'].rate / by['(c)'].rate:.2f} (target >= 0.9)")
+            print(
+                f"(a)/(c) peak memory: {by['(a)'].peak_mb / by['(c)'].peak_mb:.2f} (target <= 0.5)"
+            )
+        if "(a)" in by and "(d)" in by:
+            print(f"(a)/(d) throughput: {by['(a)'].rate / by['(d)'].rate:.2f} (target >= 0.9)")
+        if "memory" in only:
+            small = SegmentLog.create(str(scratch / "small-log"), buckets=BUCKETS)
+            produce_backlog(
+                small,
+                EventGenerator(seed=1, buckets=BUCKETS, skew="zipf:1.1"),
+                records=args.records // 10,
+            )
+            tenth = run_batch(scratch, "small", small.root)
+            full = by.get("(a)") or run_batch(scratch, "a", log.root)
+            print(
+                f"memory: batch on {tenth.records:,} records peaks at {tenth.peak_mb:,.0f} MB, "
+                f"on {full.records:,} at {full.peak_mb:,.0f} MB: "
+                f"x{full.peak_mb / tenth.peak_mb:.2f} (target <= 1.20)"
+            )
+        if "latency" in only:
+            result = run_latency(scratch, args.latency_seconds)
+            print(
+                f"live at 5 000 records/s, 100 ms trigger, {result['records']:,} records: "
+                f"p50 {result['p50'] * 1000:.0f} ms, p95 {result['p95'] * 1000:.0f} ms, "
+                f"p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms "
+                f"(targets p50 <= 500 ms, p99 <= 1 s)"
+            )
+            print(
+                f"handoff, batch's last commit -> stream's first: {result['handoff']:.1f} s "
+                "(target <= 15 s)"
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
