@@ -1,0 +1,93 @@
+"""``dag.test()`` of the pipeline DAG against local Spark: one run is one epoch. A batch epoch
+drains the backlog to its boundary; the next run's stream epoch starts exactly there, and a
+command queued through the control DAG's task stops it at a commit boundary."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from modeswitch.airflow.tasks import submit_control_command
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDS = 20_000
+
+
+@pytest.fixture
+def pipeline_env(airflow_db, tmp_path: Path):
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=4)
+    produce_backlog(log, EventGenerator(seed=3, buckets=4), records=RECORDS)
+    variables = {
+        "pipeline": "aftest",
+        "source": str(tmp_path / "log"),
+        "warehouse": str(tmp_path / "warehouse"),
+        "trigger_interval": "500ms",
+        "max_stream_runtime": "60s",
+        "min_time_in_stream": "0s",
+        "exit_threshold": "1h",
+        "enter_threshold": "2h",
+        "watermark_lag_threshold": "2h",
+    }
+    env = {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()}
+    with mock.patch.dict(os.environ, env):
+        yield StateStore(
+            str(tmp_path / "warehouse" / "_modeswitch" / "aftest"),
+            str(tmp_path / "warehouse" / "aftest"),
+            "aftest",
+        )
+
+
+def _dag(dag_id: str):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags" / f"{dag_id}.py"))
+    assert bag.import_errors == {}
+    return bag.dags[dag_id]
+
+
+def _states(run) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def test_batch_then_stream_epoch_with_a_control_command(pipeline_env: StateStore) -> None:
+    store = pipeline_env
+    pipeline = _dag("modeswitch_pipeline")
+
+    run = pipeline.test(run_conf={"force_mode": "auto"})
+    states = _states(run)
+    assert str(run.state) == "success", states
+    assert states["stream"] == "skipped"
+    [batch] = store.epochs()
+    assert (batch.mode, batch.status) == ("batch", "completed")
+    assert sum(batch.end.values()) == sum(batch.boundary.values()) == RECORDS
+
+    def switch_soon() -> None:
+        time.sleep(12)
+        submit_control_command(
+            {"command": "switch_to_batch", "note": "test"},
+            get_variable=lambda key: os.environ.get(f"AIRFLOW_VAR_{key.upper()}"),
+        )
+
+    switcher = threading.Thread(target=switch_soon)
+    switcher.start()
+    started = time.monotonic()
+    run = pipeline.test(run_conf={"force_mode": "stream"})
+    switcher.join()
+    states = _states(run)
+    assert str(run.state) == "success", states
+    assert states["backlog_batch"] == "skipped"
+    _, stream = store.epochs()
+    assert (stream.mode, stream.status) == ("stream", "completed")
+    assert stream.start == batch.end  # the exact handoff
+    assert time.monotonic() - started < 50  # stopped by the command, not the 60 s runtime
+    [command] = store.commands()
+    assert (command.kind, command.status) == ("switch_to_batch", "applied")
+    assert command.applied_epoch == stream.id
