@@ -155,6 +155,9 @@ def _racing_commit(sink: str, epoch: int, result_path: str) -> None:
         Path(result_path).write_text(outcome.status)
     except FencedError as exc:
         Path(result_path).write_text(f"fenced: {exc}")
+    # deltalake's runtime can abort the interpreter at exit (delta-rs #2184): the result file
+    # is the outcome, so leave at once.
+    os._exit(0)
 
 
 def test_two_writers_racing_between_check_and_commit_cannot_both_land(tmp_path: Path) -> None:
@@ -195,6 +198,7 @@ def test_two_writers_racing_between_check_and_commit_cannot_both_land(tmp_path: 
 def _same_version_commit(sink: str, result_path: str) -> None:
     outcome = write_wave(Path(sink), 7, 3, {0: (0, 25)})
     Path(result_path).write_text(outcome.status)
+    os._exit(0)  # see _racing_commit
 
 
 def test_concurrent_replays_of_one_commit_land_once(tmp_path: Path) -> None:

@@ -131,26 +131,37 @@ def sink_commits(
 
 
 def newest_commit_in(table: Any, pipeline: str) -> SinkCommit | None:
-    """The pipeline's newest commit at or below an open ``DeltaTable``'s snapshot version,
-    reading as little history as it can (the last 16 versions, then 256, then all)."""
+    """The pipeline's newest commit at or below an open ``DeltaTable``'s snapshot version."""
     found = newest_commit_entry(table, pipeline)
     return found[0] if found else None
 
 
 def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | None:
-    """Like :func:`newest_commit_in`, with the raw ``commitInfo`` entry beside it."""
-    # history() reads the log as it is now, which may be ahead of the table's snapshot.
-    snapshot = table.version()
-    for limit in (16, 256, None):
-        history = table.history(limit)
-        for info in history:
-            if info.get("version", -1) > snapshot:
+    """Like :func:`newest_commit_in`, with the raw ``commitInfo`` entry beside it.
+
+    Reads the log's commit files from the table's snapshot version downwards. Not
+    ``history()``: that reads the log as it is now, and while another writer commits, its
+    entries can carry the snapshot's version numbers (measured under concurrent commits), so
+    a newer commit would pass for the snapshot's.
+    """
+    import pyarrow.fs as pafs
+
+    uri = table.table_uri.rstrip("/")
+    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
+    for version in range(table.version(), -1, -1):
+        path = f"{root}/_delta_log/{version:020d}.json"
+        try:
+            with fs.open_input_stream(path) as src:
+                lines = src.read().decode().splitlines()
+        except FileNotFoundError:
+            return None  # older commits were cleaned up after a checkpoint
+        for line in lines:
+            if '"commitInfo"' not in line:
                 continue
+            info = {**json.loads(line)["commitInfo"], "version": version}
             commit = SinkCommit.from_commit_info(info)
             if commit is not None and commit.pipeline == pipeline:
                 return commit, info
-        if limit is None or len(history) < limit:
-            return None
     return None
 
 

@@ -803,6 +803,17 @@ def _merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) ->
     from deltalake import Field
 
     current = pa.schema(table.schema().to_arrow())
+    added = check_additive(current, incoming, options)
+    if added:
+        fields = [incoming.field(n) for n in added]
+        table.alter.add_columns([Field.from_arrow(f) for f in fields])
+        log.info("sink %s: added columns %s", options.path, ", ".join(added))
+        current = pa.schema(list(current) + fields)
+    return current
+
+
+def check_additive(current: pa.Schema, incoming: pa.Schema, options: DeltaSinkOptions) -> list[str]:
+    """Refuse type changes, and new columns unless mergeSchema; return the new columns."""
     added, changed = schema_changes(current, incoming)
     if changed:
         raise SchemaMismatchError(
@@ -815,12 +826,7 @@ def _merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) ->
             f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
             "set option mergeSchema=true to add them"
         )
-    if added:
-        fields = [incoming.field(n) for n in added]
-        table.alter.add_columns([Field.from_arrow(f) for f in fields])
-        log.info("sink %s: added columns %s", options.path, ", ".join(added))
-        current = pa.schema(list(current) + fields)
-    return current
+    return added
 
 
 def schema_changes(
@@ -863,19 +869,7 @@ def check_schema_before_write(options: DeltaSinkOptions, schema: pa.Schema) -> N
         table = DeltaTable(options.path, storage_options=options.storage_options)
     except TableNotFoundError:
         return
-    current = pa.schema(table.schema().to_arrow())
-    added, changed = schema_changes(current, schema)
-    if changed:
-        raise SchemaMismatchError(
-            f"sink {options.path}: columns change type: "
-            + ", ".join(f"{n} ({old} -> {new})" for n, old, new in changed)
-            + "; only additive schema changes are allowed"
-        )
-    if added and not options.merge_schema:
-        raise SchemaMismatchError(
-            f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
-            "set option mergeSchema=true to add them"
-        )
+    check_additive(pa.schema(table.schema().to_arrow()), schema, options)
     existing = table.metadata().partition_columns
     if existing and list(options.partition_by) != list(existing):
         raise ValueError(
