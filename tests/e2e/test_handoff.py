@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from modeswitch.config import PipelineSettings
+from modeswitch.demo import DEMO_SETTINGS
 from modeswitch.orchestration import close_epoch, decide, run_job_process
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
@@ -29,24 +30,13 @@ BUCKETS = 16
 
 @pytest.fixture
 def settings(tmp_path: Path) -> PipelineSettings:
+    # The demo's scenario and settings: this test is what `make demo` shows, with asserts.
     return PipelineSettings.from_mapping(
         {
+            **DEMO_SETTINGS,
             "pipeline": "e2e",
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
-            "trigger_interval": "500ms",
-            "max_records_per_trigger": "2000",
-            "max_stream_runtime": "150s",
-            "watermark_lag_threshold": "45s",
-            "enter_threshold": "45s",
-            "exit_threshold": "45s",
-            "enter_dwell": "2s",
-            "min_time_in_stream": "5s",
-            "min_time_in_batch": "0s",
-            "idle_timeout": "30s",
-            "wave_records": "400000",
-            "max_split_records": "200000",
-            "parallelism": "2",
         }
     )
 
