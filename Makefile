@@ -24,7 +24,7 @@ java:
 	@bash tools/ensure-java.sh
 
 demo: install
-	$(VENV)/bin/modeswitch demo --dir .demo
+	$(PY) -m modeswitch.airflow.demo .demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -43,3 +43,16 @@ bench: install
 
 clean:
 	rm -rf .demo .pytest_cache .ruff_cache
+
+# --- Airflow -----------------------------------------------------------------------------
+# `make demo` runs the pipeline DAG (dag.test, one run per epoch) on a local Airflow under
+# .demo/airflow; `make demo-local` is the same cycle without Airflow (modeswitch.demo).
+# `make airflow` starts `airflow standalone` (SQLite under .airflow/) with these DAGs in its
+# own process group; Ctrl-C stops the whole group.
+.PHONY: demo-local airflow
+
+demo-local: install
+	$(VENV)/bin/modeswitch demo --dir .demo
+
+airflow: install
+	$(PY) -m modeswitch.airflow.local .airflow

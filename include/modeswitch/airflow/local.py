@@ -1,0 +1,99 @@
+"""A local Airflow for the demo and for exploring the UI: SQLite and logs under a folder of
+the repo, this repo's DAGs, ``spark_default`` set to ``local[*]``.
+
+Everything here only builds environments and runs ``airflow`` as child processes; nothing
+imports Airflow, so the caller's environment decides which Airflow home is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from modeswitch.airflow.settings import variable_name
+from modeswitch.orchestration import JOBS
+
+REPO = JOBS.parent
+DAGS = REPO / "dags"
+SPARK_LOCAL = '{"conn_type": "spark", "host": "local[*]"}'
+
+
+def airflow_environment(
+    home: str | Path, *, variables: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a local Airflow under ``home``; ``variables`` (setting -> raw value)
+    become ``modeswitch_<setting>`` Variables (``AIRFLOW_VAR_...``)."""
+    home = Path(home).resolve()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    for setting, value in (variables or {}).items():
+        env[f"AIRFLOW_VAR_{variable_name(setting).upper()}"] = str(value)
+    return env
+
+
+def migrate(env: Mapping[str, str]) -> None:
+    """``airflow db migrate`` (creates the SQLite database on first use)."""
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env={**os.environ, **env},
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def standalone(home: str | Path) -> int:
+    """``airflow standalone`` with this repo's DAGs, in its own process group; Ctrl-C (or
+    SIGTERM) stops the whole group, so no scheduler, triggerer or API server is left behind."""
+    env = {**os.environ, **airflow_environment(home)}
+    migrate(env)
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "airflow"), "standalone"],
+        env=env,
+        start_new_session=True,
+    )
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop_group(process)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # The leader is gone; its children may not be: kill what is left of the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return
+
+
+if __name__ == "__main__":  # python -m modeswitch.airflow.local [HOME]
+    sys.exit(standalone(sys.argv[1] if len(sys.argv) > 1 else ".airflow"))
