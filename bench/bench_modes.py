@@ -15,7 +15,7 @@ resident memory, sampled every 0.2 s):
 
 ``latency``: a live producer appends 5 000 records/s; the stream job (100 ms trigger) writes
 them; each record's latency is the time its sink commit landed (commitInfo timestamp) minus
-its append time (its event time: the producer stamps records as it appends them). Before it,
+its append time (when its segment was published: the segment file's mtime). Before it,
 a batch epoch drains a backlog and the handoff is measured from the batch's last commit to
 the stream's first.
 
@@ -29,6 +29,7 @@ for every mode); figures go to stdout as a Markdown table for docs/BENCHMARKS.md
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
@@ -243,16 +244,26 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
     last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
     first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
+    # A record is appended when its segment is published (the segment file's mtime: the
+    # producer writes aside and links it into place) and visible when its sink commit lands.
+    published = {}
+    for bucket in log.buckets():
+        segments = log.segments(bucket)
+        published[bucket] = (
+            [seg.base for seg in segments],
+            [os.stat(seg.path).st_mtime for seg in segments],
+        )
     latencies = []
     for commit in commits:
         if commit.epoch != stream.epoch:
             continue
+        visible = commit.committed_at_ms / 1000
         for bucket, end in commit.end.items():
-            begin = commit.start.get(bucket, end)
-            for batch_ in log.read(bucket, begin, end) if end > begin else ():
-                for appended in batch_.column("event_time").to_pylist():
-                    if appended.timestamp() >= measure_from:
-                        latencies.append(commit.committed_at_ms / 1000 - appended.timestamp())
+            bases, mtimes = published[bucket]
+            for offset in range(commit.start.get(bucket, end), end):
+                appended = mtimes[bisect.bisect_right(bases, offset) - 1]
+                if appended >= measure_from:
+                    latencies.append(visible - appended)
     latencies.sort()
     if not latencies:
         raise RuntimeError(

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,6 +29,7 @@ from modeswitch.sources.segments import SegmentLog
 log = logging.getLogger(__name__)
 
 BLOCK = 4096
+APPEND_THREADS = 4
 ACTIONS = np.array(["view", "click", "add_to_cart", "purchase", "refund"])
 COUNTRIES = np.array(["DE", "FR", "US", "BR", "IN", "JP", "NG", "AU"])
 MALFORMED = np.array(['{"user_id": 17, "action": "cli', "not json at all", '{"user_id": }', ""])
@@ -154,17 +156,24 @@ def append_events(
     order = pc.sort_indices(events, sort_keys=[("bucket", "ascending")])
     events = events.take(order)
     buckets = events.column("bucket").to_numpy()
-    counts: dict[int, int] = {}
     edges = np.flatnonzero(np.diff(buckets)) + 1
     starts = np.concatenate([[0], edges])
     ends = np.concatenate([edges, [len(buckets)]])
-    for lo, hi in zip(starts, ends, strict=True):
-        bucket = int(buckets[lo])
-        part = events.slice(lo, hi - lo).drop_columns(["bucket"])
+    parts = {
+        int(buckets[lo]): events.slice(lo, hi - lo).drop_columns(["bucket"])
+        for lo, hi in zip(starts, ends, strict=True)
+    }
+
+    def append_bucket(bucket: int) -> None:
+        part = parts[bucket]
         for at in range(0, part.num_rows, segment_records):
             log_.append(bucket, part.slice(at, segment_records))
-        counts[bucket] = counts.get(bucket, 0) + part.num_rows
-    return counts
+
+    # Buckets are independent appenders; pyarrow writes without the GIL, so a live producer
+    # publishing one segment per bucket per flush keeps up by appending them side by side.
+    with ThreadPoolExecutor(max_workers=min(APPEND_THREADS, len(parts))) as pool:
+        list(pool.map(append_bucket, parts))
+    return {bucket: part.num_rows for bucket, part in parts.items()}
 
 
 @dataclass

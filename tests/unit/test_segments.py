@@ -232,3 +232,17 @@ def test_concurrent_process_appenders_keep_offsets_contiguous(log: SegmentLog) -
     _assert_contiguous_and_complete(
         log, 0, {f"p{w}-{i}-{j}" for w in range(4) for i in range(20) for j in range(2)}
     )
+
+
+def test_many_small_segments_read_back_in_order(log: SegmentLog) -> None:
+    # What a live producer leaves: one small segment per flush.
+    for i in range(300):
+        log.append(1, events([f"s{i}-{j}" for j in range(i % 5 + 1)]))
+    latest = log.latest_offsets()[1]
+    whole = read_all(log, 1, 0, latest)
+    assert whole.column("offset").to_pylist() == list(range(latest))
+    keys = whole.column("key").to_pylist()
+    assert keys[:4] == ["s0-0", "s1-0", "s1-1", "s2-0"]
+    part = read_all(log, 1, 7, latest - 3)  # partial first and last segments
+    assert part.column("offset").to_pylist() == list(range(7, latest - 3))
+    assert part.column("key").to_pylist() == keys[7 : latest - 3]

@@ -22,6 +22,7 @@ only; its cost does not depend on the number of records.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import json
@@ -52,7 +53,10 @@ LOG_FORMAT_VERSION = 1
 META_FILE = "_log.json"
 OFFSET_DIGITS = 20
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.parquet$")
+_NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
+SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
+SMALL_SEGMENT_SCAN = 512  # at most this many files per scan (bounds memory)
 
 
 def segment_name(base_offset: int) -> str:
@@ -146,8 +150,9 @@ class SegmentLog:
                 f"(buckets are 0..{self._bucket_count - 1})"
             )
 
-    def segments(self, bucket: int) -> list[Segment]:
-        """Published segments of ``bucket``, ascending by base offset."""
+    def _segment_names(self, bucket: int) -> list[str]:
+        """Segment file names of ``bucket``, ascending. Zero-padded names sort as their
+        offsets do, so this is one listing and one sort of strings: no parsing per file."""
         self._check_bucket(bucket)
         folder = f"{self._base}/{bucket}"
         if self._local:
@@ -158,13 +163,18 @@ class SegmentLog:
         else:
             selector = pafs.FileSelector(folder, allow_not_found=True)
             names = [info.base_name for info in self._fs.get_file_info(selector)]
-        found = []
-        for name in names:
-            base = parse_segment_name(name)
-            if base is not None:
-                found.append(Segment(bucket, base, f"{folder}/{name}"))
-        found.sort(key=lambda s: s.base)
-        return found
+        names = [
+            n for n in names if len(n) == _NAME_LENGTH and n[0].isdigit() and n.endswith(".parquet")
+        ]
+        names.sort()
+        return names
+
+    def _segment(self, bucket: int, name: str) -> Segment:
+        return Segment(bucket, int(name[:OFFSET_DIGITS]), f"{self._base}/{bucket}/{name}")
+
+    def segments(self, bucket: int) -> list[Segment]:
+        """Published segments of ``bucket``, ascending by base offset."""
+        return [self._segment(bucket, name) for name in self._segment_names(bucket)]
 
     def _segment_rows(self, segment: Segment) -> int:
         rows = self._rows.get(segment.path)
@@ -173,16 +183,18 @@ class SegmentLog:
             self._rows[segment.path] = rows
         return rows
 
-    def _bounds(self, bucket: int) -> tuple[int, int, list[Segment]]:
-        segments = self.segments(bucket)
-        if not segments:
-            return 0, 0, segments
+    def _bounds(self, bucket: int) -> tuple[int, int, list[str]]:
+        """``(earliest, latest, names)``: opens only the newest segment's footer."""
+        names = self._segment_names(bucket)
+        if not names:
+            return 0, 0, names
+        newest = self._segment(bucket, names[-1])
         try:
-            end = segments[-1].base + self._segment_rows(segments[-1])
+            end = newest.base + self._segment_rows(newest)
         except FileNotFoundError:
             # Retention removed it between listing and reading: list again.
             return self._bounds(bucket)
-        return segments[0].base, end, segments
+        return int(names[0][:OFFSET_DIGITS]), end, names
 
     def earliest_offsets(self) -> OffsetsMap:
         return {b: self._bounds(b)[0] for b in self.buckets()}
@@ -194,7 +206,7 @@ class SegmentLog:
         self, bucket: int, start: int, end: int, *, batch_rows: int = DEFAULT_BATCH_ROWS
     ) -> Iterator[pa.RecordBatch]:
         """Records ``[start, end)`` of ``bucket`` in offset order, in batches of RECORD_SCHEMA."""
-        earliest, latest, segments = self._bounds(bucket)
+        earliest, latest, names = self._bounds(bucket)
         check_range(
             bucket,
             start,
@@ -205,21 +217,72 @@ class SegmentLog:
         )
         if start == end:
             return
-        for i, segment in enumerate(segments):
-            seg_end = segments[i + 1].base if i + 1 < len(segments) else latest
+        covered = []
+        # The segment holding ``start`` is the last one whose name sorts at or before it.
+        first = max(0, bisect.bisect_right(names, segment_name(start)) - 1)
+        for i in range(first, len(names)):
+            segment = self._segment(bucket, names[i])
+            seg_end = int(names[i + 1][:OFFSET_DIGITS]) if i + 1 < len(names) else latest
             if seg_end <= start:
                 continue
             if segment.base >= end:
                 break
-            try:
+            covered.append((segment, seg_end))
+        try:
+            index = 0
+            while index < len(covered):
+                # Runs of whole small segments (a live producer publishes one per flush) are
+                # scanned together by pyarrow's multi-threaded reader: one file at a time
+                # costs ~1 ms each, which a catch-up over thousands of them cannot afford.
+                run = self._whole_segments(covered, index, start, end, batch_rows)
+                if len(run) >= SMALL_SEGMENT_RUN:
+                    yield from self._read_whole(run, batch_rows)
+                    index += len(run)
+                    continue
+                segment, seg_end = covered[index]
                 yield from self._read_segment(
                     segment, seg_end, max(start, segment.base), min(end, seg_end), batch_rows
                 )
-            except FileNotFoundError as exc:
-                raise OffsetOutOfRangeError(
-                    f"log {self.root!r}: bucket {bucket}: segment {segment.base} was dropped by "
-                    f"retention while reading [{start}, {end})"
-                ) from exc
+                index += 1
+        except FileNotFoundError as exc:
+            raise OffsetOutOfRangeError(
+                f"log {self.root!r}: bucket {bucket}: a segment was dropped by retention while "
+                f"reading [{start}, {end})"
+            ) from exc
+
+    def _whole_segments(
+        self, covered: list, index: int, start: int, end: int, batch_rows: int
+    ) -> list[tuple[Segment, int]]:
+        """The run of segments from ``index`` that lie wholly in ``[start, end)`` and are
+        small (under ``batch_rows`` records each), at most ``SMALL_SEGMENT_SCAN`` of them."""
+        run: list[tuple[Segment, int]] = []
+        for segment, seg_end in covered[index : index + SMALL_SEGMENT_SCAN]:
+            whole = segment.base >= start and seg_end <= end
+            if not whole or seg_end - segment.base >= batch_rows:
+                break
+            run.append((segment, seg_end))
+        return run
+
+    def _read_whole(
+        self, run: list[tuple[Segment, int]], batch_rows: int
+    ) -> Iterator[pa.RecordBatch]:
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(
+            [segment.path for segment, _ in run], format="parquet", filesystem=self._fs
+        ).to_table(use_threads=True)
+        table = table.sort_by("offset")
+        first, last = run[0][0].base, run[-1][1]
+        offsets = table.column("offset")
+        if table.num_rows != last - first or (
+            table.num_rows and (offsets[0].as_py() != first or offsets[-1].as_py() != last - 1)
+        ):
+            raise ModeswitchError(
+                f"log {self.root!r}: bucket {run[0][0].bucket}: segments from offset {first} "
+                f"to {last} hold {table.num_rows} records: offsets are not contiguous"
+            )
+        for batch in table.to_batches(max_chunksize=batch_rows):
+            yield _conform(batch)
 
     def _read_segment(
         self, segment: Segment, seg_end: int, lo: int, hi: int, batch_rows: int
