@@ -55,9 +55,7 @@ def settings(tmp_path: Path) -> PipelineSettings:
     return settings
 
 
-def kill_at(
-    settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path
-) -> None:
+def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:
     """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""
     env = {**os.environ, ENV_FAULTS: f"{fault}=120", ENV_MARKERS: str(markers)}
     process = subprocess.Popen(
