@@ -143,3 +143,21 @@ def test_trigger_fires_when_offset_lag_crosses(variables) -> None:
     below = LagThresholdTrigger(settings=settings, offset_lag_threshold=RECORDS, poll_interval=0.05)
     with pytest.raises(TimeoutError):
         asyncio.run(_first_event(below, timeout=0.5))
+
+
+def test_sensor_defers_below_the_threshold_and_returns_when_crossed(variables, monkeypatch) -> None:
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from modeswitch.airflow.sensors import LagThresholdSensor
+
+    for key, value in variables.items():
+        monkeypatch.setenv(f"AIRFLOW_VAR_{key.upper()}", value)
+    below = LagThresholdSensor(task_id="lag_below", offset_lag_threshold=RECORDS, poke_interval=5)
+    with pytest.raises(TaskDeferred) as deferred:
+        below.execute({})
+    assert isinstance(deferred.value.trigger, LagThresholdTrigger)
+    assert deferred.value.method_name == "execute_complete"
+    above = LagThresholdSensor(task_id="lag_above", offset_lag_threshold=RECORDS - 1)
+    assert above.execute({})["offset_lag"] == RECORDS
+    event = {"status": "crossed", "reason": "offset lag", "offset_lag": RECORDS}
+    assert below.execute_complete({}, event) == event

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -42,11 +43,14 @@ def decide_task(
     *,
     run_id: str = "manual",
     get_variable: VariableGetter | None = None,
+    idle_wait: float = 30.0,
 ) -> dict[str, Any]:
     """Decide the run's epoch. ``params``: ``force_mode``, ``dry_run``, ``settings``.
 
     Settings are validated before anything is read or written: a bad Variable fails here,
-    naming it. With ``dry_run`` the decision is only returned (and logged).
+    naming it. With ``dry_run`` the decision is only returned (and logged). When no epoch
+    opens (paused), it waits ``idle_wait`` seconds before returning, so that a continuous
+    schedule does not spin.
     """
     force_mode = params.get("force_mode", "auto")
     if force_mode not in FORCE_MODES:
@@ -66,6 +70,9 @@ def decide_task(
         _offsets_json(plan.start),
         _offsets_json(plan.boundary),
     )
+    if plan.epoch is None and not dry_run and idle_wait > 0:
+        log.info("no epoch to run (%s); waiting %.0f s before the next run", plan.mode, idle_wait)
+        time.sleep(idle_wait)
     return {
         "pipeline": settings.pipeline,
         "epoch": plan.epoch,
