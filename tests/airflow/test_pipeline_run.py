@@ -61,7 +61,13 @@ def test_batch_then_stream_epoch_with_a_control_command(pipeline_env: StateStore
     store = pipeline_env
     pipeline = _dag("modeswitch_pipeline")
 
-    run = pipeline.test(run_conf={"force_mode": "auto"})
+    run = pipeline.test(run_conf={"dry_run": True})
+    states = _states(run)
+    assert states["decide"] == "success", states
+    assert {states["backlog_batch"], states["stream"], states["close_epoch"]} == {"skipped"}
+    assert store.epochs() == []  # a dry run decides and shows, and writes nothing
+
+    run = pipeline.test(run_conf={"force_mode": "auto", "dry_run": False})
     states = _states(run)
     assert str(run.state) == "success", states
     assert states["stream"] == "skipped"
@@ -79,7 +85,7 @@ def test_batch_then_stream_epoch_with_a_control_command(pipeline_env: StateStore
     switcher = threading.Thread(target=switch_soon)
     switcher.start()
     started = time.monotonic()
-    run = pipeline.test(run_conf={"force_mode": "stream"})
+    run = pipeline.test(run_conf={"force_mode": "stream", "dry_run": False})
     switcher.join()
     states = _states(run)
     assert str(run.state) == "success", states

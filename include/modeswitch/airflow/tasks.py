@@ -95,7 +95,12 @@ def branch_for(plan: Mapping[str, Any]) -> list[str]:
 
 
 def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """Close the plan's epoch; a batch epoch below its boundary fails (ModeswitchError)."""
+    """Close the plan's epoch; a batch epoch below its boundary fails (ModeswitchError).
+    Without an epoch (dry run, paused) the task is skipped."""
+    if plan.get("dry_run") or plan.get("epoch") is None:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException(f"no epoch to close ({plan.get('mode')})")
     settings = PipelineSettings.from_json(plan["settings"])
     epoch_id = int(plan["epoch"])
     status, end = close_epoch(settings, epoch_id)
