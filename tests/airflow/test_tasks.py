@@ -161,3 +161,20 @@ def test_sensor_defers_below_the_threshold_and_returns_when_crossed(variables, m
     assert above.execute({})["offset_lag"] == RECORDS
     event = {"status": "crossed", "reason": "offset lag", "offset_lag": RECORDS}
     assert below.execute_complete({}, event) == event
+
+
+def test_a_missing_spark_connection_is_refused_not_yarn() -> None:
+    from modeswitch.airflow.operators import require_spark_connection
+
+    with pytest.raises(ConfigError, match=r"'spark_nowhere' is not defined.*YARN"):
+        require_spark_connection("spark_nowhere")
+    require_spark_connection("spark_default")  # set by conftest, as make demo/airflow set it
+
+
+def test_the_job_task_refuses_a_plan_of_the_other_mode() -> None:
+    from modeswitch.airflow.tasks import require_running_epoch
+    from modeswitch.errors import ModeswitchError
+
+    require_running_epoch({"epoch": 3, "mode": "stream"}, "stream")
+    with pytest.raises(ModeswitchError, match="stream job was asked to run plan batch epoch 3"):
+        require_running_epoch({"epoch": 3, "mode": "batch"}, "stream")
