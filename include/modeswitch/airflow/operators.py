@@ -19,10 +19,11 @@ JOB_SCRIPTS = {"batch": "backlog_batch.py", "stream": "stream.py"}
 def require_spark_connection(conn_id: str) -> None:
     """Refuse to submit without the connection: the Spark provider would silently use YARN."""
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         BaseHook.get_connection(conn_id)
-    except Exception as exc:  # AirflowNotFoundException, or the API's not-found error
+    except AirflowNotFoundException as exc:
         raise ConfigError(
             f"Airflow connection {conn_id!r} is not defined; without it spark-submit would "
             f"target YARN. Define it, e.g. AIRFLOW_CONN_{conn_id.upper()}="
