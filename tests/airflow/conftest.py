@@ -3,7 +3,9 @@ imported (this module is loaded before any test module of this folder)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="modeswitch-airflow-"))
+atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
 
 os.environ.update(
     {
