@@ -74,10 +74,19 @@ def test_a_batch_write_of_n_rows_gives_n_rows_with_statistics(spark, log, tmp_pa
     assert_exactly_once(sink, log, "p")
 
 
-def test_a_failed_write_leaves_no_visible_data(spark, log, tmp_path) -> None:
+def test_a_failed_write_leaves_no_visible_data_and_vacuum_removes_its_files(
+    spark, log, tmp_path
+) -> None:
+    from datetime import timedelta
+
     from pyspark.sql import functions as F
 
+    from modeswitch.sinks.delta import vacuum
+
     sink = tmp_path / "sink"
+    df = spark.read.format("bucketlog").option("maxRecordsPerPartition", "2000").load(log.root)
+    df.where("offset < 1000").write.format("modeswitch_delta").mode("append").save(str(sink))
+    committed = {p.name for p in sink.rglob("*.parquet")}
 
     def fail_at_9500(offset: int) -> int:
         if offset == 9_500:  # one task of bucket 0 fails; the others finish and wrote files
@@ -85,17 +94,23 @@ def test_a_failed_write_leaves_no_visible_data(spark, log, tmp_path) -> None:
         return offset
 
     boom = F.udf(fail_at_9500, "long")
-    df = spark.read.format("bucketlog").option("maxRecordsPerPartition", "2000").load(log.root)
     with pytest.raises(PySparkException):
         (
-            df.withColumn("offset", boom("offset"))
+            df.where("offset >= 1000")
+            .withColumn("offset", boom("offset"))
             .write.format("modeswitch_delta")
             .mode("append")
             .save(str(sink))
         )
-    assert not (sink / "_delta_log").exists()
-    # The tasks that had finished wrote files; abort deleted them.
-    assert not list(sink.rglob("*.parquet"))
+    table = DeltaTable(str(sink))
+    assert table.version() == 0  # nothing was committed
+    assert table.to_pyarrow_table().num_rows == 3_000
+    # abort() deleted the files the finished tasks reported; a task cancelled mid-write can
+    # still leave one behind (as a crashed executor would): vacuum removes what no version
+    # references.
+    vacuum(str(sink), retention=timedelta(0))
+    assert {p.name for p in sink.rglob("*.parquet")} == committed
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 3_000
 
 
 def start_stream(spark, log: SegmentLog, sink: Path, checkpoint: Path, *, limit: str):
