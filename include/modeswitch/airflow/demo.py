@@ -5,8 +5,8 @@
 2. A skewed backlog and a live producer (as :mod:`modeswitch.demo`).
 3. Four runs of ``modeswitch_pipeline``, each a child process (``dag.test()``, its log in
    ``<dir>/logs/airflow-run-N.log``): batch (the backlog) -> stream (a burst holds it back
-   until its offset lag has stayed over the threshold for the dwell) -> batch (the burst) -> stream (20 s, set by
-   the run's ``settings`` param).
+   until its offset lag has stayed over the threshold for the dwell) -> batch (the burst)
+   -> stream (20 s, set by the run's ``settings`` param).
 4. The summary of :mod:`modeswitch.demo`: epochs, handoffs, records per mode, the audit.
 
 Every process started here is stopped here: the producer thread is joined, each run's child
