@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,6 +63,17 @@ def run_demo(directory: str, *, records: int, buckets: int, console: Console) ->
         {**DEMO_SETTINGS, "source": str(root / "log"), "warehouse": str(root / "warehouse")}
     )
     console.rule("1. a skewed backlog and a live producer")
+    with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
+        _cycle(settings, log, buckets, console)
+    return _summary(settings, console)
+
+
+@contextlib.contextmanager
+def demo_sources(
+    settings: PipelineSettings, *, records: int, buckets: int, console: Console
+) -> Iterator[SegmentLog]:
+    """The demo's skewed backlog (an hour of event time), then a live producer thread that is
+    stopped and joined when the block ends."""
     log = SegmentLog.create(settings.source, buckets=buckets)
     generator = EventGenerator(
         seed=7, buckets=buckets, skew="zipf:1.1", late_fraction=0.01, malformed_fraction=0.001
@@ -85,11 +98,37 @@ def run_demo(directory: str, *, records: int, buckets: int, console: Console) ->
     )
     live.start()
     try:
-        _cycle(settings, log, buckets, console)
+        yield log
     finally:
         stop_live.set()
         live.join(timeout=30)
-    return _summary(settings, console)
+
+
+@contextlib.contextmanager
+def burst_later(
+    log: SegmentLog,
+    buckets: int,
+    console: Console,
+    *,
+    after: float = BURST_AFTER_SECONDS,
+    records: int = BURST_RECORDS,
+) -> Iterator[None]:
+    """Append a burst of ``records`` events ``after`` seconds into the block (if it lasts that
+    long); the timer is cancelled and joined when the block ends."""
+
+    def burst() -> None:
+        produce_backlog(
+            log, EventGenerator(seed=9, buckets=buckets), records=records, first=20_000_000
+        )
+        console.print(f"  [yellow]burst: {records:,} events appended at once[/yellow]")
+
+    timer = threading.Timer(after, burst)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()
 
 
 def _epoch(settings: PipelineSettings, console: Console, note: str) -> None:
@@ -111,20 +150,8 @@ def _epoch(settings: PipelineSettings, console: Console, note: str) -> None:
 def _cycle(settings: PipelineSettings, log: SegmentLog, buckets: int, console: Console) -> None:
     console.rule("2. the pipeline: decide, run, close, decide again")
     _epoch(settings, console, "drains the backlog up to its boundary")
-
-    def burst() -> None:
-        produce_backlog(
-            log, EventGenerator(seed=9, buckets=buckets), records=BURST_RECORDS, first=20_000_000
-        )
-        console.print(f"  [yellow]burst: {BURST_RECORDS:,} events appended at once[/yellow]")
-
-    timer = threading.Timer(BURST_AFTER_SECONDS, burst)
-    timer.start()
-    try:
+    with burst_later(log, buckets, console):
         _epoch(settings, console, "from the batch's end offsets, until it falls behind")
-    finally:
-        timer.cancel()
-        timer.join()
     _epoch(settings, console, "drains what the burst left")
     short = PipelineSettings.from_mapping({**settings.to_mapping(), "max_stream_runtime": "20s"})
     _epoch(short, console, "live again (20 s, then the demo ends)")

@@ -22,18 +22,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from datetime import timedelta
 from pathlib import Path
 
 from rich.console import Console
 
 from modeswitch.airflow.local import DAGS, airflow_environment, migrate
 from modeswitch.config import PipelineSettings
-from modeswitch.demo import DEMO_SETTINGS, LIVE_RATE, _summary
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
-from modeswitch.sources.segments import SegmentLog
+from modeswitch.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
 from modeswitch.state import StateStore
 
 DAG_ID = "modeswitch_pipeline"
@@ -73,54 +69,14 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
         f"local[*], settings as {len(variables)} modeswitch_* Variables "
         f"({time.monotonic() - started:.1f} s)"
     )
-    log = SegmentLog.create(settings.source, buckets=buckets)
-    generator = EventGenerator(
-        seed=7, buckets=buckets, skew="zipf:1.1", late_fraction=0.01, malformed_fraction=0.001
-    )
-    report = produce_backlog(log, generator, records=records, span=timedelta(hours=1))
-    console.print(
-        f"{report.records:,} events in {buckets} buckets, event times over the last hour "
-        f"({report.seconds:.1f} s); live producer at {LIVE_RATE:,.0f} events/s"
-    )
-    stop_live = threading.Event()
-    live = threading.Thread(
-        target=produce_live,
-        args=(log, EventGenerator(seed=8, buckets=buckets, skew="zipf:1.1")),
-        kwargs={
-            "rate": LIVE_RATE,
-            "duration": timedelta(hours=1),
-            "first": 10_000_000,
-            "should_stop": stop_live.is_set,
-        },
-        name="live-producer",
-    )
-    live.start()
-    try:
+    with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
         console.rule(f"2. the {DAG_ID} DAG: one run per epoch (dag.test)")
         _run(env, root, 1, {}, settings, console, "drains the backlog up to its boundary")
-
-        def burst() -> None:
-            produce_backlog(
-                log,
-                EventGenerator(seed=9, buckets=buckets),
-                records=BURST_RECORDS,
-                first=20_000_000,
-            )
-            console.print(f"  [yellow]burst: {BURST_RECORDS:,} events appended at once[/yellow]")
-
-        timer = threading.Timer(BURST_AFTER_SECONDS, burst)
-        timer.start()
-        try:
+        with burst_later(log, buckets, console, after=BURST_AFTER_SECONDS, records=BURST_RECORDS):
             _run(env, root, 2, {}, settings, console, "from the batch's end, until a burst")
-        finally:
-            timer.cancel()
-            timer.join()
         _run(env, root, 3, {}, settings, console, "drains what the burst left")
         short = {"settings": {"max_stream_runtime": "20s"}}
         _run(env, root, 4, short, settings, console, "live again for 20 s (run param settings)")
-    finally:
-        stop_live.set()
-        live.join(timeout=30)
     return _summary(settings, console)
 
 
