@@ -13,6 +13,7 @@ pipeline without Airflow, for tests and the demo.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -213,6 +214,41 @@ def job_command(kind: str, settings: PipelineSettings, epoch: int) -> list[str]:
     ]
 
 
+def run_process_group(
+    command: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float,
+    log_file: str | Path | None = None,
+) -> int:
+    """Run ``command`` in its own process group and return its exit status.
+
+    The group is killed if the command overruns, and again after it exits, so that nothing
+    it started (a Spark JVM, Python workers) outlives it. Output goes to ``log_file`` when
+    given, else to this process's.
+    """
+    output = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
+    try:
+        process = subprocess.Popen(
+            command,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+        )
+        try:
+            return process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            with contextlib.suppress(ProcessLookupError):  # anything it left behind
+                os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        if output:
+            output.close()
+
+
 def run_job_process(
     kind: str,
     settings: PipelineSettings,
@@ -226,24 +262,7 @@ def run_job_process(
     it started) by that group if it overruns or anything goes wrong. Its output goes to
     ``log_file`` when given, else to this process's."""
     command = job_command(kind, settings, epoch)
-    output = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
-    try:
-        process = subprocess.Popen(
-            command,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-            stdout=output,
-            stderr=subprocess.STDOUT if output else None,
-        )
-        try:
-            code = process.wait(timeout=timeout)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-    finally:
-        if output:
-            output.close()
+    code = run_process_group(command, env=env, timeout=timeout, log_file=log_file)
     if code != 0:
         raise ModeswitchError(
             f"{Path(command[1]).name} for epoch {epoch} exited with status {code}"

@@ -15,12 +15,8 @@ process group is killed if it overruns.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +26,7 @@ from rich.console import Console
 from modeswitch.airflow.local import DAGS, airflow_environment, migrate
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
+from modeswitch.orchestration import run_process_group
 from modeswitch.state import StateStore
 
 DAG_ID = "modeswitch_pipeline"
@@ -93,22 +90,12 @@ def _run(
     before = {e.id for e in store.epochs()}
     run_log = root / "logs" / f"airflow-run-{number}.log"
     started = time.monotonic()
-    with open(run_log, "wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "modeswitch.airflow.demo", "--run-dag", json.dumps(conf)],
-            env={**os.environ, **env},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            code = process.wait(timeout=RUN_TIMEOUT)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            with contextlib.suppress(ProcessLookupError):  # Spark JVMs left behind, if any
-                os.killpg(process.pid, signal.SIGKILL)
+    code = run_process_group(
+        [sys.executable, "-m", "modeswitch.airflow.demo", "--run-dag", json.dumps(conf)],
+        env=env,
+        timeout=RUN_TIMEOUT,
+        log_file=run_log,
+    )
     new = [e for e in store.epochs() if e.id not in before]
     seconds = time.monotonic() - started
     if code != 0 or not new:
