@@ -15,7 +15,7 @@ resident memory, sampled every 0.2 s):
 
 ``latency``: a live producer appends 5 000 records/s; the stream job (100 ms trigger) writes
 them; each record's latency is the time its sink commit landed (commitInfo timestamp) minus
-its append time (when its segment was published: the segment file's mtime). Before it,
+its append time (when the producer's append that wrote it was published). Before it,
 a batch epoch drains a backlog and the handoff is measured from the batch's last commit to
 the stream's first.
 
@@ -105,12 +105,20 @@ class PeakMemory:
         return self.peak / 2**20
 
 
+LOGS: Path | None = None
+"""Where the job processes' output goes (``--logs``); discarded when None."""
+
+
 def start(command: list[str]) -> subprocess.Popen:
+    output: int | object = subprocess.DEVNULL
+    if LOGS is not None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        output = open(LOGS / f"{time.strftime('%H%M%S')}-{Path(command[1]).stem}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         command,
         start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=output,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -211,6 +219,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         max_stream_runtime="1h",
     )
     stop = threading.Event()
+    appended: list[tuple[int, int, int, float]] = []  # (bucket, start, end, published at)
     producer = threading.Thread(
         target=produce_live,
         args=(log, EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
@@ -220,6 +229,9 @@ def run_latency(scratch: Path, seconds: float) -> dict:
             "first": 10_000_000,
             "flush_every": timedelta(milliseconds=50),
             "should_stop": stop.is_set,
+            "on_append": lambda bucket, start, end: appended.append(
+                (bucket, start, end, time.time())
+            ),
         },
         daemon=True,
     )
@@ -244,26 +256,24 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
     last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
     first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
-    # A record is appended when its segment is published (the segment file's mtime: the
-    # producer writes aside and links it into place) and visible when its sink commit lands.
-    published = {}
-    for bucket in log.buckets():
-        segments = log.segments(bucket)
-        published[bucket] = (
-            [seg.base for seg in segments],
-            [os.stat(seg.path).st_mtime for seg in segments],
-        )
+    # A record is appended when the append that wrote it was published (the producer reports
+    # it), and visible when its sink commit lands.
+    published: dict[int, tuple[list[int], list[float]]] = {}
+    for bucket, first, _, at in sorted(appended):
+        bases, times = published.setdefault(bucket, ([], []))
+        bases.append(first)
+        times.append(at)
     latencies = []
     for commit in commits:
         if commit.epoch != stream.epoch:
             continue
         visible = commit.committed_at_ms / 1000
         for bucket, end in commit.end.items():
-            bases, mtimes = published[bucket]
+            bases, times = published.get(bucket, ([], []))
             for offset in range(commit.start.get(bucket, end), end):
-                appended = mtimes[bisect.bisect_right(bases, offset) - 1]
-                if appended >= measure_from:
-                    latencies.append(visible - appended)
+                index = bisect.bisect_right(bases, offset) - 1
+                if index >= 0 and times[index] >= measure_from:
+                    latencies.append(visible - times[index])
     latencies.sort()
     if not latencies:
         raise RuntimeError(
@@ -291,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="a,b,c,d,latency,memory")
     parser.add_argument("--latency-seconds", type=float, default=60)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--logs", default=None, help="keep the job processes' output here")
     args = parser.parse_args(argv)
+    global LOGS
+    LOGS = Path(args.logs) if args.logs else None
     only = set(args.only.split(","))
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="modeswitch-bench-modes-"))
     scratch.mkdir(parents=True, exist_ok=True)

@@ -145,11 +145,16 @@ def _empty_events() -> pa.Table:
 
 
 def append_events(
-    log_: SegmentLog, events: pa.Table, *, segment_records: int = 100_000
+    log_: SegmentLog,
+    events: pa.Table,
+    *,
+    segment_records: int = 100_000,
+    on_append: Callable[[int, int, int], None] | None = None,
 ) -> dict[int, int]:
-    """Append generated events to their buckets, at most ``segment_records`` per segment.
+    """Append generated events to their buckets, at most ``segment_records`` per append.
 
-    Returns the number of records appended per bucket.
+    Returns the number of records appended per bucket. ``on_append(bucket, start, end)`` is
+    called once each append is published (readers can see it).
     """
     if events.num_rows == 0:
         return {}
@@ -167,7 +172,9 @@ def append_events(
     def append_bucket(bucket: int) -> None:
         part = parts[bucket]
         for at in range(0, part.num_rows, segment_records):
-            log_.append(bucket, part.slice(at, segment_records))
+            start, end = log_.append(bucket, part.slice(at, segment_records))
+            if on_append is not None:
+                on_append(bucket, start, end)
 
     # Buckets are independent appenders; pyarrow writes without the GIL, so a live producer
     # publishing one segment per bucket per flush keeps up by appending them side by side.
@@ -224,9 +231,11 @@ def produce_live(
     clock: Callable[[], datetime] = lambda: pendulum.now("UTC"),
     should_stop: Callable[[], bool] = lambda: False,
     on_progress: Callable[[int], None] | None = None,
+    on_append: Callable[[int, int, int], None] | None = None,
 ) -> ProduceReport:
     """Append events at ``rate`` per second, flushing every ``flush_every``, until ``duration``
-    has passed, ``records`` were written, or ``should_stop()`` says so."""
+    has passed, ``records`` were written, or ``should_stop()`` says so. ``on_append`` goes to
+    :func:`append_events`."""
     if duration is None and records is None:
         raise ConfigError("a live producer needs --duration or --records to know when to stop")
     started = time.monotonic()
@@ -240,7 +249,7 @@ def produce_live(
         if count > 0:
             times = np.full(count, _micros(clock()), dtype=np.int64)
             events = generator.generate(first + produced, count, times)
-            for bucket, n in append_events(log_, events).items():
+            for bucket, n in append_events(log_, events, on_append=on_append).items():
                 per_bucket[bucket] = per_bucket.get(bucket, 0) + n
             produced += count
             if on_progress:

@@ -39,7 +39,8 @@ def read_all(log: SegmentLog, bucket: int, start: int, end: int) -> pa.Table:
 
 @pytest.fixture
 def log(tmp_path: Path) -> SegmentLog:
-    return SegmentLog.create(str(tmp_path / "log"), buckets=3)
+    """A log that publishes every append as its own segment (no open segment)."""
+    return SegmentLog.create(str(tmp_path / "log"), buckets=3, open_segment_seconds=0)
 
 
 def test_segment_names_are_zero_padded_and_sort_by_offset() -> None:
@@ -246,3 +247,102 @@ def test_many_small_segments_read_back_in_order(log: SegmentLog) -> None:
     part = read_all(log, 1, 7, latest - 3)  # partial first and last segments
     assert part.column("offset").to_pylist() == list(range(7, latest - 3))
     assert part.column("key").to_pylist() == keys[7 : latest - 3]
+
+
+# -- the open segment: a live producer's small appends grow one segment ------------------------
+@pytest.fixture
+def live_log(tmp_path: Path) -> SegmentLog:
+    return SegmentLog.create(
+        str(tmp_path / "live"), buckets=2, open_segment_seconds=60, open_segment_records=100
+    )
+
+
+def test_small_appends_grow_the_open_segment(live_log: SegmentLog) -> None:
+    for i in range(10):
+        assert live_log.append(0, events([f"a{i}-{j}" for j in range(3)])) == (3 * i, 3 * i + 3)
+    assert [s.base for s in live_log.segments(0)] == [0]
+    reader = SegmentLog(live_log.root)
+    assert reader.latest_offsets() == {0: 30, 1: 0}
+    keys = read_all(reader, 0, 0, 30).column("key").to_pylist()
+    assert keys == [f"a{i}-{j}" for i in range(10) for j in range(3)]
+    assert read_all(reader, 0, 4, 11).column("offset").to_pylist() == list(range(4, 11))
+
+
+def test_the_open_segment_rolls_at_its_record_limit(live_log: SegmentLog) -> None:
+    for i in range(7):
+        live_log.append(1, events([f"b{i}-{j}" for j in range(30)]))  # 210 records, limit 100
+    assert [s.base for s in live_log.segments(1)] == [0, 90, 180]
+    assert read_all(live_log, 1, 0, 210).column("offset").to_pylist() == list(range(210))
+
+
+def test_the_open_segment_closes_after_its_time(
+    live_log: SegmentLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import modeswitch.sources.segments as segments
+
+    now = [1000.0]
+    monkeypatch.setattr(segments.time, "monotonic", lambda: now[0])
+    live_log.append(0, events(["a"]))
+    now[0] += 59
+    live_log.append(0, events(["b"]))
+    now[0] += 1.5  # 60.5 s after the segment opened
+    live_log.append(0, events(["c"]))
+    assert [s.base for s in live_log.segments(0)] == [0, 2]
+
+
+def test_a_reader_that_saw_the_open_segment_smaller_reads_exactly_what_it_saw(
+    live_log: SegmentLog,
+) -> None:
+    live_log.append(0, events(["a", "b"]))
+    reader = SegmentLog(live_log.root)
+    assert reader.latest_offsets()[0] == 2  # cached for this file
+    batches = reader.read(0, 0, 2)
+    live_log.append(0, events(["c", "d"]))  # rewrites the segment between plan and read
+    got = pa.Table.from_batches(list(batches), schema=RECORD_SCHEMA)
+    assert got.column("key").to_pylist() == ["a", "b"]
+    # The grown file is a new file: its row count is read again, not taken from the cache.
+    assert reader.latest_offsets()[0] == 4
+    assert read_all(reader, 0, 1, 4).column("key").to_pylist() == ["b", "c", "d"]
+
+
+def test_another_appender_never_rewrites_a_segment_it_did_not_write_last(
+    live_log: SegmentLog,
+) -> None:
+    other = SegmentLog(live_log.root, open_segment_seconds=60, open_segment_records=100)
+    live_log.append(0, events(["a"]))
+    other.append(0, events(["b"]))  # opens its own segment at 1
+    live_log.append(0, events(["c"]))  # its open segment is no longer the newest
+    other.append(0, events(["d"]))  # its segment was followed by another: closed too
+    assert [s.base for s in live_log.segments(0)] == [0, 1, 2, 3]
+    assert read_all(live_log, 0, 0, 4).column("key").to_pylist() == ["a", "b", "c", "d"]
+
+
+def test_readers_racing_a_growing_open_segment_always_see_contiguous_records(
+    live_log: SegmentLog,
+) -> None:
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        own = SegmentLog(live_log.root)
+        while not stop.is_set():
+            try:
+                latest = own.latest_offsets()[0]
+                got = read_all(own, 0, 0, latest).column("offset").to_pylist()
+                assert got == list(range(latest))
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(150):
+            live_log.append(0, events([f"r{i}-{j}" for j in range(i % 4 + 1)]))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert len(live_log.segments(0)) < 150 // 10

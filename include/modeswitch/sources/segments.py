@@ -10,6 +10,15 @@ A segment holds the records ``[base, base + num_rows)`` of its bucket; consecuti
 of a bucket are contiguous. Segments are written aside (a dot-file) and published with a
 rename, so a reader never sees half a segment.
 
+On a local filesystem the newest segment of a bucket stays *open* for a short while (one
+second, up to 65 536 records, by default): an appender that published it extends it by
+writing the old rows plus the new ones aside and renaming the result over it, under the
+bucket's lock. A segment only ever grows by appending to its end, so a reader that saw it
+smaller reads the same records it expected. Without this, a live producer flushing every
+50 ms leaves one tiny file per bucket per flush, and every reader pays for each file (about
+0.5 ms apiece, and a listing that grows without end). Only the newest segment can grow:
+once another segment follows it, a segment never changes again.
+
 Appenders on *different* buckets run in parallel. Appenders on the *same* bucket are
 serialized by an exclusive lock on ``<root>/<bucket>/.lock`` (local and POSIX filesystems),
 and a publish that would land on an existing segment is refused: offsets never get a gap or
@@ -29,9 +38,11 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -57,6 +68,8 @@ _NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
 SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
 SMALL_SEGMENT_SCAN = 512  # at most this many files per scan (bounds memory)
+OPEN_SEGMENT_SECONDS = 1.0
+OPEN_SEGMENT_RECORDS = 65_536
 
 
 def segment_name(base_offset: int) -> str:
@@ -79,18 +92,44 @@ class Segment:
     path: str
 
 
+@dataclass(frozen=True)
+class _OpenSegment:
+    """The newest segment of a bucket as this appender last wrote it, still open for appends."""
+
+    path: str
+    base: int
+    opened_at: float  # time.monotonic() of its first publish
+    table: pa.Table
+    identity: tuple[int, int, int]  # (inode, size, mtime_ns) right after the last write
+
+
 class SegmentLog:
     """A bucketed log stored as Parquet segments under ``root``.
 
-    Instances hold only the root and a cache of immutable segment row counts; they are cheap
-    to create, so Spark tasks open their own from the root string.
+    Instances hold only the root and a cache of segment row counts; they are cheap to
+    create, so Spark tasks open their own from the root string.
+
+    ``open_segment_seconds`` / ``open_segment_records``: how long, and up to how many records,
+    this appender keeps extending the newest segment it published (local filesystems only; 0
+    publishes every append as its own segment).
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        open_segment_seconds: float = OPEN_SEGMENT_SECONDS,
+        open_segment_records: int = OPEN_SEGMENT_RECORDS,
+    ) -> None:
         self.root = str(root)
         self._fs, self._base = pafs.FileSystem.from_uri(_as_uri(self.root))
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
-        self._rows: dict[str, int] = {}
+        # Row counts by path and, on a local filesystem, file identity: the newest segment
+        # may grow (see the module docstring), so a count is only good for the file it came from.
+        self._rows: dict[tuple[str, tuple[int, int, int] | None], int] = {}
+        self._open: dict[int, _OpenSegment] = {}
+        self._open_seconds = open_segment_seconds if self._local else 0.0
+        self._open_records = open_segment_records
         meta = self._read_meta()
         if meta is None:
             raise ModeswitchError(
@@ -101,15 +140,16 @@ class SegmentLog:
 
     # -- creation -------------------------------------------------------------------------
     @classmethod
-    def create(cls, root: str, *, buckets: int) -> SegmentLog:
-        """Create a log with ``buckets`` buckets, or open an existing one with the same count."""
+    def create(cls, root: str, *, buckets: int, **options: Any) -> SegmentLog:
+        """Create a log with ``buckets`` buckets, or open an existing one with the same count.
+        ``options`` are the constructor's keyword arguments."""
         if buckets < 1:
             raise ValueError(f"buckets must be at least 1, got {buckets}")
         fs, base = pafs.FileSystem.from_uri(_as_uri(str(root)))
         meta_path = f"{base}/{META_FILE}"
         info = fs.get_file_info(meta_path)
         if info.type == pafs.FileType.File:
-            existing = cls(root)
+            existing = cls(root, **options)
             if existing._bucket_count != buckets:
                 raise ModeswitchError(
                     f"log {root!r} already has {existing._bucket_count} buckets, not {buckets}"
@@ -126,7 +166,7 @@ class SegmentLog:
             out.write(body)
         fs.move(tmp, meta_path)
         log.info("created bucketed log at %s with %d buckets", root, buckets)
-        return cls(root)
+        return cls(root, **options)
 
     def _read_meta(self) -> dict | None:
         path = f"{self._base}/{META_FILE}"
@@ -176,11 +216,20 @@ class SegmentLog:
         """Published segments of ``bucket``, ascending by base offset."""
         return [self._segment(bucket, name) for name in self._segment_names(bucket)]
 
+    def _identity(self, path: str) -> tuple[int, int, int] | None:
+        if not self._local:
+            return None
+        info = os.stat(path)
+        return info.st_ino, info.st_size, info.st_mtime_ns
+
     def _segment_rows(self, segment: Segment) -> int:
-        rows = self._rows.get(segment.path)
+        key = (segment.path, self._identity(segment.path))
+        rows = self._rows.get(key)
         if rows is None:
             rows = pq.ParquetFile(segment.path, filesystem=self._fs).metadata.num_rows
-            self._rows[segment.path] = rows
+            if len(self._rows) > 65_536:
+                self._rows.clear()
+            self._rows[key] = rows
         return rows
 
     def _bounds(self, bucket: int) -> tuple[int, int, list[str]]:
@@ -241,7 +290,12 @@ class SegmentLog:
                     continue
                 segment, seg_end = covered[index]
                 yield from self._read_segment(
-                    segment, seg_end, max(start, segment.base), min(end, seg_end), batch_rows
+                    segment,
+                    seg_end,
+                    max(start, segment.base),
+                    min(end, seg_end),
+                    batch_rows,
+                    newest=segment.base == int(names[-1][:OFFSET_DIGITS]),
                 )
                 index += 1
         except FileNotFoundError as exc:
@@ -254,9 +308,10 @@ class SegmentLog:
         self, covered: list, index: int, start: int, end: int, batch_rows: int
     ) -> list[tuple[Segment, int]]:
         """The run of segments from ``index`` that lie wholly in ``[start, end)`` and are
-        small (under ``batch_rows`` records each), at most ``SMALL_SEGMENT_SCAN`` of them."""
+        small (under ``batch_rows`` records each), at most ``SMALL_SEGMENT_SCAN`` of them.
+        Never the last one covered: it may be the open segment, which is read on its own."""
         run: list[tuple[Segment, int]] = []
-        for segment, seg_end in covered[index : index + SMALL_SEGMENT_SCAN]:
+        for segment, seg_end in covered[index : min(len(covered) - 1, index + SMALL_SEGMENT_SCAN)]:
             whole = segment.base >= start and seg_end <= end
             if not whole or seg_end - segment.base >= batch_rows:
                 break
@@ -285,11 +340,21 @@ class SegmentLog:
             yield _conform(batch)
 
     def _read_segment(
-        self, segment: Segment, seg_end: int, lo: int, hi: int, batch_rows: int
+        self,
+        segment: Segment,
+        seg_end: int,
+        lo: int,
+        hi: int,
+        batch_rows: int,
+        *,
+        newest: bool = False,
     ) -> Iterator[pa.RecordBatch]:
+        # One open for footer and rows: an open segment replaced meanwhile is read whole from
+        # the version opened (it only ever grows at its end).
         parquet = pq.ParquetFile(segment.path, filesystem=self._fs)
         meta = parquet.metadata
-        if segment.base + meta.num_rows != seg_end:
+        rows = meta.num_rows
+        if segment.base + rows != seg_end and not (newest and segment.base + rows > seg_end):
             raise ModeswitchError(
                 f"log {self.root!r}: bucket {segment.bucket}: segment {segment.path} holds "
                 f"{meta.num_rows} records but the next segment starts at {seg_end}: "
@@ -324,7 +389,7 @@ class SegmentLog:
             latest = self._bounds(bucket)[1]
             return latest, latest
         with self._bucket_lock(bucket):
-            start = self._bounds(bucket)[1]
+            _, start, names = self._bounds(bucket)
             table = pa.table(
                 {
                     "bucket": pa.array([bucket] * count, pa.int32()),
@@ -335,8 +400,51 @@ class SegmentLog:
                 },
                 schema=RECORD_SCHEMA,
             )
-            self._publish(bucket, start, table)
+            opened = self._open.get(bucket)
+            if opened is not None and self._extends(opened, names, start, count):
+                self._extend(bucket, opened, table)
+            else:
+                self._publish(bucket, start, table)
         return start, start + count
+
+    def _extends(self, opened: _OpenSegment, names: list[str], start: int, count: int) -> bool:
+        """Whether this append goes into ``opened``: still the newest segment, unchanged since
+        this appender wrote it, young enough and small enough."""
+        if not names or int(names[-1][:OFFSET_DIGITS]) != opened.base:
+            return False
+        if opened.base + opened.table.num_rows != start:
+            return False
+        if time.monotonic() - opened.opened_at >= self._open_seconds:
+            return False
+        if opened.table.num_rows + count > self._open_records:
+            return False
+        try:
+            return self._identity(opened.path) == opened.identity
+        except FileNotFoundError:
+            return False
+
+    def _extend(self, bucket: int, opened: _OpenSegment, table: pa.Table) -> None:
+        """Rewrite the open segment with ``table`` appended, atomically (rename over it)."""
+        whole = pa.concat_tables([opened.table, table])
+        tmp = f"{self._base}/{bucket}/.{uuid.uuid4().hex}.parquet.tmp"
+        try:
+            pq.write_table(whole, tmp, compression="snappy")
+            os.replace(tmp, opened.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+        self._remember_open(bucket, opened.path, opened.base, opened.opened_at, whole)
+
+    def _remember_open(
+        self, bucket: int, path: str, base: int, opened_at: float, table: pa.Table
+    ) -> None:
+        if self._open_seconds <= 0 or table.num_rows >= self._open_records:
+            self._open.pop(bucket, None)
+            return
+        identity = self._identity(path)
+        assert identity is not None
+        self._open[bucket] = _OpenSegment(path, base, opened_at, table, identity)
+        self._rows[(path, identity)] = table.num_rows
 
     def _publish(self, bucket: int, start: int, table: pa.Table) -> None:
         folder = f"{self._base}/{bucket}"
@@ -363,7 +471,10 @@ class SegmentLog:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 self._fs.delete_file(tmp)
-        self._rows[final] = table.num_rows
+        if self._local:
+            self._remember_open(bucket, final, start, time.monotonic(), table)
+        else:
+            self._rows[(final, None)] = table.num_rows
 
     @contextlib.contextmanager
     def _bucket_lock(self, bucket: int) -> Iterator[None]:
@@ -391,7 +502,6 @@ class SegmentLog:
                 for i, segment in enumerate(segments[:-1]):
                     if segments[i + 1].base <= offset:
                         self._fs.delete_file(segment.path)
-                        self._rows.pop(segment.path, None)
                         dropped += 1
         return dropped
 
