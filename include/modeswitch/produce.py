@@ -172,7 +172,9 @@ def append_events(
     def append_bucket(bucket: int) -> None:
         part = parts[bucket]
         for at in range(0, part.num_rows, segment_records):
-            start, end = log_.append(bucket, part.slice(at, segment_records))
+            chunk = part.slice(at, segment_records)
+            # Full chunks are segments of their own; smaller ones may grow an open segment.
+            start, end = log_.append(bucket, chunk, close=chunk.num_rows == segment_records)
             if on_append is not None:
                 on_append(bucket, start, end)
 

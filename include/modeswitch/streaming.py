@@ -6,12 +6,14 @@ against the sink's committed offsets: no gap, no overlap), with a fresh checkpoi
 ``withWatermark(event_time, allowed_lateness)`` and writes every micro-batch to the Delta sink
 with a low-latency trigger.
 
-A :class:`StreamingQueryListener` hands every micro-batch's progress to the job's main
-thread, which records the sink commit in the control tables, evaluates
+A :class:`StreamingQueryListener` wakes the job's main thread after every micro-batch. The
+main thread reads the new sink commits from the sink's log (only the new commit files), records
+them in the progress table (batched: one control-table commit a second at most, so that the
+bookkeeping stays off the micro-batches' path on a small machine), evaluates
 :func:`modeswitch.policy.decide_mode` (the same function the ``decide`` task calls) and looks
-for operator commands. The query is stopped, between micro-batches, when the policy says
-batch, when a command asks for it, or at ``max_stream_runtime``. The end offsets are then read
-from the sink's log (the truth), and a command that caused the stop is applied and
+for operator commands (twice a second). The query is stopped, between micro-batches, when the
+policy says batch, when a command asks for it, or at ``max_stream_runtime``. The end offsets are
+then read from the sink's log (the truth), and a command that caused the stop is applied and
 acknowledged, with those offsets, in one commit of the commands table.
 """
 
@@ -31,7 +33,7 @@ from modeswitch.config import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
-from modeswitch.sinks.commits import SinkCommit, latest_sink_commit
+from modeswitch.sinks.commits import SinkCommit, commits_after
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.transforms import load_transform
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 STOP_COMMANDS = {"switch_to_batch": "force_batch", "pause": "pause"}
 DECISION_RECORD_EVERY = timedelta(seconds=1)
+PROGRESS_RECORD_EVERY = timedelta(seconds=1)
+COMMAND_POLL_EVERY = timedelta(milliseconds=500)
 
 
 @dataclass(frozen=True)
@@ -107,28 +111,47 @@ class StreamSupervisor:
         self.last_latest: OffsetsMap = {}
         self.last_data_at: dict[int, datetime] = {}
         self.state = PolicyState(mode="stream", mode_since=started_at)
-        self.last_sequence: int | None = None
         self.last_recorded_decision: datetime | None = None
         self.micro_batches = 0
         self.records = 0
         self.committed: OffsetsMap = {}
+        self.sink_version = _sink_version(settings.sink)
+        self.unrecorded: list[SinkCommit] = []
+        self.last_recorded_progress: datetime | None = None
 
-    def record_commits(self) -> SinkCommit | None:
-        """Record the sink's newest commit of this epoch in the progress table."""
-        commit = latest_sink_commit(self.settings.sink, self.settings.pipeline)
-        if commit is None or commit.epoch != self.epoch_id:
-            return None
-        if commit.sequence != self.last_sequence:
-            self.store.record_progress(commit, recorded_by="stream")
-            self.last_sequence = commit.sequence
+    def follow_commits(self) -> list[SinkCommit]:
+        """Take in this epoch's sink commits made since the last call (read from the new
+        files of the sink's log only); they are recorded by :meth:`record_progress`."""
+        found, self.sink_version = commits_after(
+            self.settings.sink, self.settings.pipeline, self.sink_version
+        )
+        mine = [c for c in found if c.epoch == self.epoch_id]
+        for commit in mine:
             self.micro_batches += 1
             self.records += commit.records
+            self.committed = dict(commit.end)
             for bucket, micros in commit.max_event_time_us.items():
                 moment = datetime.fromtimestamp(micros / 1e6, tz=UTC)
                 if bucket not in self.max_event_time or moment > self.max_event_time[bucket]:
                     self.max_event_time[bucket] = moment
-        self.committed = dict(commit.end)
-        return commit
+        self.unrecorded.extend(mine)
+        return mine
+
+    def record_progress(self, *, force: bool = False) -> int:
+        """Record the commits taken in so far, in one progress-table commit, if a second has
+        passed since the last one (or ``force``). A crash before it loses nothing: the sink's
+        log is the truth and ``reconcile()`` records what is missing."""
+        now = self.clock()
+        due = (
+            self.last_recorded_progress is None
+            or now - self.last_recorded_progress >= PROGRESS_RECORD_EVERY
+        )
+        if not self.unrecorded or not (due or force):
+            return 0
+        recorded = self.store.record_progress_many(self.unrecorded, recorded_by="stream")
+        self.unrecorded = []
+        self.last_recorded_progress = now
+        return recorded
 
     def observe(self, now: datetime) -> Observation:
         latest = self.log.latest_offsets()
@@ -166,6 +189,17 @@ class StreamSupervisor:
             )
             self.last_recorded_decision = now
         return decision
+
+
+def _sink_version(table_uri: str) -> int:
+    """The sink table's current version, -1 before it exists."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(table_uri).version()
+    except TableNotFoundError:
+        return -1
 
 
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
@@ -233,13 +267,19 @@ def run_stream_epoch(
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
     query = writer.start(settings.sink)
     reason, next_mode, command_id = "", "stream", None
+    commands_checked: datetime | None = None
     try:
         deadline = started_at + settings.max_stream_runtime
         while query.isActive:
             with contextlib.suppress(queue.Empty):
                 events.get(timeout=poll.total_seconds())
-            supervisor.record_commits()
-            pending = _stop_command(store)
+                while not events.empty():
+                    events.get_nowait()
+            supervisor.follow_commits()
+            pending = None
+            if commands_checked is None or clock() - commands_checked >= COMMAND_POLL_EVERY:
+                pending = _stop_command(store)
+                commands_checked = clock()
             if pending is not None:
                 command_id, kind = pending
                 decision = supervisor.evaluate(
@@ -256,6 +296,7 @@ def run_stream_epoch(
                     break
                 continue
             decision = supervisor.evaluate()
+            supervisor.record_progress()
             if decision.mode != "stream":
                 reason, next_mode = f"policy: {decision.reason}", decision.mode
                 break
@@ -273,7 +314,8 @@ def run_stream_epoch(
     error = query.exception()
     if error is not None:
         raise RuntimeError(f"stream epoch {epoch_id}: the query failed: {error}") from None
-    supervisor.record_commits()
+    supervisor.follow_commits()
+    supervisor.record_progress(force=True)
     end = {**epoch.start, **store.committed_offsets()}
     if command_id is not None:
         store.apply_command(command_id, epoch_id, end)

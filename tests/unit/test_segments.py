@@ -346,3 +346,12 @@ def test_readers_racing_a_growing_open_segment_always_see_contiguous_records(
             t.join()
     assert not errors, errors[0]
     assert len(live_log.segments(0)) < 150 // 10
+
+
+def test_a_closed_append_is_a_segment_of_its_own(live_log: SegmentLog) -> None:
+    live_log.append(0, events(["a"]))
+    live_log.append(0, events(["b", "c"]), close=True)
+    live_log.append(0, events(["d"]))
+    live_log.append(0, events(["e"]))
+    assert [s.base for s in live_log.segments(0)] == [0, 1, 3]
+    assert read_all(live_log, 0, 0, 5).column("key").to_pylist() == list("abcde")

@@ -348,3 +348,20 @@ def test_a_zombie_never_commits_its_quarantined_records(tmp_path: Path) -> None:
         quarantine_wave(tmp_path, 1, 0, 0, 10, {1, 2})
     assert not (tmp_path / "quarantine" / "_delta_log").exists()
     assert not list((tmp_path / "quarantine").rglob("*.parquet"))
+
+
+def test_commits_after_a_version_are_read_from_the_new_log_files_only(tmp_path: Path) -> None:
+    from modeswitch.sinks.commits import commits_after
+
+    sink = tmp_path / "sink"
+    assert commits_after(str(sink), "orders", -1) == ([], -1)
+    write_wave(sink, 1, 0, {0: (0, 5)})
+    write_wave(sink, 1, 1, {0: (5, 9)})
+    found, version = commits_after(str(sink), "orders", -1)
+    assert [(c.sequence, c.end, c.table_version) for c in found] == [(0, {0: 5}, 0), (1, {0: 9}, 1)]
+    assert version == 1
+    assert commits_after(str(sink), "orders", 1) == ([], 1)
+    write_wave(sink, 1, 2, {0: (9, 12)})
+    found, version = commits_after(str(sink), "orders", 1)
+    assert [c.sequence for c in found] == [2] and version == 2
+    assert commits_after(str(sink), "payments", -1) == ([], 2)  # another pipeline's commits

@@ -574,3 +574,22 @@ def test_backlog_finished_is_recorded_once_per_bucket_per_epoch(tmp_path) -> Non
     assert set(store.finished_buckets(epoch)) == {0, 1}
     with pytest.raises(InvalidStateInputError, match=r"buckets \[7\] are not in its boundary"):
         store.record_backlog_finished(epoch, [7])
+
+
+def test_many_progress_rows_go_in_one_commit_and_recorded_ones_are_skipped(
+    store: StateStore,
+) -> None:
+    store.record_progress(sink_commit(2, 0, {0: 0}, {0: 10}))
+    version = DeltaTable(store.table_uri("progress")).version()
+    commits = [sink_commit(2, s, {0: 10 * s}, {0: 10 * s + 10}) for s in range(4)]
+
+    assert store.record_progress_many(commits, recorded_by="stream") == 3
+    assert DeltaTable(store.table_uri("progress")).version() == version + 1
+    assert [p.sequence for p in store.progress(epoch=2)] == [0, 1, 2, 3]
+    assert store.record_progress_many(commits) == 0
+    assert store.record_progress_many([]) == 0
+    with pytest.raises(InvalidStateTransitionError, match="epoch 2 sequence 3 is recorded"):
+        store.record_progress_many(
+            [sink_commit(2, 4, {0: 40}, {0: 50}), sink_commit(2, 3, {0: 30}, {0: 41})]
+        )
+    assert [p.sequence for p in store.progress(epoch=2)] == [0, 1, 2, 3]

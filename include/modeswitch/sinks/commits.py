@@ -144,24 +144,58 @@ def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | 
     entries can carry the snapshot's version numbers (measured under concurrent commits), so
     a newer commit would pass for the snapshot's.
     """
+    log_dir = _log_dir(table.table_uri)
+    for version in range(table.version(), -1, -1):
+        found = _read_commit_file(log_dir, version, pipeline)
+        if found is _MISSING:
+            return None  # older commits were cleaned up after a checkpoint
+        if found is not None:
+            return found
+    return None
+
+
+def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[SinkCommit], int]:
+    """The pipeline's commits at table versions above ``version``, oldest first, and the
+    newest table version seen. Reads only the new commit files of the log (no snapshot is
+    loaded): what a stream's supervisor calls after every micro-batch."""
+    log_dir = _log_dir(table_uri)
+    found: list[SinkCommit] = []
+    while True:
+        entry = _read_commit_file(log_dir, version + 1, pipeline)
+        if entry is _MISSING:
+            return found, version
+        version += 1
+        if entry is not None:
+            found.append(entry[0])
+
+
+_MISSING: Any = object()
+
+
+def _log_dir(table_uri: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 
-    uri = table.table_uri.rstrip("/")
+    uri = str(table_uri).rstrip("/")
     fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
-    for version in range(table.version(), -1, -1):
-        path = f"{root}/_delta_log/{version:020d}.json"
-        try:
-            with fs.open_input_stream(path) as src:
-                lines = src.read().decode().splitlines()
-        except FileNotFoundError:
-            return None  # older commits were cleaned up after a checkpoint
-        for line in lines:
-            if '"commitInfo"' not in line:
-                continue
-            info = {**json.loads(line)["commitInfo"], "version": version}
-            commit = SinkCommit.from_commit_info(info)
-            if commit is not None and commit.pipeline == pipeline:
-                return commit, info
+    return fs, f"{root}/_delta_log"
+
+
+def _read_commit_file(log_dir: tuple[Any, str], version: int, pipeline: str) -> Any:
+    """The pipeline's commit in log file ``version`` (None: another writer's commit;
+    ``_MISSING``: no such file)."""
+    fs, path = log_dir
+    try:
+        with fs.open_input_stream(f"{path}/{version:020d}.json") as src:
+            lines = src.read().decode().splitlines()
+    except FileNotFoundError:
+        return _MISSING
+    for line in lines:
+        if '"commitInfo"' not in line:
+            continue
+        info = {**json.loads(line)["commitInfo"], "version": version}
+        commit = SinkCommit.from_commit_info(info)
+        if commit is not None and commit.pipeline == pipeline:
+            return commit, info
     return None
 
 

@@ -95,6 +95,7 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 """The quarantine table: each malformed record with its bucket, offset, raw value and why."""
 ROW_GROUP_ROWS = 262_144
+_UNSET: Any = object()
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -534,8 +535,8 @@ def commit_files(
     ``start`` / ``end`` are the source offsets the commit covers (may be None without a
     pipeline). On refusal or replay the files are deleted and nothing becomes visible.
     """
-    from deltalake import CommitProperties, DeltaTable, Transaction
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, create_table_with_add_actions
 
     parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
@@ -556,14 +557,13 @@ def commit_files(
         raise ValueError("option quarantinePath: quarantined records need a pipeline and a path")
     landed = False
     try:
+        table = _open_table(options)
         if options.quarantine_path and options.pipeline:
             # A crash may have come between the last commit and its quarantine commit.
-            sync_quarantine(options)
+            sync_quarantine(options, table)
         for attempt in range(COMMIT_ATTEMPTS):
-            try:
-                table = DeltaTable(options.path, storage_options=options.storage_options)
-            except TableNotFoundError:
-                table = None
+            if attempt:
+                table = _open_table(options)
             commit = None
             properties: dict[str, Any] = {"max_commit_retries": 0}
             if options.pipeline is not None:
@@ -642,7 +642,18 @@ def commit_files(
         raise
 
 
-def sync_quarantine(options: DeltaSinkOptions) -> int:
+def _open_table(options: DeltaSinkOptions) -> Any:
+    """The sink table's current snapshot, None before the first commit."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(options.path, storage_options=options.storage_options)
+    except TableNotFoundError:
+        return None
+
+
+def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
     """Commit to the quarantine table the files that the pipeline's newest sink commit lists,
     unless the quarantine table already holds them; returns how many files it committed.
 
@@ -650,15 +661,12 @@ def sync_quarantine(options: DeltaSinkOptions) -> int:
     commit carries the same app-transaction version, so a crash between the two is repaired
     by the next commit (or by calling this) and never commits them twice.
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     from modeswitch.sinks.commits import newest_commit_entry
 
     assert options.pipeline is not None and options.quarantine_path is not None
-    try:
-        table = DeltaTable(options.path, storage_options=options.storage_options)
-    except TableNotFoundError:
+    if table is _UNSET:
+        table = _open_table(options)
+    if table is None:
         return 0
     found = newest_commit_entry(table, options.pipeline)
     if found is None or QUARANTINE_METADATA_KEY not in found[1]:
@@ -1004,8 +1012,18 @@ class DeltaSinkDataSource(DataSource):
         return DeltaSinkWriter(options, arrow_schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DeltaSinkStreamWriter:
-        options, arrow_schema = self._prepare(schema, overwrite)
-        return DeltaSinkStreamWriter(options, arrow_schema)
+        # Spark asks for a stream writer twice per micro-batch; the table's schema is checked
+        # once per worker process and query (every commit checks it again anyway).
+        key = (json.dumps(self.options, sort_keys=True, default=str), schema.json(), overwrite)
+        prepared = _PREPARED_STREAM_WRITERS.get(key)
+        if prepared is None:
+            prepared = self._prepare(schema, overwrite)
+            _PREPARED_STREAM_WRITERS.clear()
+            _PREPARED_STREAM_WRITERS[key] = prepared
+        return DeltaSinkStreamWriter(*prepared)
+
+
+_PREPARED_STREAM_WRITERS: dict[tuple[str, str, bool], tuple[DeltaSinkOptions, pa.Schema]] = {}
 
 
 def register(spark: Any) -> None:

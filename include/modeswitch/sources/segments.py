@@ -375,8 +375,12 @@ class SegmentLog:
                 break
 
     # -- writing --------------------------------------------------------------------------
-    def append(self, bucket: int, records: pa.Table | pa.RecordBatch) -> tuple[int, int]:
-        """Append ``records`` (columns event_time, key, value) to ``bucket`` as one segment.
+    def append(
+        self, bucket: int, records: pa.Table | pa.RecordBatch, *, close: bool = False
+    ) -> tuple[int, int]:
+        """Append ``records`` (columns event_time, key, value) to ``bucket``: to the segment
+        this appender still has open (see the module docstring), else as a new segment.
+        ``close``: as a segment of their own, closed at once (a backlog of full segments).
 
         Offsets are assigned here, contiguously after the bucket's latest offset. Returns the
         ``[start, end)`` range written. Appenders on the same bucket are serialized.
@@ -400,11 +404,11 @@ class SegmentLog:
                 },
                 schema=RECORD_SCHEMA,
             )
-            opened = self._open.get(bucket)
+            opened = None if close else self._open.get(bucket)
             if opened is not None and self._extends(opened, names, start, count):
                 self._extend(bucket, opened, table)
             else:
-                self._publish(bucket, start, table)
+                self._publish(bucket, start, table, close=close)
         return start, start + count
 
     def _extends(self, opened: _OpenSegment, names: list[str], start: int, count: int) -> bool:
@@ -446,7 +450,7 @@ class SegmentLog:
         self._open[bucket] = _OpenSegment(path, base, opened_at, table, identity)
         self._rows[(path, identity)] = table.num_rows
 
-    def _publish(self, bucket: int, start: int, table: pa.Table) -> None:
+    def _publish(self, bucket: int, start: int, table: pa.Table, *, close: bool = False) -> None:
         folder = f"{self._base}/{bucket}"
         final = f"{folder}/{segment_name(start)}"
         tmp = f"{folder}/.{uuid.uuid4().hex}.parquet.tmp"
@@ -471,10 +475,11 @@ class SegmentLog:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 self._fs.delete_file(tmp)
-        if self._local:
+        if self._local and not close:
             self._remember_open(bucket, final, start, time.monotonic(), table)
         else:
-            self._rows[(final, None)] = table.num_rows
+            self._open.pop(bucket, None)
+            self._rows[(final, self._identity(final))] = table.num_rows
 
     @contextlib.contextmanager
     def _bucket_lock(self, bucket: int) -> Iterator[None]:

@@ -21,11 +21,13 @@ once. A :class:`StateStore` holds only strings; it pickles, and every process bu
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -530,27 +532,58 @@ class StateStore:
         with :class:`~modeswitch.errors.InvalidStateTransitionError` (the sink log disagrees
         with the state: a bug, never to be papered over).
         """
-        progress = self._progress_of(commit, watermark=watermark, recorded_by=recorded_by)
-        key = (pc.field("epoch") == progress.epoch) & (pc.field("sequence") == progress.sequence)
+        return self.record_progress_many([commit], watermark=watermark, recorded_by=recorded_by) > 0
 
-        def plan(snapshot: Snapshot) -> Change[bool]:
-            found = snapshot.read(key).to_pylist()
-            if found:
-                old = progress_from_row(found[0])
-                if (old.start, old.end) != (progress.start, progress.end):
+    def record_progress_many(
+        self,
+        commits: Sequence[SinkCommit],
+        *,
+        watermark: datetime | None = None,
+        recorded_by: str = "sink",
+    ) -> int:
+        """Record several sink commits in one commit of the progress table (a stream records
+        its micro-batches this way, about once a second); returns how many were new. Same
+        idempotence and refusal as :meth:`record_progress`."""
+        rows = [self._progress_of(c, watermark=watermark, recorded_by=recorded_by) for c in commits]
+        if not rows:
+            return 0
+        # Only the files that may hold these keys are read (statistics prune the rest): a
+        # long stream adds a file a second, and its recording must not slow down with them.
+        where = functools.reduce(
+            operator.or_,
+            (
+                (pc.field("epoch") == epoch)
+                & (pc.field("sequence") >= min(p.sequence for p in rows if p.epoch == epoch))
+                & (pc.field("sequence") <= max(p.sequence for p in rows if p.epoch == epoch))
+                for epoch in sorted({p.epoch for p in rows})
+            ),
+        )
+        label = ", ".join(f"{p.epoch}/{p.sequence}" for p in rows[:3])
+
+        def plan(snapshot: Snapshot) -> Change[int]:
+            found = {
+                (old.epoch, old.sequence): old
+                for old in map(progress_from_row, snapshot.read(where).to_pylist())
+            }
+            new: list[Progress] = []
+            for progress in rows:
+                old = found.get((progress.epoch, progress.sequence))
+                if old is None:
+                    found[(progress.epoch, progress.sequence)] = progress
+                    new.append(progress)
+                elif (old.start, old.end) != (progress.start, progress.end):
                     raise InvalidStateTransitionError(
                         f"progress of epoch {progress.epoch} sequence {progress.sequence} is "
                         f"recorded as {offsets_to_dict(old.start)} -> {offsets_to_dict(old.end)}"
                         f"; refusing {offsets_to_dict(progress.start)} -> "
                         f"{offsets_to_dict(progress.end)}"
                     )
-                return Change(False)
-            rows = rows_table(SCHEMAS["progress"], [progress_to_row(progress)])
-            return Change(True, insert(rows))
+            if not new:
+                return Change(0)
+            table = rows_table(SCHEMAS["progress"], [progress_to_row(p) for p in new])
+            return Change(len(new), insert(table))
 
-        return self._table("progress").transact(
-            f"record_progress {progress.epoch}/{progress.sequence}", plan
-        )
+        return self._table("progress").transact(f"record_progress {label}", plan)
 
     def progress(self, epoch: int | None = None) -> list[Progress]:
         """Recorded sink commits (of one epoch, or all), by epoch and sequence."""
