@@ -12,7 +12,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from modeswitch.config import PipelineSettings
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.orchestration import close_epoch, decide, job_command, run_job_process
 from modeswitch.produce import EventGenerator, produce_backlog
-from modeswitch.sinks.commits import sink_commits
+from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.verify import audit
@@ -39,7 +41,7 @@ def settings(tmp_path: Path) -> PipelineSettings:
             "max_split_records": "20000",
             "max_records_per_trigger": "15000",
             "trigger_interval": "200ms",
-            "max_stream_runtime": "20s",
+            "max_stream_runtime": "10m",
             "watermark_lag_threshold": "1h",
             "enter_threshold": "1h",
             "exit_threshold": "1h",
@@ -77,6 +79,28 @@ def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, marke
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
     assert process.returncode == -signal.SIGKILL
+
+
+@contextlib.contextmanager
+def pause_when_caught_up(settings: PipelineSettings, target: dict[int, int]) -> Iterator[None]:
+    """Submit a pause command once the sink holds ``target``: the stream then stops at its
+    next micro-batch boundary, however slow the machine (no fixed runtime to outlast)."""
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            if committed_offsets(settings.sink, settings.pipeline) == target:
+                store.submit_command("pause", {"note": "caught up"}, issuer="test")
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=30)
 
 
 def assert_exactly_once(settings: PipelineSettings) -> None:
@@ -129,7 +153,8 @@ def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(settings, tmp
     assert stream.mode == "stream"
     assert stream.start == batch.boundary  # the exact handoff
     kill_at(settings, "stream", stream.epoch, "sink.between_check_and_commit", tmp_path / "m")
-    run_job_process("stream", settings, stream.epoch, timeout=600)  # resumes its checkpoint
+    with pause_when_caught_up(settings, log.latest_offsets()):
+        run_job_process("stream", settings, stream.epoch, timeout=600)  # resumes its checkpoint
     status, end = close_epoch(settings, stream.epoch)
     assert status == "completed"
     assert end == log.latest_offsets()
