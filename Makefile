@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
 
-.PHONY: install java demo test lint format bench clean
+.PHONY: install java cds demo test lint format bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -18,10 +18,15 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $(STAMP)
 
-install: $(STAMP) java
+install: $(STAMP) java cds
 
 java:
 	@bash tools/ensure-java.sh
+
+# A class-data-sharing archive of Spark's JVM classes: every Spark job starts faster with it
+# (modeswitch.jvm; made once per Java and Spark version, ~1 min; kept in ~/.cache/modeswitch).
+cds: $(STAMP) java
+	@$(PY) -m modeswitch.jvm
 
 demo: install
 	$(PY) -m modeswitch.airflow.demo .demo

@@ -46,6 +46,7 @@ def create_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    from modeswitch.jvm import java_options, with_java_options
     from modeswitch.sinks.delta import register as register_sink
     from modeswitch.sources.spark import register
 
@@ -68,6 +69,12 @@ def create_spark_session(
         settings["spark.jars"] = delta_jars
         settings.update(DELTA_SPARK_CONF)
     settings.update(conf or {})
+    # Map the JVM class archive when there is one (modeswitch.jvm): a faster start.
+    options = java_options()
+    if options and "ArchiveClassesAtExit" not in settings.get("spark.driver.extraJavaOptions", ""):
+        settings["spark.driver.extraJavaOptions"] = with_java_options(
+            settings.get("spark.driver.extraJavaOptions"), options
+        )
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

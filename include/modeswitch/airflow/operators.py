@@ -11,6 +11,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.errors import ConfigError
+from modeswitch.jvm import java_options, with_java_options
 from modeswitch.orchestration import JOBS
 
 JOB_SCRIPTS = {"batch": "backlog_batch.py", "stream": "stream.py"}
@@ -81,6 +82,10 @@ class EpochJobOperator(SparkSubmitOperator):
             "spark.pyspark.driver.python": sys.executable,
             **(self.conf or {}),
         }
+        # spark-submit starts the driver JVM: map the class archive there (modeswitch.jvm).
+        options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())
+        if options:
+            self.conf["spark.driver.extraJavaOptions"] = options
         self.name = f"modeswitch-{plan['pipeline']}-{self.kind}-epoch-{plan['epoch']}"
         self.log.info("epoch %s (%s): %s", plan["epoch"], self.kind, self.application)
         self._hook = None  # built from the values above
