@@ -266,6 +266,7 @@ def run_stream_epoch(
     else:
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
     query = writer.start(settings.sink)
+    log.info("stream epoch %d: query started from %s", epoch_id, start_json)
     reason, next_mode, command_id = "", "stream", None
     commands_checked: datetime | None = None
     try:
@@ -275,7 +276,9 @@ def run_stream_epoch(
                 events.get(timeout=poll.total_seconds())
                 while not events.empty():
                     events.get_nowait()
-            supervisor.follow_commits()
+            new = supervisor.follow_commits()
+            if new and supervisor.micro_batches == len(new):
+                log.info("stream epoch %d: first micro-batch committed", epoch_id)
             pending = None
             if commands_checked is None or clock() - commands_checked >= COMMAND_POLL_EVERY:
                 pending = _stop_command(store)
