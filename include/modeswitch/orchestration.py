@@ -31,7 +31,12 @@ import pendulum
 
 from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
-from modeswitch.errors import InvalidOffsetsError, ModeswitchError, RewindRefusedError
+from modeswitch.errors import (
+    InvalidOffsetsError,
+    InvalidStateTransitionError,
+    ModeswitchError,
+    RewindRefusedError,
+)
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
 from modeswitch.sinks.commits import latest_sink_commit
@@ -120,8 +125,15 @@ def apply_rewinds(
     the newest epoch and the new committed offsets; a bad one is marked rejected with the
     reason, and nothing is written for it. A rewind found already in the sink (a crash before
     it was acknowledged) is only acknowledged. With ``dry_run`` nothing is written: the
-    rewinds are checked and returned as they would be applied.
+    rewinds are checked and returned as they would be applied. Refused while an epoch is
+    running (its job may be committing): a running epoch ends first.
     """
+    running = store.current_epoch()
+    if running is not None:
+        raise InvalidStateTransitionError(
+            f"rewinds are applied between epochs; epoch {running.id} ({running.mode}) is "
+            "still running"
+        )
     if not dry_run:
         newest = latest_sink_commit(settings.sink, settings.pipeline)
         if newest is not None and newest.is_rewind:
