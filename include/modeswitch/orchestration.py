@@ -134,11 +134,14 @@ def apply_rewinds(
             f"rewinds are applied between epochs; epoch {running.id} ({running.mode}) is "
             "still running"
         )
+    options = store.storage_options
     if not dry_run:
-        newest = latest_sink_commit(settings.sink, settings.pipeline)
+        newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
         if newest is not None and newest.is_rewind:
             # A crash may have come between a rewind's sink and quarantine commits.
-            rewind_quarantine(settings.quarantine, settings.pipeline, newest)
+            rewind_quarantine(
+                settings.quarantine, settings.pipeline, newest, storage_options=options
+            )
     pending = [c for c in store.pending_commands() if c.kind == "rewind"]
     if not pending:
         return []
@@ -159,7 +162,7 @@ def apply_rewinds(
                 applied.append(AppliedRewind(command.id, offsets, {**committed, **moved}))
                 continue
             last = store.latest_epoch()
-            newest = latest_sink_commit(settings.sink, settings.pipeline)
+            newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
             outcome = rewind_sink(
                 settings.sink,
                 settings.pipeline,
@@ -169,6 +172,7 @@ def apply_rewinds(
                 earliest=earliest,
                 buckets=buckets,
                 quarantine_uri=settings.quarantine,
+                storage_options=options,
             )
         except (RewindRefusedError, InvalidOffsetsError) as exc:
             log.warning("%s", exc)
