@@ -38,9 +38,10 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 @pytest.fixture
 def settings(tmp_path: Path) -> PipelineSettings:
-    log = SegmentLog.create(str(tmp_path / "log"), buckets=len(LATEST))
+    # Segments of 10 records, published closed: retention drops whole segments.
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=len(LATEST), open_segment_seconds=0)
     for bucket, count in LATEST.items():
-        for lo in range(0, count, 10):  # segments of 10 records: retention drops whole ones
+        for lo in range(0, count, 10):
             log.append(
                 bucket,
                 pa.table(
