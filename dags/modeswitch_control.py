@@ -19,7 +19,11 @@ Queue a command for the pipeline: `switch_to_batch`, `switch_to_stream`, `pause`
 or `rewind`. A running stream job applies switch and pause commands at its next commit
 boundary (between micro-batches); otherwise the next `decide` applies them. `rewind` takes
 either `offsets` (e.g. `{"0": 120, "3": 0}`) or `event_time` (ISO-8601: per bucket, the first
-offset at or after it). Bad params are refused before anything is written.
+offset at or after it): the next `decide` deletes what the sink holds at or above those
+offsets in one recorded commit and the next epoch reprocesses from there, exactly once (a
+running stream stops for it; a running batch epoch finishes first). Bad params are refused
+before anything is written; a rewind that no longer fits (above the committed offsets, below
+retention) is rejected with the reason when `decide` applies it.
 """
 
 

@@ -32,6 +32,7 @@ from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.state import StateStore
+from modeswitch.storage import storage_options
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,10 @@ class BatchRunReport:
 
 
 def open_store(settings: PipelineSettings) -> StateStore:
-    """The control tables of the configured pipeline."""
-    return StateStore(settings.state_root, settings.sink, settings.pipeline)
+    """The control tables of the configured pipeline (storage options from the environment)."""
+    return StateStore(
+        settings.state_root, settings.sink, settings.pipeline, storage_options=storage_options()
+    )
 
 
 def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str, str]:
@@ -60,6 +63,7 @@ def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str,
         "epoch": str(epoch),
         "mode": mode,
         "quarantinePath": settings.quarantine,
+        **{f"storage.{key}": value for key, value in storage_options().items()},
     }
 
 
@@ -154,7 +158,9 @@ def run_batch_epoch(
             .save(settings.sink)
         )
         pause_point("batch.after_wave_commit")
-        commit = latest_sink_commit(settings.sink, settings.pipeline)
+        commit = latest_sink_commit(
+            settings.sink, settings.pipeline, storage_options=store.storage_options
+        )
         assert commit is not None and commit.epoch == epoch_id and commit.sequence == wave.index
         store.record_progress(commit, recorded_by="backlog_batch")
         store.mark_splits(epoch_id, wave.splits, "committed")

@@ -239,7 +239,16 @@ def _verify(args: argparse.Namespace) -> int:
 
     if args.spot_check < 0:
         raise ModeswitchError(f"verify: --spot-check {args.spot_check} is negative")
-    report = audit(args.log, args.sink, args.quarantine, args.pipeline, spot_check=args.spot_check)
+    from modeswitch.storage import storage_options
+
+    report = audit(
+        args.log,
+        args.sink,
+        args.quarantine,
+        args.pipeline,
+        spot_check=args.spot_check,
+        storage_options=storage_options(),  # MODESWITCH_STORAGE_OPTIONS, if set
+    )
     table = Table(title=f"exactly-once audit of pipeline {report.pipeline!r}", box=box.SIMPLE_HEAD)
     for name in ("bucket", "expected", "sink", "quarantine", "missing", "duplicated"):
         # Full header words; in 80 columns "out of range" wraps instead.

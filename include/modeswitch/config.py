@@ -284,6 +284,7 @@ _TEXT_SETTINGS = (
     "state_root",
     "checkpoint_root",
     "transform",
+    "storage_connection",
 )
 
 
@@ -304,8 +305,10 @@ class PipelineSettings:
     at the latest), ``stream_trigger`` (``processing_time``, the live default, or
     ``available_now``: read what is there, then end the epoch; for catch-up runs and
     benchmarks).
-    ``transform`` is ``module:function``. ``policy`` and ``planner`` hold the switching and
-    planning settings.
+    ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
+    whose extras are the tables' storage options (credentials); only the id is a setting, the
+    options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
+    hold the switching and planning settings.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
     :func:`layer_settings`; every layer is a flat mapping of setting name to raw value.
@@ -323,6 +326,7 @@ class PipelineSettings:
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
     transform: str = "modeswitch.transforms:parse_events"
+    storage_connection: str = ""
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
 

@@ -67,3 +67,8 @@ class EpochStillOpenError(InvalidStateTransitionError):
 
 class StateConflictError(ModeswitchError):
     """A control-table write lost to concurrent writers on every one of its attempts."""
+
+
+class RewindRefusedError(ModeswitchError, ValueError):
+    """A rewind command that cannot be applied (an unknown bucket, an offset above the
+    committed offset or below the source's retention); nothing was written."""

@@ -5,7 +5,9 @@ log itself, in milliseconds. :func:`decide` calls the same :func:`~modeswitch.po
 as the stream job, opens the next epoch with its exact start offsets (the sink's committed
 offsets: the handoff) and, for a batch epoch, its boundary (the source's latest offsets now).
 :func:`close_epoch` checks that a batch epoch reached its boundary, or records where a stream
-epoch stopped and why.
+epoch stopped and why. Pending ``rewind`` commands are applied by :func:`decide` between
+epochs, before it opens the next one at the rewound offsets (:func:`apply_rewinds`); a running
+batch epoch finishes first, a running stream stops at its next commit boundary.
 
 :func:`run_locally` strings them together with the Spark jobs run as child processes: the
 pipeline without Airflow, for tests and the demo.
@@ -29,9 +31,16 @@ import pendulum
 
 from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
-from modeswitch.errors import ModeswitchError
-from modeswitch.offsets import OffsetsMap
+from modeswitch.errors import (
+    InvalidOffsetsError,
+    InvalidStateTransitionError,
+    ModeswitchError,
+    RewindRefusedError,
+)
+from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
+from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -81,10 +90,7 @@ def observe(
     source = SegmentLog(settings.source)
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
     committed = {**earliest, **store.committed_offsets()}
-    max_event: dict[int, int] = {}
-    for row in store.progress():
-        for bucket, micros in row.max_event_time_us.items():
-            max_event[bucket] = max(micros, max_event.get(bucket, micros))
+    max_event = store.max_event_times()
     observation = Observation(
         now=now,
         committed=committed,
@@ -94,6 +100,93 @@ def observe(
         last_data_at={b: now for b in latest if latest[b] > committed.get(b, 0)},
     )
     return observation, committed
+
+
+@dataclass(frozen=True)
+class AppliedRewind:
+    """A rewind command that :func:`apply_rewinds` applied (or, in a dry run, would apply):
+    the offsets it asked for and the sink's committed offsets after it."""
+
+    command: int
+    offsets: OffsetsMap
+    end: OffsetsMap
+
+    def describe(self) -> str:
+        return f"command #{self.command} rewind to {offsets_to_json(self.offsets)}"
+
+
+def apply_rewinds(
+    settings: PipelineSettings, store: StateStore, *, dry_run: bool = False
+) -> list[AppliedRewind]:
+    """Apply the pending ``rewind`` commands, oldest first, between epochs.
+
+    Each one is one sink commit (:func:`modeswitch.sinks.rewind.rewind_sink`: the rows at or
+    above its offsets deleted from the sink and the quarantine) and then marked applied with
+    the newest epoch and the new committed offsets; a bad one is marked rejected with the
+    reason, and nothing is written for it. A rewind found already in the sink (a crash before
+    it was acknowledged) is only acknowledged. With ``dry_run`` nothing is written: the
+    rewinds are checked and returned as they would be applied. Refused while an epoch is
+    running (its job may be committing): a running epoch ends first.
+    """
+    running = store.current_epoch()
+    if running is not None:
+        raise InvalidStateTransitionError(
+            f"rewinds are applied between epochs; epoch {running.id} ({running.mode}) is "
+            "still running"
+        )
+    options = store.storage_options
+    if not dry_run:
+        newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
+        if newest is not None and newest.is_rewind:
+            # A crash may have come between a rewind's sink and quarantine commits.
+            rewind_quarantine(
+                settings.quarantine, settings.pipeline, newest, storage_options=options
+            )
+    pending = [c for c in store.pending_commands() if c.kind == "rewind"]
+    if not pending:
+        return []
+    source = SegmentLog(settings.source)
+    earliest, buckets = source.earliest_offsets(), source.buckets()
+    applied: list[AppliedRewind] = []
+    for command in pending:
+        try:
+            offsets = offsets_from_dict(
+                command.args.get("offsets"), source=f"rewind command #{command.id} offsets"
+            )
+            if dry_run:
+                committed = {**earliest, **store.committed_offsets(), **applied_end(applied)}
+                check_rewind(
+                    command.id, offsets, committed=committed, earliest=earliest, buckets=buckets
+                )
+                moved = {b: o for b, o in offsets.items() if b in committed}
+                applied.append(AppliedRewind(command.id, offsets, {**committed, **moved}))
+                continue
+            last = store.latest_epoch()
+            newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
+            outcome = rewind_sink(
+                settings.sink,
+                settings.pipeline,
+                command=command.id,
+                epoch=max(last.id if last else 0, newest.epoch if newest else 0),
+                offsets=offsets,
+                earliest=earliest,
+                buckets=buckets,
+                quarantine_uri=settings.quarantine,
+                storage_options=options,
+            )
+        except (RewindRefusedError, InvalidOffsetsError) as exc:
+            log.warning("%s", exc)
+            if not dry_run:
+                store.reject_command(command.id, str(exc))
+            continue
+        store.acknowledge_rewind(outcome.commit)
+        applied.append(AppliedRewind(command.id, offsets, dict(outcome.commit.end)))
+    return applied
+
+
+def applied_end(rewinds: list[AppliedRewind]) -> OffsetsMap:
+    """The committed offsets after the last of ``rewinds`` (empty if none)."""
+    return dict(rewinds[-1].end) if rewinds else {}
 
 
 def decide(
@@ -107,8 +200,10 @@ def decide(
     """Choose the next epoch's mode and open it (unless ``dry_run``).
 
     A running epoch (an Airflow retry of a run whose epoch is still open) is re-attached,
-    not replaced. Pending switch and pause commands override the policy and are applied, with
-    the start offsets, when the epoch opens; ``force_mode`` (a run param) does the same.
+    not replaced. Pending ``rewind`` commands are applied first (:func:`apply_rewinds`), so
+    the new epoch starts at the rewound offsets and its reason names the command. Pending
+    switch and pause commands override the policy and are applied, with the start offsets,
+    when the epoch opens; ``force_mode`` (a run param) does the same.
     """
     store = open_store(settings)
     if not dry_run:
@@ -120,7 +215,10 @@ def decide(
             current.id, current.mode, "re-attached", current.start, current.boundary, True
         )
     now = now or pendulum.now("UTC")
+    rewinds = apply_rewinds(settings, store, dry_run=dry_run)
     observation, committed = observe(settings, store, now)
+    if dry_run:
+        committed = {**committed, **applied_end(rewinds)}
     command = None
     applied: list[int] = []
     for pending in store.pending_commands():
@@ -135,11 +233,17 @@ def decide(
         observation, settings=settings.policy, previous=_previous_state(store), command=command
     )
     record = decision.to_record()
+    reason = "; ".join([*(r.describe() for r in rewinds), decision.reason])
+    done = tuple(r.command for r in rewinds)
     if dry_run:
-        return EpochPlan(None, decision.mode, decision.reason, committed, None, decision=record)
+        if rewinds:
+            reason = f"would apply {reason}"
+        return EpochPlan(
+            None, decision.mode, reason, committed, None, commands=done, decision=record
+        )
     store.record_decision(
         "batch" if decision.mode == "batch" else "stream",
-        decision.reason,
+        reason,
         record,
         at=now,
         switched=decision.switched,
@@ -151,13 +255,15 @@ def decide(
         if last is not None:
             for command_id in applied:
                 store.apply_command(command_id, last.id, committed)
-        return EpochPlan(None, "paused", decision.reason, committed, None, decision=record)
+        return EpochPlan(
+            None, "paused", reason, committed, None, commands=(*done, *applied), decision=record
+        )
     boundary = dict(observation.latest) if decision.mode == "batch" else None
-    epoch = store.open_epoch(decision.mode, decision.reason, committed, boundary)
+    epoch = store.open_epoch(decision.mode, reason, committed, boundary)
     for command_id in applied:
         store.apply_command(command_id, epoch, committed)
     return EpochPlan(
-        epoch, decision.mode, decision.reason, committed, boundary, False, tuple(applied), record
+        epoch, decision.mode, reason, committed, boundary, False, (*done, *applied), record
     )
 
 

@@ -13,8 +13,10 @@ bookkeeping stays off the micro-batches' path on a small machine), evaluates
 :func:`modeswitch.policy.decide_mode` (the same function the ``decide`` task calls) and looks
 for operator commands (twice a second). The query is stopped, between micro-batches, when the
 policy says batch, when a command asks for it, or at ``max_stream_runtime``. The end offsets are
-then read from the sink's log (the truth), and a command that caused the stop is applied and
-acknowledged, with those offsets, in one commit of the commands table.
+then read from the sink's log (the truth), and a switch or pause command that caused the stop
+is applied and acknowledged, with those offsets, in one commit of the commands table. A
+``rewind`` command stops the stream too but stays pending: ``decide`` applies it before the
+next epoch.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
 
-STOP_COMMANDS = {"switch_to_batch": "force_batch", "pause": "pause"}
+STOP_COMMANDS: dict[str, str | None] = {
+    "switch_to_batch": "force_batch",
+    "pause": "pause",
+    "rewind": None,
+}
+"""Commands that stop a running stream at its next commit boundary, with the policy action
+each forces. A rewind forces none: the stream stops and leaves it pending, and ``decide``
+applies it (a sink commit of its own) before it opens the next epoch at the rewound offsets."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
@@ -82,11 +91,9 @@ class _ProgressListener:
 
 
 def _epoch_max_event_times(store: StateStore) -> dict[int, datetime]:
-    """Per bucket, the max event time committed so far by any epoch."""
-    latest: dict[int, int] = {}
-    for row in store.progress():
-        for bucket, micros in row.max_event_time_us.items():
-            latest[bucket] = max(micros, latest.get(bucket, micros))
+    """Per bucket, the max event time of what the sink holds (a rewind drops the times of
+    the buckets it moved back; see :meth:`StateStore.max_event_times`)."""
+    latest = store.max_event_times()
     return {b: datetime.fromtimestamp(us / 1e6, tz=UTC) for b, us in latest.items()}
 
 
@@ -125,7 +132,7 @@ class StreamSupervisor:
         found, self.sink_version = commits_after(
             self.settings.sink, self.settings.pipeline, self.sink_version
         )
-        mine = [c for c in found if c.epoch == self.epoch_id]
+        mine = [c for c in found if c.epoch == self.epoch_id and not c.is_rewind]
         for commit in mine:
             self.micro_batches += 1
             self.records += commit.records
@@ -284,12 +291,15 @@ def run_stream_epoch(
                 pending = _stop_command(store)
                 commands_checked = clock()
             if pending is not None:
-                command_id, kind = pending
-                decision = supervisor.evaluate(
-                    OperatorCommand(STOP_COMMANDS[kind], f"#{command_id}")
-                )
-                reason = f"command #{command_id} {kind}"
-                next_mode = decision.mode
+                stop_id, kind = pending
+                reason = f"command #{stop_id} {kind}"
+                action = STOP_COMMANDS[kind]
+                if action is None:
+                    reason += " (left pending: decide applies it before the next epoch)"
+                else:
+                    command_id = stop_id
+                    decision = supervisor.evaluate(OperatorCommand(action, f"#{stop_id}"))
+                    next_mode = decision.mode
                 break
             if supervisor.micro_batches == 0:
                 # Nothing read yet: the lag still measures the previous epoch and the

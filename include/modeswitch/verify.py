@@ -5,9 +5,15 @@ source log up to the committed offsets (DESIGN.md, invariant 1). Per bucket, the
 range* is ``[start, committed)``:
 
 - ``start``: the ``start`` offset of the bucket in the pipeline's oldest sink commit that
-  covers the bucket (where the pipeline began reading it);
+  covers the bucket (where the pipeline began reading it), or a rewind's offset if one went
+  lower;
 - ``committed``: the bucket's end in the pipeline's newest sink commit
-  (:func:`~modeswitch.sinks.commits.committed_offsets`).
+  (:func:`~modeswitch.sinks.commits.committed_offsets`), a rewind's included.
+
+A rewind commit deleted the rows at or above its offsets, so after it (and after the records
+are reprocessed) every offset of the range is again present exactly once. The audit also
+checks invariant 3 over the commits: committed offsets never decrease except by a rewind
+(:func:`~modeswitch.sinks.commits.offset_regressions`), reported as problems.
 
 A bucket that no commit covers has an empty range. Every row of either table, identified by
 ``(bucket, offset)``, then falls in one of these:
@@ -48,7 +54,7 @@ import pyarrow.compute as pc
 
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import SinkCommit, sink_commits
+from modeswitch.sinks.commits import SinkCommit, offset_regressions, sink_commits
 from modeswitch.sources.segments import SegmentLog
 
 log = logging.getLogger(__name__)
@@ -204,7 +210,7 @@ def audit(
         committed=committed,
         known_buckets=source.buckets(),
     )
-    problems = _source_problems(source, committed)
+    problems = _source_problems(source, committed) + offset_regressions(commits)
     checked = _spot_check(source, quarantine_rows, spot_check) if spot_check > 0 else None
     report = AuditReport(
         pipeline=pipeline,
@@ -243,8 +249,15 @@ def expected_ranges(commits: list[SinkCommit]) -> tuple[OffsetsMap, OffsetsMap]:
     if not commits:
         return {}, {}
     starts: OffsetsMap = {}
+    rewound: OffsetsMap = {}
     for commit in commits:  # newest first: older commits overwrite
-        starts.update(commit.start)
+        if commit.is_rewind:
+            for bucket, offset in commit.start.items():
+                rewound[bucket] = min(offset, rewound.get(bucket, offset))
+        else:
+            starts.update(commit.start)
+    for bucket, offset in rewound.items():  # a rewind below the oldest start reaches further
+        starts[bucket] = min(offset, starts.get(bucket, offset))
     committed = dict(commits[0].end)
     return {b: starts.get(b, 0) for b in committed}, committed
 

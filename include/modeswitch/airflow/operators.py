@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from modeswitch.airflow.settings import connection_storage_environment
 from modeswitch.airflow.tasks import require_running_epoch
+from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError
 from modeswitch.jvm import java_options, with_java_options
 from modeswitch.orchestration import JOBS
@@ -17,13 +20,14 @@ from modeswitch.orchestration import JOBS
 JOB_SCRIPTS = {"batch": "backlog_batch.py", "stream": "stream.py"}
 
 
-def require_spark_connection(conn_id: str) -> None:
-    """Refuse to submit without the connection: the Spark provider would silently use YARN."""
+def require_spark_connection(conn_id: str) -> Any:
+    """Refuse to submit without the connection: the Spark provider would silently use YARN.
+    Returns the connection."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
-        BaseHook.get_connection(conn_id)
+        return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException as exc:
         raise ConfigError(
             f"Airflow connection {conn_id!r} is not defined; without it spark-submit would "
@@ -66,8 +70,27 @@ class EpochJobOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
-        require_running_epoch(plan or {}, self.kind)
-        require_spark_connection(self._conn_id)
+        self.prepare(plan or {})
+        super().execute(context)
+
+    def prepare(self, plan: Mapping[str, Any]) -> None:
+        """Set the job's arguments, environment and Spark conf for ``plan``'s epoch.
+
+        Storage credentials (the ``storage_connection`` setting's Connection extras) go to
+        spark-submit's environment only, never its command line: on YARN and Kubernetes the
+        Spark provider turns environment variables into ``--conf`` arguments, so there the
+        setting is refused.
+        """
+        require_running_epoch(plan, self.kind)
+        spark = require_spark_connection(self._conn_id)
+        storage_env = connection_storage_environment(PipelineSettings.from_json(plan["settings"]))
+        master = (spark.host or "").lower()
+        if storage_env and (master.startswith("yarn") or master.startswith("k8s")):
+            raise ConfigError(
+                f"storage_connection: spark-submit to {spark.host!r} would put the storage "
+                "credentials on its command line (the Spark provider passes environment "
+                "variables there as --conf); use the cluster's own credentials instead"
+            )
         self.application_args = [
             "--pipeline",
             plan["pipeline"],
@@ -76,7 +99,7 @@ class EpochJobOperator(SparkSubmitOperator):
             "--config",
             plan["settings"],
         ]
-        self.env_vars = {**job_environment(), **(self.env_vars or {})}
+        self.env_vars = {**job_environment(), **storage_env, **(self.env_vars or {})}
         self.conf = {
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
@@ -89,4 +112,3 @@ class EpochJobOperator(SparkSubmitOperator):
         self.name = f"modeswitch-{plan['pipeline']}-{self.kind}-epoch-{plan['epoch']}"
         self.log.info("epoch %s (%s): %s", plan["epoch"], self.kind, self.application)
         self._hook = None  # built from the values above
-        super().execute(context)

@@ -10,7 +10,11 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 
 from modeswitch.airflow.lag import measure_lag
-from modeswitch.airflow.settings import settings_from_airflow
+from modeswitch.airflow.settings import (
+    connection_storage_environment,
+    exported,
+    settings_from_airflow,
+)
 from modeswitch.airflow.triggers import LagThresholdTrigger
 from modeswitch.errors import ModeswitchError
 
@@ -43,7 +47,9 @@ class LagThresholdSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _check(self) -> dict[str, Any] | None:
-        reading = measure_lag(settings_from_airflow(self.settings))
+        settings = settings_from_airflow(self.settings)
+        with exported(connection_storage_environment(settings)):
+            reading = measure_lag(settings)
         reason = reading.crosses(
             watermark_lag_threshold=self.watermark_lag_threshold,
             offset_lag_threshold=self.offset_lag_threshold,

@@ -9,11 +9,14 @@ A bad value raises :class:`ConfigError` naming the Variable (or the param) and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from modeswitch.config import PipelineSettings, layer_settings, read_settings_file
 from modeswitch.errors import ConfigError
+from modeswitch.storage import storage_environment
 
 VARIABLE_PREFIX = "modeswitch_"
 CONFIG_FILE_VARIABLE = "modeswitch_config_file"
@@ -64,3 +67,45 @@ def settings_from_airflow(
     layers += [(f"Airflow Variable {variable_name(k)!r}:", {k: v}) for k, v in variables.items()]
     layers.append(("run param settings:", dict(overrides or {})))
     return layer_settings(*layers)
+
+
+def connection_storage_environment(settings: PipelineSettings) -> dict[str, str]:
+    """The environment that carries the tables' storage options: the extras of the Airflow
+    Connection named by the ``storage_connection`` setting, as ``MODESWITCH_STORAGE_OPTIONS``
+    (``{}`` when the setting is empty). Read at run time; never logged."""
+    conn_id = settings.storage_connection
+    if not conn_id:
+        return {}
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise ConfigError(
+            f"storage_connection: Airflow connection {conn_id!r} is not defined; define it "
+            "with the storage options (credentials) as its extras"
+        ) from exc
+    extras = connection.extra_dejson
+    if not isinstance(extras, dict) or not extras:
+        raise ConfigError(
+            f"storage_connection: Airflow connection {conn_id!r} has no extras; its extras "
+            'are the storage options, e.g. {"AWS_REGION": "eu-west-1"}'
+        )
+    return storage_environment({str(key): str(value) for key, value in extras.items()})
+
+
+@contextlib.contextmanager
+def exported(env: Mapping[str, str]) -> Iterator[None]:
+    """Set ``env`` in this process's environment for the block, then restore it. For task
+    processes (one task each), never for the triggerer's shared event loop."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

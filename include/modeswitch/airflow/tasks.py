@@ -18,7 +18,12 @@ from typing import Any
 
 import pendulum
 
-from modeswitch.airflow.settings import VariableGetter, settings_from_airflow
+from modeswitch.airflow.settings import (
+    VariableGetter,
+    connection_storage_environment,
+    exported,
+    settings_from_airflow,
+)
 from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
@@ -59,7 +64,10 @@ def decide_task(
     if not isinstance(dry_run, bool):
         raise ConfigError(f"run param dry_run: {dry_run!r} is not true or false")
     settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
-    plan = decide(settings, force_mode=force_mode, dry_run=dry_run, decided_by=f"airflow {run_id}")
+    with exported(connection_storage_environment(settings)):
+        plan = decide(
+            settings, force_mode=force_mode, dry_run=dry_run, decided_by=f"airflow {run_id}"
+        )
     log.info(
         "pipeline %s: %s%s epoch %s (%s); start %s; boundary %s",
         settings.pipeline,
@@ -103,8 +111,9 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
         raise AirflowSkipException(f"no epoch to close ({plan.get('mode')})")
     settings = PipelineSettings.from_json(plan["settings"])
     epoch_id = int(plan["epoch"])
-    status, end = close_epoch(settings, epoch_id)
-    epoch = open_store(settings).epoch(epoch_id)
+    with exported(connection_storage_environment(settings)):
+        status, end = close_epoch(settings, epoch_id)
+        epoch = open_store(settings).epoch(epoch_id)
     log.info(
         "epoch %d (%s) closed %s at %s: %s",
         epoch_id,
@@ -202,9 +211,10 @@ def submit_control_command(
     args = command_args(params, settings)
     kind = params["command"]
     try:
-        command_id = open_store(settings).submit_command(
-            kind, args, issuer=f"airflow modeswitch_control {run_id}"
-        )
+        with exported(connection_storage_environment(settings)):
+            command_id = open_store(settings).submit_command(
+                kind, args, issuer=f"airflow modeswitch_control {run_id}"
+            )
     except ValueError as exc:
         raise ConfigError(f"command {kind}: {exc}") from exc
     log.info("pipeline %s: queued command %d %s %s", settings.pipeline, command_id, kind, args)

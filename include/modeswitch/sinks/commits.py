@@ -9,6 +9,15 @@ sink makes carries, in its ``commitInfo``:
   mode, sequence (wave index or micro-batch id), the offsets range ``[start, end)`` it covers
   per bucket, the number of records, and the max event time per bucket.
 
+A **rewind** (an operator's ``rewind`` command, :mod:`modeswitch.sinks.rewind`) is a commit
+too, of mode ``"rewind"``: it deletes the rows at or above the rewind offsets, and its ``end``
+is the committed offsets it moves back to, ``start`` the rewind offsets, ``rewound_from`` the
+rewound buckets' ends before it, and ``command`` the command's id. It is the only kind of
+commit whose ``end`` may be below the previous commit's (invariant 3, checked by
+:func:`offset_regressions`). Its app-transaction version lies in the upper half of the
+sequence range of its epoch (:func:`rewind_txn_version`), above every data commit of that
+epoch and below every commit of the next.
+
 Readers here use only ``deltalake``: no Spark.
 """
 
@@ -24,7 +33,9 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 
 METADATA_KEY = "modeswitch"
 SEQUENCE_BITS = 32
-Mode = Literal["batch", "stream"]
+REWIND_SEQUENCE_BASE = 2 ** (SEQUENCE_BITS - 1)
+"""Sequences at and above this are rewinds (``base + command id``); data commits stay below."""
+Mode = Literal["batch", "stream", "rewind"]
 
 
 def txn_version(epoch: int, sequence: int) -> int:
@@ -33,6 +44,15 @@ def txn_version(epoch: int, sequence: int) -> int:
     if epoch < 0 or not 0 <= sequence < 2**SEQUENCE_BITS:
         raise ValueError(f"epoch {epoch} / sequence {sequence} out of range")
     return (epoch << SEQUENCE_BITS) | sequence
+
+
+def rewind_txn_version(epoch: int, command: int) -> int:
+    """The app-transaction version of the rewind applied for ``command`` after epoch ``epoch``:
+    above every data commit of that epoch (so its zombies are fenced out), below the next
+    epoch's, and increasing with the command id (commands are applied in id order)."""
+    if not 0 < command < REWIND_SEQUENCE_BASE:
+        raise ValueError(f"command id {command} out of range")
+    return txn_version(epoch, REWIND_SEQUENCE_BASE + command)
 
 
 def split_txn_version(version: int) -> tuple[int, int]:
@@ -54,10 +74,18 @@ class SinkCommit:
     max_event_time_us: dict[int, int] = field(default_factory=dict)
     table_version: int | None = None
     committed_at_ms: int | None = None
+    command: int | None = None
+    """Rewinds only: the id of the ``rewind`` command this commit applied."""
+    rewound_from: OffsetsMap | None = None
+    """Rewinds only: the rewound buckets' committed offsets before the rewind."""
 
     @property
     def txn_version(self) -> int:
         return txn_version(self.epoch, self.sequence)
+
+    @property
+    def is_rewind(self) -> bool:
+        return self.mode == "rewind"
 
     def to_metadata(self) -> dict[str, str]:
         """The ``custom_metadata`` for deltalake's CommitProperties."""
@@ -72,6 +100,9 @@ class SinkCommit:
             "records": self.records,
             "max_event_time_us": {str(b): t for b, t in sorted(self.max_event_time_us.items())},
         }
+        if self.is_rewind:
+            body["command"] = self.command
+            body["rewound_from"] = offsets_to_dict(self.rewound_from or {})
         return {METADATA_KEY: json.dumps(body, separators=(",", ":"))}
 
     @classmethod
@@ -95,6 +126,10 @@ class SinkCommit:
                 },
                 table_version=info.get("version"),
                 committed_at_ms=info.get("timestamp"),
+                command=None if body.get("command") is None else int(body["command"]),
+                rewound_from=None
+                if body.get("rewound_from") is None
+                else offsets_from_dict(body["rewound_from"], source="sink commit rewound_from"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModeswitchError(
@@ -223,3 +258,51 @@ def committed_offsets(
     """
     latest = latest_sink_commit(table_uri, pipeline, storage_options=storage_options)
     return dict(latest.end) if latest else {}
+
+
+def find_rewind(table: Any, pipeline: str, command: int) -> SinkCommit | None:
+    """The rewind commit that applied ``command``, at or below an open ``DeltaTable``'s
+    snapshot, or None: how a rewind is never applied twice."""
+    for commit, _ in commit_entries(table, pipeline):
+        if commit.is_rewind and commit.command == command:
+            return commit
+    return None
+
+
+def commit_entries(table: Any, pipeline: str) -> Iterator[tuple[SinkCommit, dict]]:
+    """The pipeline's commits at or below an open ``DeltaTable``'s snapshot, newest first,
+    each with its raw ``commitInfo``; read from the log's commit files (see
+    :func:`newest_commit_entry`), stopping where log cleanup removed older ones."""
+    log_dir = _log_dir(table.table_uri)
+    for version in range(table.version(), -1, -1):
+        found = _read_commit_file(log_dir, version, pipeline)
+        if found is _MISSING:
+            return  # older commits were cleaned up after a checkpoint
+        if found is not None:
+            yield found
+
+
+def offset_regressions(commits: list[SinkCommit]) -> list[str]:
+    """Invariant 3 over a pipeline's commits (newest first, as :func:`sink_commits` yields
+    them): committed offsets never decrease from one commit to the next, except by a rewind,
+    and a rewind never moves a bucket forward. Returns each violation, described."""
+    problems = []
+    before: dict[int, int] = {}
+    for commit in reversed(commits):
+        where = f"sink version {commit.table_version} (epoch {commit.epoch} {commit.mode})"
+        for bucket, offset in sorted(commit.end.items()):
+            previous = before.get(bucket)
+            if previous is None:
+                continue
+            if offset < previous and not commit.is_rewind:
+                problems.append(
+                    f"bucket {bucket}: {where} moves the committed offset back from {previous} "
+                    f"to {offset} without a recorded rewind"
+                )
+            elif offset > previous and commit.is_rewind:
+                problems.append(
+                    f"bucket {bucket}: {where}, a rewind, moves the committed offset forward "
+                    f"from {previous} to {offset}"
+                )
+        before.update(commit.end)
+    return problems

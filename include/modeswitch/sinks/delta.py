@@ -655,7 +655,9 @@ def _open_table(options: DeltaSinkOptions) -> Any:
 
 def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
     """Commit to the quarantine table the files that the pipeline's newest sink commit lists,
-    unless the quarantine table already holds them; returns how many files it committed.
+    unless the quarantine table already holds them; returns how many files it committed. If
+    the newest sink commit is a rewind, delete the rewound rows from the quarantine instead,
+    unless that is done (returns 1 if this call did it).
 
     The sink commit is the truth: its metadata lists its quarantine files, and the quarantine
     commit carries the same app-transaction version, so a crash between the two is repaired
@@ -669,6 +671,16 @@ def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
     if table is None:
         return 0
     found = newest_commit_entry(table, options.pipeline)
+    if found is not None and found[0].is_rewind:
+        from modeswitch.sinks.rewind import rewind_quarantine
+
+        rewound = rewind_quarantine(
+            options.quarantine_path,
+            options.pipeline,
+            found[0],
+            storage_options=options.storage_options,
+        )
+        return int(rewound)
     if found is None or QUARANTINE_METADATA_KEY not in found[1]:
         return 0
     commit, info = found

@@ -233,12 +233,14 @@ class Command:
 @dataclass(frozen=True)
 class Reconciliation:
     """What :meth:`StateStore.reconcile` repaired: progress rows it inserted, as
-    ``(epoch, sequence)``, and the splits it marked committed."""
+    ``(epoch, sequence)``, the splits it marked committed, and the rewind commands it marked
+    applied."""
 
     progress: tuple[tuple[int, int], ...] = ()
     splits: tuple[LedgerSplit, ...] = field(default_factory=tuple)
+    rewinds: tuple[int, ...] = ()
 
     @property
     def repaired(self) -> bool:
         """True if anything was missing."""
-        return bool(self.progress or self.splits)
+        return bool(self.progress or self.splits or self.rewinds)

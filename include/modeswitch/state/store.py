@@ -42,7 +42,13 @@ from modeswitch.errors import (
     StateRecordNotFoundError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
-from modeswitch.sinks.commits import SinkCommit, latest_sink_commit, sink_commits
+from modeswitch.sinks.commits import (
+    SinkCommit,
+    latest_sink_commit,
+    rewind_txn_version,
+    sink_commits,
+    txn_version,
+)
 from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
 from modeswitch.state.codec import (
     command_from_row,
@@ -599,18 +605,44 @@ class StateStore:
             self.sink_table_uri, self.pipeline, storage_options=self.storage_options
         )
 
+    def max_event_times(self) -> dict[int, int]:
+        """Per bucket, the max event time (µs) of what is in the sink, from ``progress``.
+
+        A bucket that a rewind moved back counts only commits after the newest rewind of it
+        (its later rows were deleted); until one lands it has none, and the policy treats it
+        as behind. Rewinds come from the applied ``rewind`` commands (cheap to read: no
+        sink history), whose epoch and id give the rewind commit's place among the commits.
+        """
+        cutoff: dict[int, int] = {}
+        for command in self.commands("applied"):
+            if command.kind != "rewind" or command.applied_epoch is None:
+                continue
+            version = rewind_txn_version(command.applied_epoch, command.id)
+            for bucket in command.args.get("offsets", {}):
+                cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
+        latest: dict[int, int] = {}
+        for row in self.progress():
+            version = txn_version(row.epoch, row.sequence)
+            for bucket, micros in row.max_event_time_us.items():
+                if version < cutoff.get(bucket, -1):
+                    continue
+                latest[bucket] = max(micros, latest.get(bucket, micros))
+        return latest
+
     def reconcile(self) -> Reconciliation:
-        """Bring ``progress`` and the split ledger up to the sink's Delta log.
+        """Bring ``progress``, the split ledger and the commands up to the sink's Delta log.
 
         Inserts a progress row (``recorded_by="reconcile"``) for every sink commit of the
         pipeline that ``progress`` lacks, wherever it lies in the log, and marks committed
         every pending split ``[bucket, start, end)`` of an epoch whose newest sink commit has
-        reached ``end`` in that bucket. Returns what it repaired; a second call right after
-        repairs nothing.
+        reached ``end`` in that bucket. A rewind commit whose command is still pending marks
+        it applied (a crash came between the two). Rewinds get no progress row. Returns what
+        it repaired; a second call right after repairs nothing.
         """
-        commits = list(
+        every = list(
             sink_commits(self.sink_table_uri, self.pipeline, storage_options=self.storage_options)
         )
+        commits = [c for c in every if not c.is_rewind]
         now = utc_now()
 
         def plan_progress(snapshot: Snapshot) -> Change[tuple[tuple[int, int], ...]]:
@@ -648,18 +680,41 @@ class StateStore:
             return Change(covered, upsert(rows, _SPLIT_KEY_COLUMNS))
 
         committed = self._table("splits").transact("reconcile splits", plan_splits)
-        result = Reconciliation(progress=inserted, splits=committed)
+        rewinds = tuple(
+            c.command
+            for c in reversed(every)
+            if c.is_rewind and c.command is not None and self._acknowledge_rewind(c)
+        )
+        result = Reconciliation(progress=inserted, splits=committed, rewinds=rewinds)
         if result.repaired:
             log.warning(
                 "pipeline %s: reconciled the control state with sink %s: %d progress rows "
-                "inserted %s, %d splits marked committed",
+                "inserted %s, %d splits marked committed, rewind commands %s marked applied",
                 self.pipeline,
                 self.sink_table_uri,
                 len(inserted),
                 list(inserted),
                 len(committed),
+                list(rewinds),
             )
         return result
+
+    def _acknowledge_rewind(self, commit: SinkCommit) -> bool:
+        """Mark applied the rewind command that a sink commit carries, if it is still pending
+        (a crash came between the sink commit and the commands-table update)."""
+        assert commit.command is not None
+        found = self._table("commands").read(pc.field("id") == commit.command).to_pylist()
+        if not found or command_from_row(found[0]).status != "pending":
+            return False
+        return self.acknowledge_rewind(commit)
+
+    def acknowledge_rewind(self, commit: SinkCommit) -> bool:
+        """Mark the rewind command of sink commit ``commit`` applied, with the commit's epoch
+        and end offsets: the one outcome both ``decide`` and :meth:`reconcile` record. True if
+        this call applied it."""
+        if not commit.is_rewind or commit.command is None:
+            raise InvalidStateInputError(f"sink commit {commit!r} is not a rewind")
+        return self.apply_command(commit.command, max(commit.epoch, 1), commit.end)
 
     def _progress_of(
         self,

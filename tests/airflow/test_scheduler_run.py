@@ -1,0 +1,307 @@
+"""The DAGs through a real Airflow: scheduler, dag-processor, triggerer and API server as
+separate processes (what ``airflow standalone`` starts), LocalExecutor, SQLite, under a
+temporary AIRFLOW_HOME, all in one process group that the fixture kills however the test
+ends.
+
+- The pipeline DAG (unpaused at creation, ``@continuous``) runs through the scheduler: its
+  first run decides a batch epoch, ``spark-submit``s the backlog job on ``spark_default`` =
+  ``local[*]`` and closes the epoch at its boundary.
+- A run of a tiny test DAG (``scheduler_dags/``), triggered with ``airflow dags trigger``,
+  defers the ``LagThresholdSensor`` to the triggerer (its task instance is ``deferred`` and
+  holds no worker slot), and resumes when records appended to the log it watches push the
+  offset lag over its threshold.
+
+Marked ``scheduler`` (deselect with ``-m "not scheduler"``): a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+
+pytestmark = pytest.mark.scheduler
+
+REPO = Path(__file__).resolve().parents[2]
+AIRFLOW = Path(sys.executable).parent / "airflow"
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+DAG_IDS = ("modeswitch_pipeline", "modeswitch_control", "modeswitch_lag_watch")
+RECORDS = 20_000
+
+
+@dataclass
+class RunningAirflow:
+    home: Path
+    env: dict[str, str]
+    port: int
+    leader: subprocess.Popen
+
+    def query(self, sql: str, *args: object) -> list[tuple]:
+        db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [str(AIRFLOW), *args], env=self.env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def logs(self) -> str:
+        """The tail of every component's output, for a failing assertion."""
+        parts = []
+        for name in COMPONENTS:
+            text = (self.home / f"{name}.out").read_text(errors="replace")
+            parts.append(f"--- {name} ---\n{text[-4000:]}")
+        return "\n".join(parts)
+
+    def wait_for(self, what: str, check: Callable[[], object], timeout: float) -> object:
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(sqlite3.OperationalError):  # a locked or new database
+                result = check()
+                if result:
+                    return result
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{self.logs()}")
+            assert self.leader.poll() is None, f"the components' shell exited\n{self.logs()}"
+            time.sleep(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_group(leader: subprocess.Popen) -> None:
+    """SIGTERM the whole group, then SIGKILL whatever is left (Spark JVMs, task runners)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        leader.wait(timeout=20)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader.pid, signal.SIGKILL)
+    leader.wait()
+
+
+@pytest.fixture
+def sources(tmp_path: Path) -> dict[str, Path]:
+    backlog = SegmentLog.create(str(tmp_path / "log"), buckets=4)
+    produce_backlog(backlog, EventGenerator(seed=5, buckets=4), records=RECORDS)
+    watched = SegmentLog.create(str(tmp_path / "watched"), buckets=1)
+    produce_backlog(watched, EventGenerator(seed=6, buckets=1), records=50)
+    return {"log": tmp_path / "log", "watched": tmp_path / "watched", "tmp": tmp_path}
+
+
+@pytest.fixture
+def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
+    tmp = sources["tmp"]
+    home, dags = tmp / "airflow", tmp / "dags"
+    home.mkdir()
+    dags.mkdir()
+    for dag_file in (
+        REPO / "dags" / "modeswitch_pipeline.py",
+        REPO / "dags" / "modeswitch_control.py",
+        Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
+    ):
+        (dags / dag_file.name).symlink_to(dag_file)
+    port = _free_port()
+    variables = {
+        "pipeline": "sched",
+        "source": str(sources["log"]),
+        "warehouse": str(tmp / "warehouse"),
+        "max_stream_runtime": "10s",
+        "trigger_interval": "500ms",
+    }
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__AUTH_MANAGER": (
+            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+        ),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__WORKERS": "1",
+        # Every component signs and checks the task tokens with the same secret.
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(32),
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',
+        "PATH": f"{AIRFLOW.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        **{f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()},
+    }
+    subprocess.run(
+        [str(AIRFLOW), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
+    # One shell leads a new process group and starts the four components in it; the
+    # group is killed as a whole, whatever each component started (task runners, Spark).
+    script = " ".join(f'"$0" {name} > "{home}/{name}.out" 2>&1 &' for name in COMPONENTS) + " wait"
+    leader = subprocess.Popen(["bash", "-c", script, str(AIRFLOW)], env=env, start_new_session=True)
+    try:
+        yield RunningAirflow(home, env, port, leader)
+    finally:
+        _stop_group(leader)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=5
+        ) as r:
+            health = json.load(r)
+    except OSError:
+        return False
+    return all(
+        health.get(part, {}).get("status") == "healthy"
+        for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    )
+
+
+def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
+    airflow_processes: RunningAirflow, sources: dict[str, Path]
+) -> None:
+    airflow = airflow_processes
+    started = time.monotonic()
+    airflow.wait_for("the four components to be healthy", lambda: _healthy(airflow.port), 240)
+    airflow.wait_for(
+        "the DAGs to be parsed",
+        lambda: (
+            len(
+                airflow.query(
+                    f"SELECT dag_id FROM dag WHERE dag_id IN ({','.join('?' * len(DAG_IDS))})",
+                    *DAG_IDS,
+                )
+            )
+            == len(DAG_IDS)
+        ),
+        240,
+    )
+
+    # The sensor defers to the triggerer while the offset lag (50 records) is below 500.
+    airflow.cli(
+        "dags",
+        "trigger",
+        "modeswitch_lag_watch",
+        "--run-id",
+        "watch",
+        "--conf",
+        json.dumps({"source": str(sources["watched"])}),
+    )
+
+    def sensor_state() -> str | None:
+        rows = airflow.query(
+            "SELECT state FROM task_instance WHERE dag_id = 'modeswitch_lag_watch' "
+            "AND run_id = 'watch' AND task_id = 'wait_for_lag'"
+        )
+        return rows[0][0] if rows else None
+
+    airflow.wait_for("the sensor to defer", lambda: sensor_state() == "deferred", 240)
+    [(classpath,)] = airflow.query(
+        "SELECT t.classpath FROM trigger t JOIN task_instance ti "
+        "ON ti.trigger_id = t.id WHERE ti.dag_id = 'modeswitch_lag_watch'"
+    )
+    assert classpath == "modeswitch.airflow.triggers.LagThresholdTrigger"
+    airflow.wait_for(
+        "the triggerer to take the trigger",
+        lambda: airflow.query(
+            "SELECT triggerer_id FROM trigger WHERE classpath = ? AND triggerer_id IS NOT NULL",
+            classpath,
+        ),
+        120,
+    )
+    time.sleep(3)  # a few polls below the threshold: it keeps waiting
+    assert sensor_state() == "deferred"
+    deferred_at = time.monotonic()
+    watched = SegmentLog(str(sources["watched"]))
+    watched.append(
+        0,
+        pa.table(
+            {
+                "event_time": [datetime.now(UTC) - timedelta(seconds=1)] * 1_000,
+                "key": ["k"] * 1_000,
+                "value": ["{}"] * 1_000,
+            }
+        ),
+    )
+    airflow.wait_for("the sensor to resume and succeed", lambda: sensor_state() == "success", 180)
+    resumed_after = time.monotonic() - deferred_at
+    [(value,)] = airflow.query(
+        "SELECT value FROM xcom WHERE dag_id = 'modeswitch_lag_watch' AND key = 'return_value'"
+    )
+    event = json.loads(value)
+    assert event["status"] == "crossed"
+    assert event["offset_lag"] == 1_050
+    assert event["reason"] == "offset lag 1050 records > 500"
+
+    # Meanwhile the continuous pipeline DAG's first run drained the backlog in a batch epoch.
+    def first_pipeline_run() -> tuple | None:
+        rows = airflow.query(
+            "SELECT run_id, state FROM dag_run WHERE dag_id = 'modeswitch_pipeline' "
+            "ORDER BY id LIMIT 1"
+        )
+        return rows[0] if rows and rows[0][1] in ("success", "failed") else None
+
+    run_id, state = airflow.wait_for("the first pipeline run to end", first_pipeline_run, 600)
+    tasks = dict(
+        airflow.query(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = 'modeswitch_pipeline' "
+            "AND run_id = ?",
+            run_id,
+        )
+    )
+    assert state == "success", f"{tasks}\n{airflow.logs()}"
+    assert tasks == {
+        "decide": "success",
+        "branch": "success",
+        "backlog_batch": "success",
+        "stream": "skipped",
+        "close_epoch": "success",
+    }
+    variables = airflow.env
+    store = StateStore.for_warehouse(
+        variables["AIRFLOW_VAR_MODESWITCH_WAREHOUSE"],
+        "sched",
+        f"{variables['AIRFLOW_VAR_MODESWITCH_WAREHOUSE']}/sched",
+    )
+    first = store.epochs()[0]
+    assert (first.mode, first.status) == ("batch", "completed")
+    assert first.end == first.boundary
+    assert sum(first.end.values()) == RECORDS
+    print(
+        f"scheduler test: components healthy and DAGs parsed, sensor resumed "
+        f"{resumed_after:.1f} s after the lag crossed, first epoch done "
+        f"{time.monotonic() - started:.0f} s after start"
+    )
