@@ -142,6 +142,15 @@ def test_native_and_python_commits_mix_on_one_table_in_any_order(spark, log, tmp
     assert [c.sequence for c in commits] == [3, 2, 1, 0]
     assert all(c.records > 0 and c.max_event_time_us for c in commits)
     assert committed_offsets(str(sink), "p") == end
+    try:
+        import polars as pl
+    except ImportError:
+        return
+    frame = pl.read_delta(str(sink))  # polars reads the native files' columns as the table's
+    assert frame.height == sum(end.values())
+    assert frame.columns == list(TABLE_TYPES)
+    assert frame.schema["event_time"] == pl.Datetime("us", "UTC")
+    assert frame.schema["bucket"] == pl.Int32
 
 
 def test_malformed_records_go_to_the_quarantine_table_in_the_same_write(
