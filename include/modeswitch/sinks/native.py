@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -116,12 +117,15 @@ class NativeWrite:
 
     def run(self, df: Any, schema: Any) -> CommitOutcome:
         routed = QUARANTINE_REASON in df.columns
+        started = time.perf_counter()
         try:
             self._spark_write(df, routed)
+            written = time.perf_counter()
             message = self._describe_files(schema)
         except BaseException:
             self._remove_folder()
             raise
+        described = time.perf_counter()
         try:
             outcome = commit_files(
                 self.options,
@@ -137,6 +141,18 @@ class NativeWrite:
             raise
         if outcome.status != "committed":
             self._remove_folder()
+        log.info(
+            "native write %s: %s, %d records in %d files (%d quarantined); Spark write %.2f s, "
+            "files described %.2f s, commit %.2f s",
+            self.folder,
+            outcome.status,
+            message.records,
+            len(message.files),
+            message.quarantined,
+            written - started,
+            described - written,
+            time.perf_counter() - described,
+        )
         return outcome
 
     # -- 1. Spark writes ----------------------------------------------------------------------
