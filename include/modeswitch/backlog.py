@@ -12,10 +12,12 @@ committed:
    idempotent commit makes the retry harmless (case 2).
 3. Each wave is read through ``bucketlog`` with exactly the planned partitions, goes through
    the shared transform, and is written by the Delta sink in one commit carrying the wave's
-   offsets. Then the ledger, progress and per-bucket "backlog finished" are recorded.
+   offsets: by default Spark's own Parquet writer writes the data files and the sink makes
+   the commit (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source).
+   Then the ledger, progress and per-bucket "backlog finished" are recorded.
 
 Peak memory is bounded by the wave, not the backlog: each wave is its own Spark job and no
-record reaches the driver.
+record is collected to the driver.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.sinks.native import write_batch
 from modeswitch.state import StateStore
 from modeswitch.storage import storage_options
 from modeswitch.transforms import load_transform
@@ -147,15 +150,14 @@ def run_batch_epoch(
             .option("partitions", wave_partitions_json(wave))
             .load(settings.source)
         )
-        (
-            transform(source)
-            .write.format("modeswitch_delta")
-            .mode("append")
-            .options(**options)
-            .option("sequence", str(wave.index))
-            .option("offsetsStart", offsets_to_json(start))
-            .option("offsetsEnd", offsets_to_json(end))
-            .save(settings.sink)
+        write_batch(
+            transform(source),
+            settings.sink,
+            writer=settings.batch_writer,
+            **options,
+            sequence=str(wave.index),
+            offsetsStart=offsets_to_json(start),
+            offsetsEnd=offsets_to_json(end),
         )
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(

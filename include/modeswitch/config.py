@@ -275,6 +275,7 @@ _DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime")
 _COUNT_SETTINGS: tuple[str, ...] = ()
 _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
+BATCH_WRITERS = ("native", "python")
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -305,6 +306,9 @@ class PipelineSettings:
     at the latest), ``stream_trigger`` (``processing_time``, the live default, or
     ``available_now``: read what is there, then end the epoch; for catch-up runs and
     benchmarks).
+    Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
+    data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
+    source writer, which streaming always uses; see docs/SINK.md).
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
@@ -325,6 +329,7 @@ class PipelineSettings:
     max_records_per_trigger: int | None = 100_000
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
+    batch_writer: str = "native"
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""
     policy: PolicySettings = PolicySettings()
@@ -348,6 +353,10 @@ class PipelineSettings:
             raise ConfigError(
                 f"stream_trigger: {self.stream_trigger!r} is not one of "
                 + ", ".join(STREAM_TRIGGERS)
+            )
+        if self.batch_writer not in BATCH_WRITERS:
+            raise ConfigError(
+                f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
             )
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ConfigError(
@@ -403,7 +412,7 @@ class PipelineSettings:
                 values[name] = parse_positive_int(value, setting=name)
             elif name in _OPTIONAL_COUNT_SETTINGS:
                 values[name] = parse_threshold_count(value, setting=name)
-            elif name == "stream_trigger":
+            elif name in ("stream_trigger", "batch_writer"):
                 values[name] = str(value).strip().lower()
             elif name in _TEXT_SETTINGS:
                 if not isinstance(value, str):

@@ -168,6 +168,20 @@ def test_pipeline_settings_round_trip_and_stream_trigger() -> None:
         PipelineSettings.from_mapping({"wave_size": "10"})
 
 
+def test_batch_writer_defaults_to_native_and_refuses_an_unknown_writer() -> None:
+    from modeswitch.airflow.settings import settings_from_airflow
+    from modeswitch.config import PipelineSettings
+
+    assert PipelineSettings().batch_writer == "native"
+    settings = PipelineSettings.from_mapping({"batch_writer": " Python "})
+    assert settings.batch_writer == "python"
+    assert PipelineSettings.from_json(settings.to_json()) == settings
+    variables = {"modeswitch_batch_writer": "python"}
+    assert settings_from_airflow(get_variable=variables.get).batch_writer == "python"
+    with pytest.raises(ConfigError, match=r"modeswitch_batch_writer.*'jvm' is not one of"):
+        settings_from_airflow(get_variable={"modeswitch_batch_writer": "jvm"}.get)
+
+
 def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
     from modeswitch.config import layer_settings
 

@@ -211,20 +211,25 @@ class _ColumnStats:
     """Min / max / null count of one column, as Delta's JSON statistics want them.
 
     Most columns take them from the Parquet footer the writer produces anyway (free).
-    Floating-point columns are tracked while writing, because Parquet statistics leave NaN
-    out and a max that ignores NaN would let readers skip files wrongly.
+    Floating-point columns are tracked while writing (``track_floats``), because Parquet
+    statistics leave NaN out and a max that ignores NaN would let readers skip files wrongly;
+    where they cannot be tracked (files written by Spark), they get no min / max at all.
     """
 
-    def __init__(self, dtype: pa.DataType) -> None:
+    def __init__(self, dtype: pa.DataType, *, track_floats: bool = True) -> None:
         self.dtype = dtype
         self.nulls = 0
+        self.seen = False  # a null count is only reported for a column that was counted
         self.min: Any = None
         self.max: Any = None
         self.usable = _stats_type(dtype)
-        self.running = pa.types.is_floating(dtype)
+        self.running = pa.types.is_floating(dtype) and track_floats
+        if pa.types.is_floating(dtype) and not track_floats:
+            self.usable = False
 
     def update(self, array: pa.Array | pa.ChunkedArray) -> None:
         """Track a floating-point column batch by batch."""
+        self.seen = True
         self.nulls += array.null_count
         if not self.usable or array.null_count == len(array):
             return
@@ -239,14 +244,38 @@ class _ColumnStats:
         if stats is None:
             self.usable = False
             return
+        self.seen = True
         self.nulls += stats.null_count
         if not stats.has_min_max:
+            if stats.num_values > 0:
+                # Values without bounds (Parquet drops min / max of very long values):
+                # the other row groups' bounds would not cover them.
+                self.usable = False
             return
         self._widen(stats.min, stats.max)
 
     def _widen(self, low: Any, high: Any) -> None:
         self.min = low if self.min is None else min(self.min, low)
         self.max = high if self.max is None else max(self.max, high)
+
+
+def fold_footer(stats: Mapping[str, _ColumnStats], footer: pq.FileMetaData) -> None:
+    """Fold a Parquet file's footer statistics into ``stats`` (columns not tracked while
+    writing); top-level columns only."""
+    for index in range(footer.num_columns):
+        col = stats.get(footer.schema.column(index).path)
+        if col is None or col.running:
+            continue
+        for group in range(footer.num_row_groups):
+            col.add_footer(footer.row_group(group).column(index).statistics)
+
+
+def footer_stats_json(footer: pq.FileMetaData, schema: pa.Schema) -> str:
+    """Delta statistics of a Parquet file written elsewhere (by Spark), from its footer
+    alone: the columns of ``schema``; floating-point columns get no min / max."""
+    stats = {f.name: _ColumnStats(f.type, track_floats=False) for f in schema}
+    fold_footer(stats, footer)
+    return _stats_json(footer.num_rows, stats)
 
 
 def _stats_type(dtype: pa.DataType) -> bool:
@@ -278,7 +307,8 @@ def _stat_value(value: Any, *, upper: bool) -> Any:
 def _stats_json(records: int, stats: Mapping[str, _ColumnStats]) -> str:
     mins, maxs, nulls = {}, {}, {}
     for name, col in stats.items():
-        nulls[name] = col.nulls
+        if col.seen:
+            nulls[name] = col.nulls
         if not col.usable or col.min is None:
             continue
         if isinstance(col.min, str) and (
@@ -339,14 +369,7 @@ class _FileWriter:
     def close(self) -> WrittenFile:
         self._flush()
         self.writer.close()
-        footer = self.writer.writer.metadata
-        for index in range(footer.num_columns):
-            name = footer.schema.column(index).path
-            col = self.stats.get(name)
-            if col is None or col.running:
-                continue
-            for group in range(footer.num_row_groups):
-                col.add_footer(footer.row_group(group).column(index).statistics)
+        fold_footer(self.stats, self.writer.writer.metadata)
         info = self.fs.get_file_info(self.full)
         return WrittenFile(
             path=self.relative,
@@ -993,35 +1016,8 @@ class DeltaSinkDataSource(DataSource):
     def name(cls) -> str:
         return SINK_NAME
 
-    def _prepare(self, schema: Any, overwrite: bool) -> tuple[DeltaSinkOptions, pa.Schema]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        if overwrite:
-            raise ValueError(
-                f"{SINK_NAME}: mode overwrite is not supported; the sink only appends "
-                "(offsets must never go backwards)"
-            )
-        options = DeltaSinkOptions.parse(self.options)
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        if QUARANTINE_REASON in arrow_schema.names:
-            if options.quarantine_path is None or options.pipeline is None:
-                raise ValueError(
-                    f"option quarantinePath: the data has a {QUARANTINE_REASON} column, so "
-                    "malformed records need a quarantine table (and a pipeline); refusing to "
-                    "write rather than lose them"
-                )
-            arrow_schema = arrow_schema.remove(arrow_schema.get_field_index(QUARANTINE_REASON))
-        check_schema_before_write(options, arrow_schema)
-        return options, arrow_schema
-
     def writer(self, schema: Any, overwrite: bool) -> DeltaSinkWriter:
-        options, arrow_schema = self._prepare(schema, overwrite)
-        if options.pipeline is not None and options.offsets_end is None:
-            raise ValueError(
-                "option offsetsEnd: batch writes with a pipeline must say which source "
-                "offsets they cover"
-            )
-        return DeltaSinkWriter(options, arrow_schema)
+        return DeltaSinkWriter(*prepare_write(self.options, schema, overwrite=overwrite))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DeltaSinkStreamWriter:
         # Spark asks for a stream writer twice per micro-batch; the table's schema is checked
@@ -1029,13 +1025,48 @@ class DeltaSinkDataSource(DataSource):
         key = (json.dumps(self.options, sort_keys=True, default=str), schema.json(), overwrite)
         prepared = _PREPARED_STREAM_WRITERS.get(key)
         if prepared is None:
-            prepared = self._prepare(schema, overwrite)
+            prepared = prepare_write(self.options, schema, overwrite=overwrite, streaming=True)
             _PREPARED_STREAM_WRITERS.clear()
             _PREPARED_STREAM_WRITERS[key] = prepared
         return DeltaSinkStreamWriter(*prepared)
 
 
 _PREPARED_STREAM_WRITERS: dict[tuple[str, str, bool], tuple[DeltaSinkOptions, pa.Schema]] = {}
+
+
+def prepare_write(
+    raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, streaming: bool = False
+) -> tuple[DeltaSinkOptions, pa.Schema]:
+    """Parse and check a write's options and Spark schema on the driver, before any file is
+    written; return the options and the table's Arrow schema (without the quarantine reason).
+
+    Shared by both data paths: the Python data source writer and Spark's own Parquet writer
+    (:mod:`modeswitch.sinks.native`).
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if overwrite:
+        raise ValueError(
+            f"{SINK_NAME}: mode overwrite is not supported; the sink only appends "
+            "(offsets must never go backwards)"
+        )
+    options = DeltaSinkOptions.parse(raw_options)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    if QUARANTINE_REASON in arrow_schema.names:
+        if options.quarantine_path is None or options.pipeline is None:
+            raise ValueError(
+                f"option quarantinePath: the data has a {QUARANTINE_REASON} column, so "
+                "malformed records need a quarantine table (and a pipeline); refusing to "
+                "write rather than lose them"
+            )
+        arrow_schema = arrow_schema.remove(arrow_schema.get_field_index(QUARANTINE_REASON))
+    if not streaming and options.pipeline is not None and options.offsets_end is None:
+        raise ValueError(
+            "option offsetsEnd: batch writes with a pipeline must say which source "
+            "offsets they cover"
+        )
+    check_schema_before_write(options, arrow_schema)
+    return options, arrow_schema
 
 
 def register(spark: Any) -> None:
