@@ -140,6 +140,9 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "wave_records": "2000000",
             "max_split_records": "1000000",
             "parallelism": "2",
+            "batch_writer": os.environ.get("BENCH_BATCH_WRITER", "native"),
+            # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
+            "batch_reader": os.environ.get("BENCH_BATCH_READER", "bucketlog"),
             **POLICY_OFF,
             **extra,
         }

@@ -10,14 +10,16 @@ committed:
    ``replanned`` and the rest ``[committed, boundary)`` is planned again, rebalanced, with new
    wave numbers (FLIP-537 case 1). A failed task inside a wave is Spark's to retry; the sink's
    idempotent commit makes the retry harmless (case 2).
-3. Each wave is read through ``bucketlog`` with exactly the planned partitions, goes through
-   the shared transform, and is written by the Delta sink in one commit carrying the wave's
-   offsets: by default Spark's own Parquet writer writes the data files and the sink makes
-   the commit (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source).
+3. Each wave is read through ``bucketlog`` with exactly the planned partitions (or, with
+   ``batch_reader = native``, by Spark's Parquet reader from the segment files, the writer
+   checking the wave's record count before it commits), goes through the shared transform,
+   and is written by the Delta sink in one commit carrying the wave's offsets: by default
+   Spark's own Parquet writer writes the data files and the sink makes the commit
+   (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source).
    Then the ledger, progress and per-bucket "backlog finished" are recorded.
 
-Peak memory is bounded by the wave, not the backlog: each wave is its own Spark job and no
-record is collected to the driver.
+Each wave is its own Spark job and no record is collected to the driver (peak memory:
+docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
+from modeswitch.sources.spark import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import storage_options
 from modeswitch.transforms import load_transform
@@ -145,16 +148,25 @@ def run_batch_epoch(
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
         end = wave.end_offsets()
-        source = (
-            spark.read.format("bucketlog")
-            .option("partitions", wave_partitions_json(wave))
-            .load(settings.source)
-        )
+        if settings.batch_reader == "native" and settings.batch_writer == "native":
+            source = read_segments(
+                spark, settings.source, [(s.bucket, s.start, s.end) for s in wave.splits]
+            )
+            # The writer refuses to commit unless the wave wrote exactly what it planned.
+            checks = {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
+        else:
+            source = (
+                spark.read.format("bucketlog")
+                .option("partitions", wave_partitions_json(wave))
+                .load(settings.source)
+            )
+            checks = {}
         write_batch(
             transform(source),
             settings.sink,
             writer=settings.batch_writer,
             **options,
+            **checks,
             sequence=str(wave.index),
             offsetsStart=offsets_to_json(start),
             offsetsEnd=offsets_to_json(end),

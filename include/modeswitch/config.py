@@ -276,6 +276,7 @@ _COUNT_SETTINGS: tuple[str, ...] = ()
 _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
+BATCH_READERS = ("bucketlog", "native")
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -308,7 +309,11 @@ class PipelineSettings:
     benchmarks).
     Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
     data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
-    source writer, which streaming always uses; see docs/SINK.md).
+    source writer, which streaming always uses; see docs/SINK.md); ``batch_reader``
+    (``bucketlog``, the default: the Python data source; ``native``: Spark's Parquet reader
+    reads the wave's segment files of the embedded log, no Python worker in the path, and the
+    native writer checks the wave's record count before committing; measured slower here, see
+    docs/BENCHMARKS.md).
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
@@ -330,6 +335,7 @@ class PipelineSettings:
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
     batch_writer: str = "native"
+    batch_reader: str = "bucketlog"
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""
     policy: PolicySettings = PolicySettings()
@@ -357,6 +363,10 @@ class PipelineSettings:
         if self.batch_writer not in BATCH_WRITERS:
             raise ConfigError(
                 f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
+            )
+        if self.batch_reader not in BATCH_READERS:
+            raise ConfigError(
+                f"batch_reader: {self.batch_reader!r} is not one of " + ", ".join(BATCH_READERS)
             )
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ConfigError(
@@ -412,7 +422,7 @@ class PipelineSettings:
                 values[name] = parse_positive_int(value, setting=name)
             elif name in _OPTIONAL_COUNT_SETTINGS:
                 values[name] = parse_threshold_count(value, setting=name)
-            elif name in ("stream_trigger", "batch_writer"):
+            elif name in ("stream_trigger", "batch_writer", "batch_reader"):
                 values[name] = str(value).strip().lower()
             elif name in _TEXT_SETTINGS:
                 if not isinstance(value, str):

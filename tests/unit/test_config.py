@@ -191,3 +191,12 @@ def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
     assert settings.planner.wave_records == 700
     with pytest.raises(ConfigError, match=r"^Airflow Variable enter_threshold: '0s'"):
         layer_settings(("Airflow Variable", {"enter_threshold": "0s"}))
+
+
+def test_batch_reader_defaults_to_bucketlog_and_refuses_an_unknown_reader() -> None:
+    from modeswitch.config import PipelineSettings
+
+    assert PipelineSettings().batch_reader == "bucketlog"
+    assert PipelineSettings.from_mapping({"batch_reader": " Native "}).batch_reader == "native"
+    with pytest.raises(ConfigError, match=r"batch_reader: 'kafka' is not one of bucketlog"):
+        PipelineSettings.from_mapping({"batch_reader": "kafka"})

@@ -118,6 +118,7 @@ class DeltaSinkOptions:
     event_time_column: str
     checkpoint_location: str | None
     quarantine_path: str | None = None
+    expected_records: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
@@ -156,6 +157,7 @@ class DeltaSinkOptions:
             or DEFAULT_MAX_RECORDS_PER_FILE,
             event_time_column=opts.get("eventtimecolumn", "event_time"),
             checkpoint_location=opts.get("checkpointlocation"),
+            expected_records=_int_option(opts, "expectedRecords", minimum=0),
             quarantine_path=_absolute(opts["quarantinepath"])
             if opts.get("quarantinepath")
             else None,

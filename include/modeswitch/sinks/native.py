@@ -47,6 +47,7 @@ from typing import Any, Literal
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from modeswitch.errors import ModeswitchError
 from modeswitch.sinks.delta import (
     SINK_NAME,
     CommitOutcome,
@@ -122,6 +123,13 @@ class NativeWrite:
             self._spark_write(df, routed)
             written = time.perf_counter()
             message = self._describe_files(schema)
+            expected = self.options.expected_records
+            if expected is not None and message.records + message.quarantined != expected:
+                raise ModeswitchError(
+                    f"sink {self.options.path}: this write holds {message.records} records and "
+                    f"{message.quarantined} quarantined, but its source offsets cover {expected}; "
+                    "nothing was committed (a source file changed while it was read?)"
+                )
         except BaseException:
             self._remove_folder()
             raise

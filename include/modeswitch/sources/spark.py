@@ -37,10 +37,12 @@ afresh from its root, so ``read`` is stateless.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -65,6 +67,7 @@ from modeswitch.errors import (
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
+from modeswitch.sources.segments import SegmentLog
 
 log = logging.getLogger(__name__)
 
@@ -430,3 +433,39 @@ __all__ = [
     "register",
     "resolve_offsets",
 ]
+
+
+def read_segments(spark: Any, root: str, splits: Sequence[tuple[int, int, int]]) -> Any:
+    """The records of ``splits`` (``(bucket, start, end)``) of the embedded log at ``root``,
+    read by Spark's own Parquet reader: the segment files that hold them, filtered to exactly
+    those offsets. What a batch wave reads by default (``batch_reader = native``): no Python
+    worker between the files and the JVM. Out-of-range splits are refused as ``bucketlog``
+    refuses them; the caller checks the count it wrote (a segment that changed while it was
+    read, which only the newest segment of a bucket can, would show there).
+    """
+    from pyspark.sql import functions as F
+
+    log_ = SegmentLog(root)
+    files: list[str] = []
+    condition = None
+    for bucket, start, end in splits:
+        earliest, latest, _ = log_._bounds(bucket)
+        check_range(
+            bucket,
+            start,
+            end,
+            earliest={bucket: earliest},
+            latest={bucket: latest},
+            what=f"log {root!r}",
+        )
+        if start == end:
+            continue
+        segments = log_.segments(bucket)
+        bases = [s.base for s in segments]
+        first = max(0, bisect.bisect_right(bases, start) - 1)
+        files.extend(s.path for s in segments[first:] if s.base < end)
+        match = (F.col("bucket") == bucket) & (F.col("offset") >= start) & (F.col("offset") < end)
+        condition = match if condition is None else condition | match
+    if condition is None:
+        return spark.createDataFrame([], SPARK_RECORD_DDL)
+    return spark.read.schema(SPARK_RECORD_DDL).parquet(*dict.fromkeys(files)).where(condition)

@@ -1,0 +1,67 @@
+"""Batch waves read the embedded log's segment files with Spark's own Parquet reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from modeswitch.errors import ModeswitchError
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.native import write_batch
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.sources.spark import read_segments
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> SegmentLog:
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=3)
+    produce_backlog(log, EventGenerator(seed=4, buckets=3), records=9_000, segment_records=700)
+    return log
+
+
+def test_exactly_the_split_ranges_are_read(spark, log: SegmentLog) -> None:
+    latest = log.latest_offsets()
+    splits = [(0, 650, 1_710), (1, 0, 3), (2, latest[2] - 5, latest[2]), (1, 10, 10)]
+    rows = read_segments(spark, log.root, splits).select("bucket", "offset", "key").collect()
+    expected = set()
+    for bucket, start, end in splits:
+        for batch in log.read(bucket, start, end):
+            expected |= set(
+                zip(
+                    batch.column("bucket").to_pylist(),
+                    batch.column("offset").to_pylist(),
+                    batch.column("key").to_pylist(),
+                    strict=True,
+                )
+            )
+    assert len(rows) == len(expected) == 1_060 + 3 + 5
+    assert {tuple(r) for r in rows} == expected
+
+
+def test_a_split_beyond_the_log_is_refused(spark, log: SegmentLog) -> None:
+    latest = log.latest_offsets()[0]
+    with pytest.raises(ModeswitchError, match=f"bucket 0.*{latest + 1}"):
+        read_segments(spark, log.root, [(0, 0, latest + 1)])
+
+
+def test_a_wave_that_read_another_count_than_planned_commits_nothing(
+    spark, log: SegmentLog, tmp_path: Path
+) -> None:
+    sink = str(tmp_path / "sink")
+    df = read_segments(spark, log.root, [(0, 0, 100)])
+    options = {
+        "pipeline": "p",
+        "epoch": "1",
+        "sequence": "0",
+        "offsetsStart": json.dumps({"0": 0}),
+        "offsetsEnd": json.dumps({"0": 100}),
+    }
+    with pytest.raises(ModeswitchError, match=r"holds 100 records .* cover 101"):
+        write_batch(df, sink, **options, expectedRecords="101")
+    assert not Path(sink, "_delta_log").exists()
+    assert not list(Path(sink).glob("native-*"))  # the attempt's files are gone
+    write_batch(df, sink, **options, expectedRecords="100")
+    assert DeltaTable(sink).to_pyarrow_table().num_rows == 100
