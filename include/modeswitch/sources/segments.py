@@ -251,10 +251,16 @@ class SegmentLog:
     def latest_offsets(self) -> OffsetsMap:
         return {b: self._bounds(b)[1] for b in self.buckets()}
 
-    def read(
-        self, bucket: int, start: int, end: int, *, batch_rows: int = DEFAULT_BATCH_ROWS
-    ) -> Iterator[pa.RecordBatch]:
-        """Records ``[start, end)`` of ``bucket`` in offset order, in batches of RECORD_SCHEMA."""
+    def covering(self, bucket: int, start: int, end: int) -> list[tuple[Segment, int]]:
+        """The segments that hold ``[start, end)`` of ``bucket``, each with the offset where the
+        next one starts (the latest offset for the newest); a range outside the log is
+        refused (:class:`OffsetOutOfRangeError`)."""
+        return self._covering(bucket, start, end)[0]
+
+    def _covering(
+        self, bucket: int, start: int, end: int
+    ) -> tuple[list[tuple[Segment, int]], int | None]:
+        """:meth:`covering`, and the base offset of the bucket's newest segment."""
         earliest, latest, names = self._bounds(bucket)
         check_range(
             bucket,
@@ -264,9 +270,10 @@ class SegmentLog:
             latest={bucket: latest},
             what=f"log {self.root!r}",
         )
+        newest = int(names[-1][:OFFSET_DIGITS]) if names else None
+        covered: list[tuple[Segment, int]] = []
         if start == end:
-            return
-        covered = []
+            return covered, newest
         # The segment holding ``start`` is the last one whose name sorts at or before it.
         first = max(0, bisect.bisect_right(names, segment_name(start)) - 1)
         for i in range(first, len(names)):
@@ -277,6 +284,13 @@ class SegmentLog:
             if segment.base >= end:
                 break
             covered.append((segment, seg_end))
+        return covered, newest
+
+    def read(
+        self, bucket: int, start: int, end: int, *, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> Iterator[pa.RecordBatch]:
+        """Records ``[start, end)`` of ``bucket`` in offset order, in batches of RECORD_SCHEMA."""
+        covered, newest = self._covering(bucket, start, end)
         try:
             index = 0
             while index < len(covered):
@@ -295,7 +309,7 @@ class SegmentLog:
                     max(start, segment.base),
                     min(end, seg_end),
                     batch_rows,
-                    newest=segment.base == int(names[-1][:OFFSET_DIGITS]),
+                    newest=segment.base == newest,
                 )
                 index += 1
         except FileNotFoundError as exc:

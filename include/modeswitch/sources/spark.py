@@ -37,7 +37,6 @@ afresh from its root, so ``read`` is stateless.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -438,8 +437,8 @@ __all__ = [
 def read_segments(spark: Any, root: str, splits: Sequence[tuple[int, int, int]]) -> Any:
     """The records of ``splits`` (``(bucket, start, end)``) of the embedded log at ``root``,
     read by Spark's own Parquet reader: the segment files that hold them, filtered to exactly
-    those offsets. What a batch wave reads by default (``batch_reader = native``): no Python
-    worker between the files and the JVM. Out-of-range splits are refused as ``bucketlog``
+    those offsets. What a batch wave reads with ``batch_reader = native``: no Python worker
+    between the files and the JVM. Out-of-range splits are refused as ``bucketlog``
     refuses them; the caller checks the count it wrote (a segment that changed while it was
     read, which only the newest segment of a bucket can, would show there).
     """
@@ -449,21 +448,10 @@ def read_segments(spark: Any, root: str, splits: Sequence[tuple[int, int, int]])
     files: list[str] = []
     condition = None
     for bucket, start, end in splits:
-        earliest, latest, _ = log_._bounds(bucket)
-        check_range(
-            bucket,
-            start,
-            end,
-            earliest={bucket: earliest},
-            latest={bucket: latest},
-            what=f"log {root!r}",
-        )
-        if start == end:
+        covered = log_.covering(bucket, start, end)  # refuses a range outside the log
+        if not covered:
             continue
-        segments = log_.segments(bucket)
-        bases = [s.base for s in segments]
-        first = max(0, bisect.bisect_right(bases, start) - 1)
-        files.extend(s.path for s in segments[first:] if s.base < end)
+        files.extend(segment.path for segment, _ in covered)
         match = (F.col("bucket") == bucket) & (F.col("offset") >= start) & (F.col("offset") < end)
         condition = match if condition is None else condition | match
     if condition is None:
