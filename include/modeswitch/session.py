@@ -71,7 +71,7 @@ def create_spark_session(
     settings.update(conf or {})
     # Map the JVM class archive when there is one (modeswitch.jvm): a faster start.
     options = java_options()
-    if options and "ArchiveClassesAtExit" not in settings.get("spark.driver.extraJavaOptions", ""):
+    if options:
         settings["spark.driver.extraJavaOptions"] = with_java_options(
             settings.get("spark.driver.extraJavaOptions"), options
         )

@@ -179,14 +179,7 @@ def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | 
     entries can carry the snapshot's version numbers (measured under concurrent commits), so
     a newer commit would pass for the snapshot's.
     """
-    log_dir = _log_dir(table.table_uri)
-    for version in range(table.version(), -1, -1):
-        found = _read_commit_file(log_dir, version, pipeline)
-        if found is _MISSING:
-            return None  # older commits were cleaned up after a checkpoint
-        if found is not None:
-            return found
-    return None
+    return next(commit_entries(table, pipeline), None)
 
 
 def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[SinkCommit], int]:

@@ -196,14 +196,16 @@ class NativeWrite:
             else:  # _SUCCESS, .crc checksums: never part of the table
                 fs.delete_file(info.path)
         with ThreadPoolExecutor(FILE_READERS) as pool:
-            footers = list(pool.map(lambda i: pq.read_metadata(i.path, filesystem=fs), table_files))
+            described = list(pool.map(lambda i: self._read_file(fs, i), table_files))
         message = DeltaCommitMessage()
-        kept = []
-        for info, footer in zip(table_files, footers, strict=True):
+        for info, (footer, max_event) in zip(table_files, described, strict=True):
             if footer.num_rows == 0:  # Spark writes an empty file for an empty DataFrame
                 fs.delete_file(info.path)
                 continue
-            kept.append(info)
+            for bucket, micros in max_event.items():
+                message.max_event_time_us[bucket] = max(
+                    micros, message.max_event_time_us.get(bucket, micros)
+                )
             message.files.append(
                 WrittenFile(
                     path=info.path[len(root) + 1 :],
@@ -214,8 +216,6 @@ class NativeWrite:
                 )
             )
             message.records += footer.num_rows
-        if self.options.pipeline is not None:
-            message.max_event_time_us = self._max_event_times(fs, kept)
         if quarantine_files:
             self._rewrite_quarantine(fs, quarantine_files, message)
         return message
@@ -250,28 +250,20 @@ class NativeWrite:
         with contextlib.suppress(FileNotFoundError, OSError):
             fs.delete_dir(files[0].path.rsplit("/", 1)[0])  # the emptied route folder
 
-    def _max_event_times(self, fs: Any, files: list[pafs.FileInfo]) -> dict[int, int]:
-        """Max event time per bucket of the written rows, which each commit records for the
-        watermark: scanned from the files' ``bucket`` and event-time columns only, in batches
-        (bounded memory), several files at once."""
+    def _read_file(self, fs: Any, info: pafs.FileInfo) -> tuple[Any, dict[int, int]]:
+        """A written file's footer and, with a pipeline, the max event time per bucket of its
+        rows, which each commit records for the watermark: one open of the file, scanning only
+        its ``bucket`` and event-time columns, in batches (bounded memory)."""
         columns = ["bucket", self.options.event_time_column]
-
-        def one(info: pafs.FileInfo) -> dict[int, int]:
-            found = DeltaCommitMessage()
-            with fs.open_input_file(info.path) as source:
-                parquet = pq.ParquetFile(source)
-                if not set(columns) <= set(parquet.schema_arrow.names):
-                    return {}
+        found = DeltaCommitMessage()
+        with fs.open_input_file(info.path) as source:
+            parquet = pq.ParquetFile(source)
+            if self.options.pipeline is not None and set(columns) <= set(
+                parquet.schema_arrow.names
+            ):
                 for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
                     _track_event_times(found, batch, self.options.event_time_column)
-            return found.max_event_time_us
-
-        latest: dict[int, int] = {}
-        with ThreadPoolExecutor(FILE_READERS) as pool:
-            for found in pool.map(one, files):
-                for bucket, micros in found.items():
-                    latest[bucket] = max(micros, latest.get(bucket, micros))
-        return latest
+            return parquet.metadata, found.max_event_time_us
 
     # -- failure ------------------------------------------------------------------------------
     def _remove_folder(self, *, only_if_empty: bool = False) -> None:

@@ -680,10 +680,11 @@ class StateStore:
             return Change(covered, upsert(rows, _SPLIT_KEY_COLUMNS))
 
         committed = self._table("splits").transact("reconcile splits", plan_splits)
+        pending = {c.id for c in self.pending_commands() if c.kind == "rewind"}
         rewinds = tuple(
             c.command
             for c in reversed(every)
-            if c.is_rewind and c.command is not None and self._acknowledge_rewind(c)
+            if c.is_rewind and c.command in pending and self.acknowledge_rewind(c)
         )
         result = Reconciliation(progress=inserted, splits=committed, rewinds=rewinds)
         if result.repaired:
@@ -698,15 +699,6 @@ class StateStore:
                 list(rewinds),
             )
         return result
-
-    def _acknowledge_rewind(self, commit: SinkCommit) -> bool:
-        """Mark applied the rewind command that a sink commit carries, if it is still pending
-        (a crash came between the sink commit and the commands-table update)."""
-        assert commit.command is not None
-        found = self._table("commands").read(pc.field("id") == commit.command).to_pylist()
-        if not found or command_from_row(found[0]).status != "pending":
-            return False
-        return self.acknowledge_rewind(commit)
 
     def acknowledge_rewind(self, commit: SinkCommit) -> bool:
         """Mark the rewind command of sink commit ``commit`` applied, with the commit's epoch
