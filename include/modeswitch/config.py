@@ -277,6 +277,26 @@ _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
 BATCH_READERS = ("bucketlog", "native")
+_JVM_MEMORY = re.compile(r"^(\d+)([kmgt]?)$")
+_JVM_UNIT_BYTES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+MIN_DRIVER_MEMORY = 512 * 2**20
+"""Spark refuses a driver heap under ~450 MB (its 300 MB reserve, times 1.5)."""
+
+
+def parse_jvm_memory(value: str | None, *, setting: str) -> str:
+    """A JVM memory size as Spark takes it (``1g``, ``768m``), at least 512 MB, or ``""``
+    (``none``, ``off``: Spark's own default)."""
+    if value is None or str(value).strip().lower() in _OFF_WORDS:
+        return ""
+    text = str(value).strip().lower()
+    match = _JVM_MEMORY.match(text.removesuffix("b"))
+    if not match:
+        raise ConfigError(f"{setting}: {value!r} is not a memory size (use e.g. '1g' or '768m')")
+    if int(match.group(1)) * _JVM_UNIT_BYTES[match.group(2)] < MIN_DRIVER_MEMORY:
+        raise ConfigError(f"{setting}: {value!r} is less than 512m, which Spark needs at least")
+    return text.removesuffix("b")
+
+
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -313,7 +333,10 @@ class PipelineSettings:
     (``bucketlog``, the default: the Python data source; ``native``: Spark's Parquet reader
     reads the wave's segment files of the embedded log, no Python worker in the path, and the
     native writer checks the wave's record count before committing; measured slower here, see
-    docs/BENCHMARKS.md).
+    docs/BENCHMARKS.md); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter
+    of the machine's memory): the batch job's driver JVM heap, ``spark.driver.memory``. On a
+    local master the driver runs the tasks too, so this bounds the job's memory whatever the
+    backlog: a wave is streamed through, never held.
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
@@ -336,6 +359,7 @@ class PipelineSettings:
     max_stream_runtime: timedelta = timedelta(minutes=10)
     batch_writer: str = "native"
     batch_reader: str = "bucketlog"
+    batch_driver_memory: str = "1g"
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""
     policy: PolicySettings = PolicySettings()
@@ -367,6 +391,13 @@ class PipelineSettings:
         if self.batch_reader not in BATCH_READERS:
             raise ConfigError(
                 f"batch_reader: {self.batch_reader!r} is not one of " + ", ".join(BATCH_READERS)
+            )
+        if self.batch_driver_memory != parse_jvm_memory(
+            self.batch_driver_memory, setting="batch_driver_memory"
+        ):
+            raise ConfigError(
+                f"batch_driver_memory: {self.batch_driver_memory!r} is not written as Spark "
+                "takes it (e.g. '1g')"
             )
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ConfigError(
@@ -424,6 +455,8 @@ class PipelineSettings:
                 values[name] = parse_threshold_count(value, setting=name)
             elif name in ("stream_trigger", "batch_writer", "batch_reader"):
                 values[name] = str(value).strip().lower()
+            elif name == "batch_driver_memory":
+                values[name] = parse_jvm_memory(value, setting=name)
             elif name in _TEXT_SETTINGS:
                 if not isinstance(value, str):
                     raise ConfigError(f"{name}: {value!r} is not text")

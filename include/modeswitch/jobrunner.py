@@ -8,7 +8,7 @@ import argparse
 import logging
 from typing import Literal
 
-from modeswitch.config import load_job_settings
+from modeswitch.config import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
 from modeswitch.session import create_spark_session
 
@@ -27,12 +27,23 @@ def _parse_arguments(description: str, argv: list[str] | None = None) -> argpars
     return parser.parse_args(argv)
 
 
-def _create_spark_session(kind: JobKind, args: argparse.Namespace):
-    return create_spark_session(f"modeswitch-{args.pipeline}-{kind}-epoch-{args.epoch}")
+def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
+    """The Spark conf a job's settings ask for, to be set before its driver JVM starts (by
+    :func:`create_spark_session` when the job starts it, by spark-submit under Airflow)."""
+    conf: dict[str, str] = {}
+    if kind == "batch" and settings.batch_driver_memory:
+        conf["spark.driver.memory"] = settings.batch_driver_memory
+    return conf
 
 
-def run(kind: JobKind, spark, args: argparse.Namespace) -> None:
-    settings = load_job_settings(args.config, pipeline=args.pipeline)
+def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: PipelineSettings):
+    return create_spark_session(
+        f"modeswitch-{args.pipeline}-{kind}-epoch-{args.epoch}",
+        conf=job_spark_conf(kind, settings),
+    )
+
+
+def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
     if kind == "batch":
         from modeswitch.backlog import run_batch_epoch
 
@@ -64,9 +75,15 @@ def main(kind: JobKind, description: str, argv: list[str] | None = None) -> int:
     (anything else propagates with its traceback). The session is stopped in every case."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     args = _parse_arguments(description, argv)
-    spark = _create_spark_session(kind, args)
     try:
-        run(kind, spark, args)
+        # Read (and check) the settings first: some of them size the JVM the session starts.
+        settings = load_job_settings(args.config, pipeline=args.pipeline)
+    except ModeswitchError as exc:
+        log.error("%s epoch %d failed: %s", kind, args.epoch, exc)
+        return 1
+    spark = _create_spark_session(kind, args, settings)
+    try:
+        run(kind, spark, args, settings)
         return 0
     except ModeswitchError as exc:
         log.error("%s epoch %d failed: %s", kind, args.epoch, exc)

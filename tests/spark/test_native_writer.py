@@ -117,6 +117,23 @@ def test_n_rows_in_gives_exactly_n_rows_with_statistics_and_the_python_paths_typ
     }
 
 
+def test_columns_that_never_repeat_are_written_without_a_dictionary(spark, log, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    sink = tmp_path / "sink"
+    zero, _, end = halves(log)
+    wave(spark, log, sink, epoch=1, sequence=0, start=zero, end=end)
+    for path in DeltaTable(str(sink)).file_uris():
+        meta = pq.ParquetFile(path).metadata
+        for i in range(meta.num_columns):
+            column = meta.row_group(0).column(i)
+            dictionary = any("DICTIONARY" in e for e in column.encodings)
+            if column.path_in_schema in ("offset", "event_time", "key", "value"):
+                assert not dictionary, f"{column.path_in_schema}: {column.encodings}"
+            if column.path_in_schema in ("bucket", "action", "country"):
+                assert dictionary, f"{column.path_in_schema}: {column.encodings}"
+
+
 def test_native_and_python_commits_mix_on_one_table_in_any_order(spark, log, tmp_path) -> None:
     sink = tmp_path / "sink"
     end = log.latest_offsets()

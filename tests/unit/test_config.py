@@ -200,3 +200,24 @@ def test_batch_reader_defaults_to_bucketlog_and_refuses_an_unknown_reader() -> N
     assert PipelineSettings.from_mapping({"batch_reader": " Native "}).batch_reader == "native"
     with pytest.raises(ConfigError, match=r"batch_reader: 'kafka' is not one of bucketlog"):
         PipelineSettings.from_mapping({"batch_reader": "kafka"})
+
+
+def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
+    from modeswitch.config import PipelineSettings
+    from modeswitch.jobrunner import job_spark_conf
+
+    assert PipelineSettings().batch_driver_memory == "1g"
+    settings = PipelineSettings.from_mapping({"batch_driver_memory": " 1536M "})
+    assert settings.batch_driver_memory == "1536m"
+    assert job_spark_conf("batch", settings) == {"spark.driver.memory": "1536m"}
+    assert job_spark_conf("stream", settings) == {}
+    assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
+    off = PipelineSettings.from_mapping({"batch_driver_memory": "none"})
+    assert off.batch_driver_memory == "" and job_spark_conf("batch", off) == {}
+    assert PipelineSettings.from_mapping(off.to_mapping()) == off
+    with pytest.raises(ConfigError, match=r"batch_driver_memory: '256m' is less than 512m"):
+        PipelineSettings.from_mapping({"batch_driver_memory": "256m"})
+    with pytest.raises(ConfigError, match=r"batch_driver_memory: 'lots' is not a memory size"):
+        PipelineSettings.from_mapping({"batch_driver_memory": "lots"})
+    with pytest.raises(ConfigError, match=r"batch_driver_memory: '1 GB'"):
+        PipelineSettings(batch_driver_memory="1 GB")

@@ -14,6 +14,7 @@ from modeswitch.airflow.settings import connection_storage_environment
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError
+from modeswitch.jobrunner import job_spark_conf
 from modeswitch.jvm import java_options, with_java_options
 from modeswitch.orchestration import JOBS
 
@@ -83,7 +84,8 @@ class EpochJobOperator(SparkSubmitOperator):
         """
         require_running_epoch(plan, self.kind)
         spark = require_spark_connection(self._conn_id)
-        storage_env = connection_storage_environment(PipelineSettings.from_json(plan["settings"]))
+        settings = PipelineSettings.from_json(plan["settings"])
+        storage_env = connection_storage_environment(settings)
         master = (spark.host or "").lower()
         if storage_env and (master.startswith("yarn") or master.startswith("k8s")):
             raise ConfigError(
@@ -103,6 +105,8 @@ class EpochJobOperator(SparkSubmitOperator):
         self.conf = {
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
+            # spark-submit starts the driver JVM, so the settings that size it go here.
+            **job_spark_conf(self.kind, settings),
             **(self.conf or {}),
         }
         # spark-submit starts the driver JVM: map the class archive there (modeswitch.jvm).

@@ -85,6 +85,12 @@ WRITE_CONF: dict[str, str] = {
 }
 
 
+NO_DICTIONARY_COLUMNS = ("offset", "event_time", "key", "value")
+"""Source columns whose values barely repeat: Parquet's writer would build a dictionary for
+each, see it overflow and fall back to plain pages (~10 % of a wave's write time here;
+docs/BENCHMARKS.md), so it is not asked to. The pyarrow path decides per column the same way."""
+
+
 def write_batch(
     df: Any, path: str, *, writer: BatchWriter = "native", **options: str
 ) -> CommitOutcome | None:
@@ -175,6 +181,13 @@ class NativeWrite:
                 df.write.mode("errorifexists")
                 .option("compression", "snappy")
                 .option("maxRecordsPerFile", str(self.options.max_records_per_file))
+                .options(
+                    **{
+                        f"parquet.enable.dictionary#{name}": "false"
+                        for name in NO_DICTIONARY_COLUMNS
+                        if name in df.columns
+                    }
+                )
             )
             if routed:
                 write = write.partitionBy(ROUTE_COLUMN)

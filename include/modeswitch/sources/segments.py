@@ -67,7 +67,17 @@ _SEGMENT_NAME = re.compile(r"^(\d{20})\.parquet$")
 _NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
 SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
-SMALL_SEGMENT_SCAN = 512  # at most this many files per scan (bounds memory)
+SMALL_SEGMENT_SCAN = 512  # at most this many files per scan
+SMALL_SEGMENT_SCAN_RECORDS = 4 * DEFAULT_BATCH_ROWS
+"""At most this many records per scan of small segments: a scan is held in memory whole, so
+its size, not the number of its files, bounds a reader's memory. Bounded by files only, a
+backlog of 50 000-record segments made 300 MB scans, and a reader's peak grew with the
+backlog (docs/BENCHMARKS.md)."""
+SEGMENT_WRITE_OPTIONS: dict = {"compression": "snappy", "use_dictionary": ["bucket"]}
+"""How segments are written: dictionary encoding for the one-value ``bucket`` column only.
+Offsets, times, keys and payloads barely repeat; a dictionary for them is built, overflows
+and is abandoned by the writer, and its pages cost every reader a decoding pass (Spark's
+read of a segment + the default transform: ~15 % less CPU without them, docs/BENCHMARKS.md)."""
 OPEN_SEGMENT_SECONDS = 1.0
 OPEN_SEGMENT_RECORDS = 65_536
 
@@ -322,14 +332,18 @@ class SegmentLog:
         self, covered: list, index: int, start: int, end: int, batch_rows: int
     ) -> list[tuple[Segment, int]]:
         """The run of segments from ``index`` that lie wholly in ``[start, end)`` and are
-        small (under ``batch_rows`` records each), at most ``SMALL_SEGMENT_SCAN`` of them.
-        Never the last one covered: it may be the open segment, which is read on its own."""
+        small (under ``batch_rows`` records each), at most ``SMALL_SEGMENT_SCAN`` of them
+        holding at most ``SMALL_SEGMENT_SCAN_RECORDS`` together. Never the last one covered:
+        it may be the open segment, which is read on its own."""
         run: list[tuple[Segment, int]] = []
+        records = 0
         for segment, seg_end in covered[index : min(len(covered) - 1, index + SMALL_SEGMENT_SCAN)]:
             whole = segment.base >= start and seg_end <= end
-            if not whole or seg_end - segment.base >= batch_rows:
+            size = seg_end - segment.base
+            if not whole or size >= batch_rows or records + size > SMALL_SEGMENT_SCAN_RECORDS:
                 break
             run.append((segment, seg_end))
+            records += size
         return run
 
     def _read_whole(
@@ -446,7 +460,7 @@ class SegmentLog:
         whole = pa.concat_tables([opened.table, table])
         tmp = f"{self._base}/{bucket}/.{uuid.uuid4().hex}.parquet.tmp"
         try:
-            pq.write_table(whole, tmp, compression="snappy")
+            pq.write_table(whole, tmp, **SEGMENT_WRITE_OPTIONS)
             os.replace(tmp, opened.path)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -468,7 +482,7 @@ class SegmentLog:
         folder = f"{self._base}/{bucket}"
         final = f"{folder}/{segment_name(start)}"
         tmp = f"{folder}/.{uuid.uuid4().hex}.parquet.tmp"
-        pq.write_table(table, tmp, filesystem=self._fs, compression="snappy")
+        pq.write_table(table, tmp, filesystem=self._fs, **SEGMENT_WRITE_OPTIONS)
         try:
             if self._local:
                 # link() never replaces an existing file, unlike rename().
