@@ -24,8 +24,10 @@ docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -107,6 +109,17 @@ def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int)
     return plan
 
 
+def remove_tree(location: str) -> None:
+    """Delete a folder (a path or URI) and everything in it; nothing if it is not there."""
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(
+        location if "://" in location else os.path.abspath(location)
+    )
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir(path)
+
+
 def wave_partitions_json(wave: Wave) -> str:
     """The ``partitions`` option of ``bucketlog`` for one wave."""
     return json.dumps(
@@ -145,32 +158,41 @@ def run_batch_epoch(
         finished |= plan.finished_buckets
     committed = dict(plan.start)
     records = 0
+    native_read = settings.batch_reader == "native" and settings.batch_writer == "native"
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
         end = wave.end_offsets()
-        if settings.batch_reader == "native" and settings.batch_writer == "native":
-            source = read_segments(
-                spark, settings.source, [(s.bucket, s.start, s.end) for s in wave.splits]
+        scratch = f"{settings.state_root}/scratch/epoch-{epoch_id}-wave-{wave.index}"
+        try:
+            if native_read:
+                source = read_segments(
+                    spark,
+                    settings.source,
+                    [(s.bucket, s.start, s.end) for s in wave.splits],
+                    scratch=scratch,
+                )
+                # The writer refuses to commit unless the wave wrote exactly what it planned.
+                checks = {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
+            else:
+                source = (
+                    spark.read.format("bucketlog")
+                    .option("partitions", wave_partitions_json(wave))
+                    .load(settings.source)
+                )
+                checks = {}
+            write_batch(
+                transform(source),
+                settings.sink,
+                writer=settings.batch_writer,
+                **options,
+                **checks,
+                sequence=str(wave.index),
+                offsetsStart=offsets_to_json(start),
+                offsetsEnd=offsets_to_json(end),
             )
-            # The writer refuses to commit unless the wave wrote exactly what it planned.
-            checks = {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
-        else:
-            source = (
-                spark.read.format("bucketlog")
-                .option("partitions", wave_partitions_json(wave))
-                .load(settings.source)
-            )
-            checks = {}
-        write_batch(
-            transform(source),
-            settings.sink,
-            writer=settings.batch_writer,
-            **options,
-            **checks,
-            sequence=str(wave.index),
-            offsetsStart=offsets_to_json(start),
-            offsetsEnd=offsets_to_json(end),
-        )
+        finally:
+            if native_read:
+                remove_tree(scratch)
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(
             settings.sink, settings.pipeline, storage_options=store.storage_options

@@ -330,13 +330,14 @@ class PipelineSettings:
     Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
     data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
     source writer, which streaming always uses; see docs/SINK.md); ``batch_reader``
-    (``bucketlog``, the default: the Python data source; ``native``: Spark's Parquet reader
-    reads the wave's segment files of the embedded log, no Python worker in the path, and the
-    native writer checks the wave's record count before committing; measured slower here, see
-    docs/BENCHMARKS.md); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter
-    of the machine's memory): the batch job's driver JVM heap, ``spark.driver.memory``. On a
-    local master the driver runs the tasks too, so this bounds the job's memory whatever the
-    backlog: a wave is streamed through, never held.
+    (``native``, the default: Spark's Parquet reader reads the wave's segment files of the
+    embedded log, no Python worker in the path, a bucket's newest segment from a copy of the
+    range the wave needs, and the native writer checks the wave's record count before
+    committing; ``bucketlog``: the Python data source, which the ``python`` writer always
+    uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the
+    machine's memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and
+    the same initial size). On a local master the driver runs the tasks too, so this bounds
+    the job's memory whatever the backlog: a wave is streamed through, never held.
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
@@ -358,7 +359,7 @@ class PipelineSettings:
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
     batch_writer: str = "native"
-    batch_reader: str = "bucketlog"
+    batch_reader: str = "native"
     batch_driver_memory: str = "1g"
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""

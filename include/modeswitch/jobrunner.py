@@ -33,6 +33,8 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
     conf: dict[str, str] = {}
     if kind == "batch" and settings.batch_driver_memory:
         conf["spark.driver.memory"] = settings.batch_driver_memory
+        # A fixed-size heap: taken at the start and never grown, whatever the backlog.
+        conf["spark.driver.extraJavaOptions"] = f"-Xms{settings.batch_driver_memory}"
     return conf
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from deltalake import DeltaTable
 
@@ -22,10 +23,14 @@ def log(tmp_path: Path) -> SegmentLog:
     return log
 
 
-def test_exactly_the_split_ranges_are_read(spark, log: SegmentLog) -> None:
+def test_exactly_the_split_ranges_are_read(spark, log: SegmentLog, tmp_path: Path) -> None:
     latest = log.latest_offsets()
     splits = [(0, 650, 1_710), (1, 0, 3), (2, latest[2] - 5, latest[2]), (1, 10, 10)]
-    rows = read_segments(spark, log.root, splits).select("bucket", "offset", "key").collect()
+    rows = (
+        read_segments(spark, log.root, splits, scratch=str(tmp_path / "scratch"))
+        .select("bucket", "offset", "key")
+        .collect()
+    )
     expected = set()
     for bucket, start, end in splits:
         for batch in log.read(bucket, start, end):
@@ -41,17 +46,40 @@ def test_exactly_the_split_ranges_are_read(spark, log: SegmentLog) -> None:
     assert {tuple(r) for r in rows} == expected
 
 
-def test_a_split_beyond_the_log_is_refused(spark, log: SegmentLog) -> None:
+def test_a_split_beyond_the_log_is_refused(spark, log: SegmentLog, tmp_path: Path) -> None:
     latest = log.latest_offsets()[0]
     with pytest.raises(ModeswitchError, match=f"bucket 0.*{latest + 1}"):
-        read_segments(spark, log.root, [(0, 0, latest + 1)])
+        read_segments(spark, log.root, [(0, 0, latest + 1)], scratch=str(tmp_path))
+
+
+def test_a_newest_segment_that_grows_after_planning_is_read_exactly(spark, tmp_path) -> None:
+    """An appender rewrites a bucket's open segment; Spark, reading such a file directly,
+    returned no row of it. The wave reads a copy of the range it needs instead."""
+    live = SegmentLog.create(
+        str(tmp_path / "live"), buckets=1, open_segment_seconds=60, open_segment_records=10**6
+    )
+    generator = EventGenerator(seed=9, buckets=1)
+
+    def events(first: int, count: int):
+        times = np.arange(count, dtype=np.int64) + 1_700_000_000_000_000
+        return generator.generate(first, count, times).select(["event_time", "key", "value"])
+
+    live.append(0, events(0, 5_000))
+    live.append(0, events(5_000, 5_000))  # the same, open, segment
+    assert len(live.segments(0)) == 1
+    scratch = tmp_path / "scratch"
+    df = read_segments(spark, live.root, [(0, 1_000, 10_000)], scratch=str(scratch))
+    live.append(0, events(10_000, 50_000))  # grows while the wave is planned
+    assert len(live.segments(0)) == 1
+    offsets = sorted(r.offset for r in df.select("offset").collect())
+    assert offsets == list(range(1_000, 10_000))
 
 
 def test_a_wave_that_read_another_count_than_planned_commits_nothing(
     spark, log: SegmentLog, tmp_path: Path
 ) -> None:
     sink = str(tmp_path / "sink")
-    df = read_segments(spark, log.root, [(0, 0, 100)])
+    df = read_segments(spark, log.root, [(0, 0, 100)], scratch=str(tmp_path / "scratch"))
     options = {
         "pipeline": "p",
         "epoch": "1",

@@ -193,11 +193,13 @@ def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
         layer_settings(("Airflow Variable", {"enter_threshold": "0s"}))
 
 
-def test_batch_reader_defaults_to_bucketlog_and_refuses_an_unknown_reader() -> None:
+def test_batch_reader_defaults_to_native_and_refuses_an_unknown_reader() -> None:
     from modeswitch.config import PipelineSettings
 
-    assert PipelineSettings().batch_reader == "bucketlog"
-    assert PipelineSettings.from_mapping({"batch_reader": " Native "}).batch_reader == "native"
+    assert PipelineSettings().batch_reader == "native"
+    assert PipelineSettings.from_mapping({"batch_reader": " BucketLog "}).batch_reader == (
+        "bucketlog"
+    )
     with pytest.raises(ConfigError, match=r"batch_reader: 'kafka' is not one of bucketlog"):
         PipelineSettings.from_mapping({"batch_reader": "kafka"})
 
@@ -209,7 +211,10 @@ def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
     assert PipelineSettings().batch_driver_memory == "1g"
     settings = PipelineSettings.from_mapping({"batch_driver_memory": " 1536M "})
     assert settings.batch_driver_memory == "1536m"
-    assert job_spark_conf("batch", settings) == {"spark.driver.memory": "1536m"}
+    assert job_spark_conf("batch", settings) == {
+        "spark.driver.memory": "1536m",
+        "spark.driver.extraJavaOptions": "-Xms1536m",
+    }
     assert job_spark_conf("stream", settings) == {}
     assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
     off = PipelineSettings.from_mapping({"batch_driver_memory": "none"})

@@ -102,12 +102,15 @@ class EpochJobOperator(SparkSubmitOperator):
             plan["settings"],
         ]
         self.env_vars = {**job_environment(), **storage_env, **(self.env_vars or {})}
+        own = dict(self.conf or {})
+        # spark-submit starts the driver JVM, so the settings that size it go here, unless
+        # the deployment's own conf sizes it.
+        sizing = {} if "spark.driver.memory" in own else job_spark_conf(self.kind, settings)
         self.conf = {
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,
-            # spark-submit starts the driver JVM, so the settings that size it go here.
-            **job_spark_conf(self.kind, settings),
-            **(self.conf or {}),
+            **sizing,
+            **own,
         }
         # spark-submit starts the driver JVM: map the class archive there (modeswitch.jvm).
         options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())

@@ -328,6 +328,16 @@ class SegmentLog:
                 f"reading [{start}, {end})"
             ) from exc
 
+    def snapshot(self, bucket: int, start: int, end: int, path: str) -> str:
+        """Copy records ``[start, end)`` of ``bucket`` into a new Parquet file at ``path`` (a
+        path or URI of this log's filesystem kind), which nothing rewrites: a stable file for a
+        reader that cannot follow a growing segment (Spark's). Returns ``path``."""
+        fs, where = pafs.FileSystem.from_uri(_as_uri(path))
+        fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
+        table = pa.Table.from_batches(list(self.read(bucket, start, end)), schema=RECORD_SCHEMA)
+        pq.write_table(table, where, filesystem=fs, **SEGMENT_WRITE_OPTIONS)
+        return path
+
     def _whole_segments(
         self, covered: list, index: int, start: int, end: int, batch_rows: int
     ) -> list[tuple[Segment, int]]:

@@ -434,13 +434,21 @@ __all__ = [
 ]
 
 
-def read_segments(spark: Any, root: str, splits: Sequence[tuple[int, int, int]]) -> Any:
+def read_segments(
+    spark: Any, root: str, splits: Sequence[tuple[int, int, int]], *, scratch: str
+) -> Any:
     """The records of ``splits`` (``(bucket, start, end)``) of the embedded log at ``root``,
     read by Spark's own Parquet reader: the segment files that hold them, filtered to exactly
     those offsets. What a batch wave reads with ``batch_reader = native``: no Python worker
     between the files and the JVM. Out-of-range splits are refused as ``bucketlog``
-    refuses them; the caller checks the count it wrote (a segment that changed while it was
-    read, which only the newest segment of a bucket can, would show there).
+    refuses them.
+
+    A bucket's newest segment may still grow while Spark reads it (an appender rewrites it
+    for up to ``open_segment_seconds``), and Spark then silently reads none of its rows (the
+    file no longer matches the split Spark planned: measured). So the part of a newest
+    segment that a split needs is copied first into an immutable file under ``scratch``
+    (at most one segment's worth per bucket), and Spark reads that copy. The caller deletes
+    ``scratch`` once the data is written, and checks the count it wrote.
     """
     from pyspark.sql import functions as F
 
@@ -448,10 +456,15 @@ def read_segments(spark: Any, root: str, splits: Sequence[tuple[int, int, int]])
     files: list[str] = []
     condition = None
     for bucket, start, end in splits:
-        covered = log_.covering(bucket, start, end)  # refuses a range outside the log
+        covered, newest = log_._covering(bucket, start, end)  # refuses a range outside the log
         if not covered:
             continue
-        files.extend(segment.path for segment, _ in covered)
+        for segment, seg_end in covered:
+            if segment.base != newest:
+                files.append(segment.path)
+                continue
+            lo, hi = max(start, segment.base), min(end, seg_end)
+            files.append(log_.snapshot(bucket, lo, hi, f"{scratch}/{bucket}-{lo}-{hi}.parquet"))
         match = (F.col("bucket") == bucket) & (F.col("offset") >= start) & (F.col("offset") < end)
         condition = match if condition is None else condition | match
     if condition is None:
