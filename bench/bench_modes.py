@@ -171,7 +171,7 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "parallelism": "2",
             "batch_writer": os.environ.get("BENCH_BATCH_WRITER", "native"),
             # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
-            "batch_reader": os.environ.get("BENCH_BATCH_READER", "bucketlog"),
+            "batch_reader": os.environ.get("BENCH_BATCH_READER", "native"),
             **POLICY_OFF,
             **extra,
         }
