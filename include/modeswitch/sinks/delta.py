@@ -495,16 +495,23 @@ def _split_by_partition(
 
 
 def _track_event_times(message: DeltaCommitMessage, batch: pa.RecordBatch, event_col: str) -> None:
-    """Max event time per bucket: what the watermark is computed from."""
+    """Max event time per bucket: what the watermark is computed from.
+
+    Plain compute kernels, not ``Table.group_by``: a group-by loads pyarrow's Acero engine,
+    which imports pyarrow.dataset and pandas, about a second of a cold writer worker's first
+    micro-batch on this machine. A batch holds a few buckets at most.
+    """
     names = batch.schema.names
     if "bucket" not in names or event_col not in names:
         return
-    table = pa.Table.from_batches([batch]).select(["bucket", event_col])
-    for row in table.group_by("bucket").aggregate([(event_col, "max")]).to_pylist():
-        latest = row[f"{event_col}_max"]
+    buckets = batch.column("bucket")
+    times = batch.column(event_col)
+    for bucket in pc.unique(buckets).to_pylist():
+        if bucket is None:
+            continue
+        latest = pc.max(pc.filter(times, pc.equal(buckets, bucket))).as_py()
         if latest is not None:
             micros = _micros(latest)
-            bucket = row["bucket"]
             message.max_event_time_us[bucket] = max(
                 micros, message.max_event_time_us.get(bucket, micros)
             )
