@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,7 +39,6 @@ from modeswitch.sinks.commits import SinkCommit, commits_after
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.transforms import load_transform
-from modeswitch.warmup import start_worker_warmup
 
 log = logging.getLogger(__name__)
 
@@ -235,26 +233,6 @@ def run_stream_epoch(
     poll: timedelta = timedelta(milliseconds=200),
 ) -> StreamRunReport:
     """Run stream epoch ``epoch_id`` until the policy, a command or the runtime stops it."""
-    # Spark's Python workers start while the handoff is checked and the query starts, not
-    # one after the other inside the first micro-batch (modeswitch.warmup).
-    warmup = start_worker_warmup(
-        spark, f"{settings.checkpoint(epoch_id)}-warmup-{uuid.uuid4().hex}"
-    )
-    try:
-        return _run_stream_epoch(spark, settings, epoch_id, clock=clock, poll=poll)
-    finally:
-        if warmup is not None:
-            warmup.stop()
-
-
-def _run_stream_epoch(
-    spark,
-    settings: PipelineSettings,
-    epoch_id: int,
-    *,
-    clock: Callable[[], datetime],
-    poll: timedelta,
-) -> StreamRunReport:
     store = open_store(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "stream" or epoch.status != "running":
