@@ -407,3 +407,36 @@ print(before, sorted(m for m in ("pyarrow.acero", "pandas") if m in sys.modules)
     before, after = result.stdout.strip().split("\n")[-1].split(" ", 1)
     assert after == before, f"write_files loaded {after}, having {before}"
     assert "pyarrow.acero" not in after
+
+
+def test_commits_of_one_process_load_the_table_once_and_see_other_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink keeps its table open between commits (a micro-batch each) and brings it up to
+    date, instead of loading it afresh: yet a commit made elsewhere in between still counts."""
+    import deltalake
+
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 10)})
+    loads = []
+
+    class CountingTable(deltalake.DeltaTable):
+        def __init__(self, *args, **kwargs) -> None:
+            loads.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", CountingTable)
+    write_wave(sink, 1, 1, {0: (10, 20)})
+    write_wave(sink, 1, 2, {0: (20, 30)})
+    assert loads.count(str(sink)) <= 1
+    # Another process commits epoch 2; this process's next commit for epoch 1 is a zombie's.
+    other = multiprocessing.get_context("spawn").Process(
+        target=write_wave, args=(sink, 2, 0, {0: (30, 40)})
+    )
+    other.start()
+    other.join(60)
+    assert other.exitcode == 0
+    with pytest.raises(FencedError):
+        write_wave(sink, 1, 3, {0: (30, 40)})
+    assert loads.count(str(sink)) <= 1
+    assert committed_offsets(str(sink), "orders") == {0: 40}

@@ -675,14 +675,39 @@ def commit_files(
 
 
 def _open_table(options: DeltaSinkOptions) -> Any:
-    """The sink table's current snapshot, None before the first commit."""
+    """The sink table's current snapshot, None before the first commit.
+
+    The table is loaded once per process and brought up to date with
+    ``update_incremental()`` (only the log entries since): a stream commits every micro-batch
+    from the same reused Python worker, and loading the table afresh read its checkpoint and
+    up to 99 log entries each time (15 ms on average on a quiet machine, 60 ms under load,
+    growing until the next Delta checkpoint). The snapshot is as current as a fresh load's,
+    so the fencing check and the commit made from it are unchanged.
+    """
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    key = (options.path, tuple(sorted(options.storage_options.items())))
+    table = _OPEN_TABLES.get(key)
+    if table is not None:
+        try:
+            table.update_incremental()
+            return table
+        except Exception as exc:  # deleted or replaced under us: load it afresh below
+            log.info("sink %s: reloading the table (%s)", options.path, exc)
+            _OPEN_TABLES.pop(key, None)
     try:
-        return DeltaTable(options.path, storage_options=options.storage_options)
+        table = DeltaTable(options.path, storage_options=options.storage_options)
     except TableNotFoundError:
         return None
+    if len(_OPEN_TABLES) >= OPEN_TABLES_KEPT:
+        _OPEN_TABLES.clear()
+    _OPEN_TABLES[key] = table
+    return table
+
+
+OPEN_TABLES_KEPT = 8
+_OPEN_TABLES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 
 
 def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
