@@ -50,6 +50,17 @@ STOP_COMMANDS: dict[str, str | None] = {
 """Commands that stop a running stream at its next commit boundary, with the policy action
 each forces. A rewind forces none: the stream stops and leaves it pending, and ``decide``
 applies it (a sink commit of its own) before it opens the next epoch at the rewound offsets."""
+LOCAL_CHECKPOINT_CONF: dict[str, str] = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+}
+"""How Spark writes a local checkpoint's offsets and commit logs (two files per micro-batch).
+Its default, the FileContext API, sets each file's permissions with a forked ``chmod`` when
+Hadoop has no native library (as here): 46-58 ms per file on this 2-core machine under load,
+against 16-19 ms through the FileSystem API (measured, 40 files each, alternating). Both write
+aside and rename into place, refusing to replace an existing entry."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
@@ -209,6 +220,13 @@ def _sink_version(table_uri: str) -> int:
         return -1
 
 
+def checkpoint_conf(location: str) -> dict[str, str]:
+    """Session settings for a stream whose checkpoint is at ``location``:
+    :data:`LOCAL_CHECKPOINT_CONF` for a local folder, none for other filesystems."""
+    scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
+    return dict(LOCAL_CHECKPOINT_CONF) if scheme == "file" else {}
+
+
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
     """The stream must start exactly where the sink ends (invariant 2)."""
     committed = store.committed_offsets()
@@ -272,6 +290,8 @@ def run_stream_epoch(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
+    for key, value in checkpoint_conf(settings.checkpoint(epoch_id)).items():
+        spark.conf.set(key, value)
     query = writer.start(settings.sink)
     log.info("stream epoch %d: query started from %s", epoch_id, start_json)
     reason, next_mode, command_id = "", "stream", None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -365,3 +367,76 @@ def test_commits_after_a_version_are_read_from_the_new_log_files_only(tmp_path: 
     found, version = commits_after(str(sink), "orders", 1)
     assert [c.sequence for c in found] == [2] and version == 2
     assert commits_after(str(sink), "payments", -1) == ([], 2)  # another pipeline's commits
+
+
+def test_max_event_time_per_bucket_of_batches_that_mix_buckets(tmp_path: Path) -> None:
+    mixed = pa.Table.from_batches([rows(0, 0, 50), rows(1, 0, 80), rows(0, 50, 60)])
+    shuffled = mixed.take(pa.array([(i * 37) % mixed.num_rows for i in range(mixed.num_rows)]))
+    empty = rows(2, 0, 0)
+    message = write_files(options(tmp_path / "sink"), iter([*shuffled.to_batches(50), empty]))
+    assert message.records == 140
+    assert message.max_event_time_us == {0: BASE_US + 59 * 1_000_123, 1: BASE_US + 79 * 1_000_123}
+
+
+def test_writing_files_does_not_load_pyarrow_acero(tmp_path: Path) -> None:
+    """A cold writer worker's first micro-batch must not pay for pyarrow's Acero engine and
+    the pyarrow.dataset / pandas imports it drags in (a group-by did: ~1 s per worker)."""
+    program = f"""
+import sys
+import pyarrow as pa
+from modeswitch.sinks.delta import DeltaSinkOptions, write_files
+batch = pa.RecordBatch.from_pydict(
+    {{"bucket": pa.array([0, 1, 0], pa.int32()), "offset": pa.array([0, 0, 1], pa.int64()),
+      "event_time": pa.array([1, 2, 3], pa.timestamp("us", tz="UTC"))}}
+)
+options = DeltaSinkOptions.parse(
+    {{"path": {str(tmp_path / "sink")!r}, "pipeline": "p", "epoch": "1"}}
+)
+# (building the batch from Python lists may load pandas: pyarrow looks for it)
+before = sorted(m for m in ("pyarrow.acero", "pandas") if m in sys.modules)
+message = write_files(options, iter([batch]))
+assert message.max_event_time_us == {{0: 3, 1: 2}}, message
+print(before, sorted(m for m in ("pyarrow.acero", "pandas") if m in sys.modules))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    before, after = result.stdout.strip().split("\n")[-1].split(" ", 1)
+    assert after == before, f"write_files loaded {after}, having {before}"
+    assert "pyarrow.acero" not in after
+
+
+def test_commits_of_one_process_load_the_table_once_and_see_other_writers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink keeps its table open between commits (a micro-batch each) and brings it up to
+    date, instead of loading it afresh: yet a commit made elsewhere in between still counts."""
+    import deltalake
+
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 10)})
+    loads = []
+
+    class CountingTable(deltalake.DeltaTable):
+        def __init__(self, *args, **kwargs) -> None:
+            loads.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", CountingTable)
+    write_wave(sink, 1, 1, {0: (10, 20)})
+    write_wave(sink, 1, 2, {0: (20, 30)})
+    assert loads.count(str(sink)) <= 1
+    # Another process commits epoch 2; this process's next commit for epoch 1 is a zombie's.
+    other = multiprocessing.get_context("spawn").Process(
+        target=write_wave, args=(sink, 2, 0, {0: (30, 40)})
+    )
+    other.start()
+    other.join(60)
+    assert other.exitcode == 0
+    with pytest.raises(FencedError):
+        write_wave(sink, 1, 3, {0: (30, 40)})
+    assert loads.count(str(sink)) <= 1
+    assert committed_offsets(str(sink), "orders") == {0: 40}
