@@ -71,8 +71,8 @@ FOLDER_PREFIX = "native-"
 ROUTE_COLUMN = "_modeswitch_route"
 ROUTE_TABLE = "table"
 ROUTE_QUARANTINE = "quarantine"
-FILE_READERS = 8
-SCAN_BATCH_ROWS = 1 << 20
+FILE_READERS = 4
+SCAN_BATCH_ROWS = 1 << 16
 
 WRITE_CONF: dict[str, str] = {
     # int64 microseconds, as pyarrow writes them; Spark's default is INT96.
