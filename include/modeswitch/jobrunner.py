@@ -77,18 +77,16 @@ def main(kind: JobKind, description: str, argv: list[str] | None = None) -> int:
     (anything else propagates with its traceback). The session is stopped in every case."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     args = _parse_arguments(description, argv)
+    spark = None
     try:
         # Read (and check) the settings first: some of them size the JVM the session starts.
         settings = load_job_settings(args.config, pipeline=args.pipeline)
-    except ModeswitchError as exc:
-        log.error("%s epoch %d failed: %s", kind, args.epoch, exc)
-        return 1
-    spark = _create_spark_session(kind, args, settings)
-    try:
+        spark = _create_spark_session(kind, args, settings)
         run(kind, spark, args, settings)
         return 0
     except ModeswitchError as exc:
         log.error("%s epoch %d failed: %s", kind, args.epoch, exc)
         return 1
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()

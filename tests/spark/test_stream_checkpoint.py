@@ -7,6 +7,7 @@ from pathlib import Path
 
 from modeswitch.offsets import offsets_to_json
 from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.native import session_conf
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.streaming import checkpoint_conf
 
@@ -19,7 +20,6 @@ def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_resumes(
     checkpoint = str(tmp_path / "checkpoint")
     conf = checkpoint_conf(checkpoint)
     assert conf
-    previous = {key: spark.conf.get(key, None) for key in conf}
 
     def run() -> object:
         query = (
@@ -39,9 +39,7 @@ def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_resumes(
         assert query.exception() is None
         return query
 
-    try:
-        for key, value in conf.items():
-            spark.conf.set(key, value)
+    with session_conf(spark, conf):
         first = run()
         manager = first._jsq.streamingQuery().offsetLog().fileManager()
         assert manager.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager"
@@ -49,12 +47,6 @@ def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_resumes(
         second = run()  # resumes from the entries the first run wrote
         assert sum(p["numInputRows"] for p in first.recentProgress) == 1_000
         assert sum(p["numInputRows"] for p in second.recentProgress) == 500
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
     assert sorted(
         p.name for p in (tmp_path / "checkpoint" / "commits").iterdir() if p.name[0] != "."
     ) == [str(i) for i in range(5)]

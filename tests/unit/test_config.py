@@ -226,3 +226,15 @@ def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
         PipelineSettings.from_mapping({"batch_driver_memory": "lots"})
     with pytest.raises(ConfigError, match=r"batch_driver_memory: '1 GB'"):
         PipelineSettings(batch_driver_memory="1 GB")
+
+
+def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) -> None:
+    from modeswitch import jobrunner
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("a Spark session was started for settings that are refused")
+
+    monkeypatch.setattr(jobrunner, "create_spark_session", no_session)
+    argv = ["--pipeline", "x", "--epoch", "1", "--config", '{"batch_driver_memory": "100m"}']
+    assert jobrunner.main("batch", "test", argv) == 1
+    assert "batch_driver_memory: '100m' is less than 512m" in caplog.text

@@ -328,15 +328,26 @@ class SegmentLog:
                 f"reading [{start}, {end})"
             ) from exc
 
-    def snapshot(self, bucket: int, start: int, end: int, path: str) -> str:
-        """Copy records ``[start, end)`` of ``bucket`` into a new Parquet file at ``path`` (a
-        path or URI of this log's filesystem kind), which nothing rewrites: a stable file for a
-        reader that cannot follow a growing segment (Spark's). Returns ``path``."""
-        fs, where = pafs.FileSystem.from_uri(_as_uri(path))
-        fs.create_dir(where.rsplit("/", 1)[0], recursive=True)
-        table = pa.Table.from_batches(list(self.read(bucket, start, end)), schema=RECORD_SCHEMA)
-        pq.write_table(table, where, filesystem=fs, **SEGMENT_WRITE_OPTIONS)
-        return path
+    def stable_paths(self, bucket: int, start: int, end: int, *, scratch: str) -> list[str]:
+        """The files that hold records ``[start, end)`` of ``bucket``, none of which an
+        appender will rewrite: the segments themselves, except the bucket's newest, which may
+        still grow; the part of it in the range is copied into a new file under ``scratch`` (a
+        path or URI) instead. For readers that cannot follow a growing file (Spark's Parquet
+        reader reads none of its rows). A range outside the log is refused."""
+        covered, newest = self._covering(bucket, start, end)
+        paths = []
+        for segment, seg_end in covered:
+            if segment.base != newest:
+                paths.append(segment.path)
+                continue
+            lo, hi = max(start, segment.base), min(end, seg_end)
+            name = f"{bucket}-{lo}-{hi}.parquet"
+            fs, folder = pafs.FileSystem.from_uri(_as_uri(scratch))
+            fs.create_dir(folder, recursive=True)
+            table = pa.Table.from_batches(list(self.read(bucket, lo, hi)), schema=RECORD_SCHEMA)
+            pq.write_table(table, f"{folder}/{name}", filesystem=fs, **SEGMENT_WRITE_OPTIONS)
+            paths.append(f"{scratch}/{name}")
+        return paths
 
     def _whole_segments(
         self, covered: list, index: int, start: int, end: int, batch_rows: int

@@ -456,15 +456,10 @@ def read_segments(
     files: list[str] = []
     condition = None
     for bucket, start, end in splits:
-        covered, newest = log_._covering(bucket, start, end)  # refuses a range outside the log
-        if not covered:
+        paths = log_.stable_paths(bucket, start, end, scratch=scratch)  # refuses bad ranges
+        if not paths:
             continue
-        for segment, seg_end in covered:
-            if segment.base != newest:
-                files.append(segment.path)
-                continue
-            lo, hi = max(start, segment.base), min(end, seg_end)
-            files.append(log_.snapshot(bucket, lo, hi, f"{scratch}/{bucket}-{lo}-{hi}.parquet"))
+        files.extend(paths)
         match = (F.col("bucket") == bucket) & (F.col("offset") >= start) & (F.col("offset") < end)
         condition = match if condition is None else condition | match
     if condition is None:
