@@ -120,6 +120,21 @@ def remove_tree(location: str) -> None:
         fs.delete_dir(path)
 
 
+def scratch_folder(settings: PipelineSettings, name: str = "") -> str:
+    """Where native reads keep their snapshots of growing segments (hard links or copies; one
+    subfolder per wave, deleted after it), or the folder of them all without ``name``."""
+    root = f"{settings.state_root}/scratch"
+    return f"{root}/{name}" if name else root
+
+
+def clear_scratch(settings: PipelineSettings) -> None:
+    """Delete what killed jobs left in the scratch folder. Called by a job of the running
+    epoch, the only epoch whose jobs may read: a leftover belongs to a dead job, or to a
+    zombie of this epoch, whose read then fails and whose write commits nothing (the count
+    check)."""
+    remove_tree(scratch_folder(settings))
+
+
 def wave_partitions_json(wave: Wave) -> str:
     """The ``partitions`` option of ``bucketlog`` for one wave."""
     return json.dumps(
@@ -150,6 +165,7 @@ def run_batch_epoch(
     if repaired.progress or repaired.splits:
         log.warning("epoch %d: reconciled the control tables from the sink: %s", epoch_id, repaired)
     plan = plan_remaining(store, settings, epoch_id)
+    clear_scratch(settings)
     transform = load_transform(settings.transform)
     options = sink_options(settings, epoch_id, "batch")
     finished = set(store.finished_buckets(epoch_id))
@@ -162,7 +178,7 @@ def run_batch_epoch(
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
         end = wave.end_offsets()
-        scratch = f"{settings.state_root}/scratch/epoch-{epoch_id}-wave-{wave.index}"
+        scratch = scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
         try:
             if native_read:
                 source = read_segments(

@@ -129,7 +129,12 @@ def test_batch_driver_killed_then_rerun_converges(settings, tmp_path, fault) -> 
     again = decide(settings)
     assert again.attached
     assert again.epoch == plan.epoch
+    scratch = Path(settings.state_root) / "scratch"
+    stale = scratch / f"epoch-{plan.epoch}-wave-99"  # what a killed wave may leave behind
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "0-0.parquet").write_bytes(b"a killed wave's snapshot")
     run_job_process("batch", settings, plan.epoch, timeout=600)
+    assert not scratch.exists() or not any(scratch.iterdir())  # swept, and each wave's own
     status, end = close_epoch(settings, plan.epoch)
     assert status == "completed"
     assert end == plan.boundary

@@ -75,6 +75,20 @@ def test_a_newest_segment_that_grows_after_planning_is_read_exactly(spark, tmp_p
     assert offsets == list(range(1_000, 10_000))
 
 
+def test_two_splits_in_one_growing_segment_read_each_record_once(spark, tmp_path) -> None:
+    """Both splits of a bucket lie in its newest segment: they share one snapshot of it."""
+    live = SegmentLog.create(
+        str(tmp_path / "live"), buckets=1, open_segment_seconds=60, open_segment_records=10**6
+    )
+    times = np.arange(10_000, dtype=np.int64) + 1_700_000_000_000_000
+    batch = EventGenerator(seed=4, buckets=1).generate(0, 10_000, times)
+    live.append(0, batch.select(["event_time", "key", "value"]))
+    splits = [(0, 1_000, 4_000), (0, 4_000, 9_000)]
+    df = read_segments(spark, live.root, splits, scratch=str(tmp_path / "scratch"))
+    offsets = sorted(r.offset for r in df.select("offset").collect())
+    assert offsets == list(range(1_000, 9_000))
+
+
 def test_a_wave_that_read_another_count_than_planned_commits_nothing(
     spark, log: SegmentLog, tmp_path: Path
 ) -> None:

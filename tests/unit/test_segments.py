@@ -398,3 +398,50 @@ def test_segments_keep_a_dictionary_only_for_the_bucket(log: SegmentLog) -> None
     }
     with_dictionary = {c for c, e in encodings.items() if any("DICTIONARY" in x for x in e)}
     assert with_dictionary == {"bucket"}, encodings
+
+
+def test_stable_paths_snapshot_the_growing_newest_segment_by_hard_link(
+    live_log: SegmentLog, tmp_path: Path
+) -> None:
+    live_log.append(0, events([f"a{j}" for j in range(40)]))
+    live_log.append(0, events([f"b{j}" for j in range(20)]))  # the same, open, segment
+    scratch = tmp_path / "scratch"
+    [snapshot] = live_log.stable_paths(0, 10, 60, scratch=str(scratch))
+    newest = live_log.segments(0)[-1].path
+    assert Path(snapshot).parent == scratch
+    assert Path(snapshot).stat().st_ino == Path(newest).stat().st_ino  # a link, not a copy
+    live_log.append(0, events([f"c{j}" for j in range(30)]))  # rewritten: a new file
+    assert Path(newest).stat().st_ino != Path(snapshot).stat().st_ino
+    assert pq.read_table(snapshot).column("offset").to_pylist() == list(range(60))
+    assert live_log.latest_offsets()[0] == 90
+
+
+def test_a_shared_snapshot_that_misses_a_later_range_is_refused(
+    live_log: SegmentLog, tmp_path: Path
+) -> None:
+    live_log.append(0, events([f"a{j}" for j in range(40)]))
+    scratch = str(tmp_path / "scratch")
+    live_log.stable_paths(0, 0, 40, scratch=scratch)
+    live_log.append(0, events([f"b{j}" for j in range(20)]))  # planned after the snapshot
+    with pytest.raises(ModeswitchError, match=r"snapshot holds offsets up to 40 of bucket 0"):
+        live_log.stable_paths(0, 40, 60, scratch=scratch)
+
+
+def test_stable_paths_copy_the_range_where_no_hard_link_can_be_made(
+    live_log: SegmentLog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scratch on another filesystem than the log: link() fails with EXDEV (simulated here,
+    this machine has one filesystem), and the range is copied instead."""
+    import errno
+    import os
+
+    import modeswitch.sources.segments as segments
+
+    def cross_device(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), src)
+
+    live_log.append(0, events([f"a{j}" for j in range(40)]))
+    live_log.append(0, events([f"b{j}" for j in range(20)]))
+    monkeypatch.setattr(segments.os, "link", cross_device)
+    [copy] = live_log.stable_paths(0, 10, 45, scratch=str(tmp_path / "scratch"))
+    assert pq.read_table(copy).column("offset").to_pylist() == list(range(10, 45))

@@ -332,18 +332,46 @@ class SegmentLog:
         """The files that hold records ``[start, end)`` of ``bucket``, none of which an
         appender will rewrite: the segments themselves, except the bucket's newest, which may
         still grow; the part of it in the range is copied into a new file under ``scratch`` (a
-        path or URI) instead. For readers that cannot follow a growing file (Spark's Parquet
-        reader reads none of its rows). A range outside the log is refused."""
+        path or URI) instead: on a local filesystem a hard link to it (an appender replaces the
+        file, never changes it), elsewhere a copy of the range. For readers that cannot follow
+        a growing file (Spark's Parquet reader reads none of its rows). A range outside the log
+        is refused.
+
+        Calls with the same ``scratch`` share one snapshot of a segment, so the ranges of one
+        read must all exist (be planned) before the first call; the reader filters each file
+        to the read's ranges."""
         covered, newest = self._covering(bucket, start, end)
         paths = []
         for segment, seg_end in covered:
             if segment.base != newest:
                 paths.append(segment.path)
                 continue
-            lo, hi = max(start, segment.base), min(end, seg_end)
-            name = f"{bucket}-{lo}-{hi}.parquet"
             fs, folder = pafs.FileSystem.from_uri(_as_uri(scratch))
             fs.create_dir(folder, recursive=True)
+            if self._local and isinstance(fs, pafs.LocalFileSystem):
+                # An appender never changes a segment file in place: it writes a new file and
+                # renames it over the old one. A hard link is therefore a snapshot, holding
+                # at least the range (the reader filters the offsets it needs).
+                # One snapshot per segment and scratch folder: another range of the same
+                # segment (a second split of the bucket) reuses it, so no row is read twice.
+                linked = f"{folder}/{bucket}-{segment.base}.parquet"
+                try:
+                    os.link(segment.path, linked)
+                except FileExistsError:
+                    held = pq.ParquetFile(linked).metadata.num_rows
+                    if segment.base + held < min(end, seg_end):
+                        raise ModeswitchError(
+                            f"{linked}: the snapshot holds offsets up to {segment.base + held} "
+                            f"of bucket {bucket}, not {min(end, seg_end)}: take the snapshots "
+                            "of one scratch folder after every range in it was planned"
+                        ) from None
+                except OSError:  # another filesystem (EXDEV), no links: copy instead
+                    linked = ""
+                if linked:
+                    paths.append(f"{scratch}/{bucket}-{segment.base}.parquet")
+                    continue
+            lo, hi = max(start, segment.base), min(end, seg_end)
+            name = f"{bucket}-{lo}-{hi}.parquet"
             table = pa.Table.from_batches(list(self.read(bucket, lo, hi)), schema=RECORD_SCHEMA)
             pq.write_table(table, f"{folder}/{name}", filesystem=fs, **SEGMENT_WRITE_OPTIONS)
             paths.append(f"{scratch}/{name}")
