@@ -21,6 +21,7 @@ from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS
 from modeswitch.orchestration import close_epoch, decide, run_job_process
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.verify import audit
@@ -67,6 +68,47 @@ class LiveProducer:
         self.thread.join(timeout=30)
 
 
+class BurstOnceCaughtUp:
+    """Appends a burst of 400 000 records once the stream epoch has committed three
+    micro-batches and caught up with what the log held at its first commit: from then on a
+    watermark lag over the threshold can only come from the burst, however long the stream's
+    cold start took on this machine (a fixed timer raced it under load)."""
+
+    def __init__(self, settings: PipelineSettings, log: SegmentLog) -> None:
+        self.settings = settings
+        self.log = log
+        self.stop_flag = threading.Event()
+        self.fired = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        target: dict[int, int] | None = None
+        while not self.stop_flag.wait(0.5):
+            commits = [
+                c
+                for c in sink_commits(self.settings.sink, self.settings.pipeline)
+                if c.mode == "stream"
+            ]
+            if not commits:
+                continue
+            if target is None:
+                target = self.log.latest_offsets()
+            reached = max(commits, key=lambda c: c.sequence).end
+            if len(commits) >= 3 and all(reached.get(b, 0) >= o for b, o in target.items()):
+                generator = EventGenerator(seed=7, buckets=BUCKETS)
+                produce_backlog(self.log, generator, records=400_000, first=20_000_000)
+                self.fired.set()
+                return
+
+    def __enter__(self) -> BurstOnceCaughtUp:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_flag.set()
+        self.thread.join(timeout=60)
+
+
 def run_epoch(settings: PipelineSettings, expected_mode: str) -> tuple[int, dict, dict]:
     plan = decide(settings, decided_by="e2e")
     assert plan.epoch is not None
@@ -87,18 +129,9 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
     epochs = []
     with LiveProducer(log, EventGenerator(seed=6, buckets=BUCKETS, skew="zipf:1.1"), 500):
         epochs.append(run_epoch(settings, "batch"))  # the 1 M backlog, an hour of event time
-        burst = threading.Timer(
-            25.0,
-            lambda: produce_backlog(
-                log, EventGenerator(seed=7, buckets=BUCKETS), records=400_000, first=20_000_000
-            ),
-        )
-        burst.start()
-        try:
+        with BurstOnceCaughtUp(settings, log) as burst:
             epochs.append(run_epoch(settings, "stream"))  # stops when the burst holds it back
-        finally:
-            burst.cancel()
-            burst.join()
+        assert burst.fired.is_set(), "the stream never caught up with the live producer"
         epochs.append(run_epoch(settings, "batch"))  # drains the burst
         short = PipelineSettings.from_mapping(
             {**settings.to_mapping(), "max_stream_runtime": "20s"}

@@ -125,3 +125,42 @@ def test_options_need_a_path_and_positive_limits(tmp_path: Path) -> None:
     parsed = BucketLogOptions.parse({"path": "rel/log", "maxRecordsPerTrigger": "10"})
     assert Path(parsed.path).is_absolute()
     assert parsed.max_records_per_trigger == 10
+
+
+def test_a_micro_batch_scans_the_log_once_and_reads_only_changed_footers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark asks the stream reader for the latest offsets, then to report them: one scan of
+    the log per micro-batch, by one log object whose footer cache survives micro-batches."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from modeswitch.produce import EventGenerator, produce_backlog
+    from modeswitch.sources.segments import SegmentLog
+    from modeswitch.sources.spark import BucketLogOptions, BucketLogStreamReader
+
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=4, open_segment_seconds=0)
+    produce_backlog(log, EventGenerator(seed=1, buckets=4), records=4_000)
+    reader = BucketLogStreamReader(BucketLogOptions.parse({"path": log.root}))
+    scans, footers = [0], [0]
+    latest_offsets, parquet_file = SegmentLog.latest_offsets, pq.ParquetFile
+
+    def counting_scan(self):
+        scans[0] += 1
+        return latest_offsets(self)
+
+    def counting_footer(*args, **kwargs):
+        footers[0] += 1
+        return parquet_file(*args, **kwargs)
+
+    monkeypatch.setattr(SegmentLog, "latest_offsets", counting_scan)
+    monkeypatch.setattr(pq, "ParquetFile", counting_footer)
+    start = {str(b): 0 for b in range(4)}
+    end = reader.latestOffset(start, ReadMaxRows(1_000))
+    assert reader.reportLatestOffset() == {str(b): o for b, o in log.latest_offsets().items()}
+    assert scans == [2]  # latestOffset's, and the check above: the report took none
+    first_footers = footers[0]
+    assert first_footers >= 4
+    reader.latestOffset(end, ReadMaxRows(1_000))
+    reader.reportLatestOffset()
+    assert footers[0] == first_footers  # nothing changed: the reader's cache answered

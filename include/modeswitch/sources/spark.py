@@ -325,6 +325,15 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: BucketLogOptions) -> None:
         self.options = options
         self._target: OffsetsMap | None = None
+        self._log: BucketedLog | None = None
+        self._reported: OffsetsMap | None = None
+
+    def _open(self) -> BucketedLog:
+        """One log per reader: it caches each segment's row count by file identity, so a
+        micro-batch reads only the footers of the segments that changed."""
+        if self._log is None:
+            self._log = self.options.open_log()
+        return self._log
 
     def initialOffset(self) -> dict:
         source = self.options.open_log()
@@ -341,7 +350,7 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offsets_to_dict(start)
 
     def _latest(self) -> OffsetsMap:
-        latest = self.options.open_log().latest_offsets()
+        latest = self._open().latest_offsets()
         if self._target is not None:
             latest = {b: min(latest[b], self._target.get(b, latest[b])) for b in latest}
         return latest
@@ -349,6 +358,7 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = offsets_from_dict(start, source="stream start offset")
         latest = self._latest()
+        self._reported = latest
         begin = {b: begin.get(b, 0) for b in latest}
         if isinstance(limit, ReadMaxRows):
             end = limit_by_rows(begin, latest, limit.max_rows)
@@ -365,10 +375,13 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
-        return offsets_to_dict(self._latest())
+        # Spark asks right after latestOffset, for its progress report: the log as that call
+        # saw it, not a second scan of it.
+        latest, self._reported = self._reported, None
+        return offsets_to_dict(latest if latest is not None else self._latest())
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self.options.open_log().latest_offsets()
+        self._target = self._open().latest_offsets()
         log.info("bucketlog availableNow target %s", self._target)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
