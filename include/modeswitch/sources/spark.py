@@ -458,10 +458,11 @@ def read_segments(
 
     A bucket's newest segment may still grow while Spark reads it (an appender rewrites it
     for up to ``open_segment_seconds``), and Spark then silently reads none of its rows (the
-    file no longer matches the split Spark planned: measured). So the part of a newest
-    segment that a split needs is copied first into an immutable file under ``scratch``
-    (at most one segment's worth per bucket), and Spark reads that copy. The caller deletes
-    ``scratch`` once the data is written, and checks the count it wrote.
+    file no longer matches the split Spark planned: measured). So a newest segment is first
+    snapshotted under ``scratch`` (:meth:`SegmentLog.stable_paths`: a hard link to the file as
+    it is, which its appender replaces but never changes; a copy of the range elsewhere), and
+    Spark reads the snapshot, filtered to the splits' offsets. The caller deletes ``scratch``
+    once the data is written, and checks the count it wrote.
     """
     from pyspark.sql import functions as F
 
