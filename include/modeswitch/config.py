@@ -332,9 +332,9 @@ class PipelineSettings:
     source writer, which streaming always uses; see docs/SINK.md); ``batch_reader``
     (``native``, the default: Spark's Parquet reader reads the wave's segment files of the
     embedded log, no Python worker in the path, a bucket's newest segment from a snapshot (a
-    hard link; a copy of the range the wave needs where no link can be made), and the native writer checks the wave's record count before
-    committing; ``bucketlog``: the Python data source, which the ``python`` writer always
-    uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the
+    hard link; a copy of the range the wave needs where no link can be made), and the native
+    writer checks the wave's record count before committing; ``bucketlog``: the Python data
+    source, which the ``python`` writer always uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the
     machine's memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and
     the same initial size). On a local master the driver runs the tasks too, so this bounds
     the job's memory whatever the backlog: a wave is streamed through, never held.
