@@ -329,15 +329,15 @@ class PipelineSettings:
     benchmarks).
     Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
     data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
-    source writer, which streaming always uses; see docs/SINK.md); ``batch_reader``
-    (``native``, the default: Spark's Parquet reader reads the wave's segment files of the
-    embedded log, no Python worker in the path, a bucket's newest segment from a snapshot (a
-    hard link; a copy of the range the wave needs where no link can be made), and the native
-    writer checks the wave's record count before committing; ``bucketlog``: the Python data
-    source, which the ``python`` writer always uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the
-    machine's memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and
-    the same initial size). On a local master the driver runs the tasks too, so this bounds
-    the job's memory whatever the backlog: a wave is streamed through, never held.
+    source writer, which streaming always uses; see docs/SINK.md); ``batch_reader`` (``native``, the
+    default: Spark's Parquet reader reads the wave's segment files of the embedded log, no Python
+    worker in the path, a bucket's newest segment from a snapshot (a hard link; a copy of the range
+    the wave needs where no link can be made), and the native writer checks the wave's record count
+    before committing; ``bucketlog``: the Python data source, which the ``python`` writer always
+    uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the machine's
+    memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and the same initial
+    size). On a local master the driver runs the tasks too, so this bounds the job's memory whatever
+    the backlog: a wave is streamed through, never held.
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
