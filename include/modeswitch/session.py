@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +84,19 @@ def create_spark_session(
     register_sink(spark)
     log.info("spark session %s on %s", app_name, spark.sparkContext.master)
     return spark
+
+
+@contextlib.contextmanager
+def session_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set Spark SQL settings for the duration of a block, then put back what was there."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

@@ -107,3 +107,26 @@ def test_a_wave_that_read_another_count_than_planned_commits_nothing(
     assert not list(Path(sink).glob("native-*"))  # the attempt's files are gone
     write_batch(df, sink, **options, expectedRecords="100")
     assert DeltaTable(sink).to_pyarrow_table().num_rows == 100
+
+
+def test_a_wave_of_many_local_segments_is_listed_without_a_spark_job(
+    spark, tmp_path: Path
+) -> None:
+    """Above 32 paths Spark lists them with a job of its own (0.3-0.4 s a wave here); for
+    local segment files the driver lists them, and the setting is put back afterwards."""
+    from modeswitch.sources.spark import PARALLEL_LISTING_THRESHOLD
+
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
+    produce_backlog(log, EventGenerator(seed=4, buckets=2), records=4_000, segment_records=100)
+    latest = log.latest_offsets()
+    splits = [(b, 0, latest[b]) for b in latest]
+    assert len(log.segments(0)) + len(log.segments(1)) > 32
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("wave-listing", "listing a wave's files")
+    try:
+        df = read_segments(spark, log.root, splits, scratch=str(tmp_path / "scratch"))
+        assert tracker.getJobIdsForGroup("wave-listing") == []
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert spark.conf.get(PARALLEL_LISTING_THRESHOLD) == "32"
+    assert df.count() == sum(latest.values())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from modeswitch.offsets import offsets_to_json
 from modeswitch.produce import EventGenerator, produce_backlog
-from modeswitch.sinks.native import session_conf
+from modeswitch.session import session_conf
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.streaming import checkpoint_conf
 

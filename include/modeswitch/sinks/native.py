@@ -39,7 +39,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,6 +48,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from modeswitch.errors import ModeswitchError
+from modeswitch.session import session_conf
 from modeswitch.sinks.delta import (
     SINK_NAME,
     CommitOutcome,
@@ -310,22 +311,6 @@ def _batches(fs: Any, files: list[pafs.FileInfo]) -> Iterator[Any]:
     for info in files:
         with fs.open_input_file(info.path) as source:
             yield from pq.ParquetFile(source).iter_batches()
-
-
-@contextlib.contextmanager
-def session_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
-    """Set Spark SQL settings for the duration of a block, then put back what was there."""
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 __all__ = ["BATCH_WRITERS", "BatchWriter", "write_batch"]
