@@ -109,9 +109,7 @@ def test_a_wave_that_read_another_count_than_planned_commits_nothing(
     assert DeltaTable(sink).to_pyarrow_table().num_rows == 100
 
 
-def test_a_wave_of_many_local_segments_is_listed_without_a_spark_job(
-    spark, tmp_path: Path
-) -> None:
+def test_a_wave_of_many_local_segments_is_listed_without_a_spark_job(spark, tmp_path: Path) -> None:
     """Above 32 paths Spark lists them with a job of its own (0.3-0.4 s a wave here); for
     local segment files the driver lists them, and the setting is put back afterwards."""
     from modeswitch.sources.spark import PARALLEL_LISTING_THRESHOLD
