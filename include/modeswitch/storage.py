@@ -51,3 +51,8 @@ def storage_environment(options: Mapping[str, str]) -> dict[str, str]:
     if not options:
         return {}
     return {ENV_STORAGE_OPTIONS: json.dumps(dict(options), sort_keys=True)}
+
+
+def is_local(location: str) -> bool:
+    """Whether a path or URI is on the local filesystem (no scheme, or ``file:``)."""
+    return "://" not in location or location.lower().startswith("file:")

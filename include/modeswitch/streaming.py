@@ -38,6 +38,7 @@ from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyStat
 from modeswitch.sinks.commits import SinkCommit, commits_after
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.storage import is_local
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -223,8 +224,7 @@ def _sink_version(table_uri: str) -> int:
 def checkpoint_conf(location: str) -> dict[str, str]:
     """Session settings for a stream whose checkpoint is at ``location``:
     :data:`LOCAL_CHECKPOINT_CONF` for a local folder, none for other filesystems."""
-    scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
-    return dict(LOCAL_CHECKPOINT_CONF) if scheme == "file" else {}
+    return dict(LOCAL_CHECKPOINT_CONF) if is_local(location) else {}
 
 
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:

@@ -349,26 +349,9 @@ class SegmentLog:
             fs, folder = pafs.FileSystem.from_uri(_as_uri(scratch))
             fs.create_dir(folder, recursive=True)
             if self._local and isinstance(fs, pafs.LocalFileSystem):
-                # An appender never changes a segment file in place: it writes a new file and
-                # renames it over the old one. A hard link is therefore a snapshot, holding
-                # at least the range (the reader filters the offsets it needs).
-                # One snapshot per segment and scratch folder: another range of the same
-                # segment (a second split of the bucket) reuses it, so no row is read twice.
-                linked = f"{folder}/{bucket}-{segment.base}.parquet"
-                try:
-                    os.link(segment.path, linked)
-                except FileExistsError:
-                    held = pq.ParquetFile(linked).metadata.num_rows
-                    if segment.base + held < min(end, seg_end):
-                        raise ModeswitchError(
-                            f"{linked}: the snapshot holds offsets up to {segment.base + held} "
-                            f"of bucket {bucket}, not {min(end, seg_end)}: take the snapshots "
-                            "of one scratch folder after every range in it was planned"
-                        ) from None
-                except OSError:  # another filesystem (EXDEV), no links: copy instead
-                    linked = ""
+                linked = self._link_snapshot(segment, min(end, seg_end), folder)
                 if linked:
-                    paths.append(f"{scratch}/{bucket}-{segment.base}.parquet")
+                    paths.append(f"{scratch}/{linked}")
                     continue
             lo, hi = max(start, segment.base), min(end, seg_end)
             name = f"{bucket}-{lo}-{hi}.parquet"
@@ -376,6 +359,28 @@ class SegmentLog:
             pq.write_table(table, f"{folder}/{name}", filesystem=fs, **SEGMENT_WRITE_OPTIONS)
             paths.append(f"{scratch}/{name}")
         return paths
+
+    def _link_snapshot(self, segment: Segment, needed_end: int, folder: str) -> str | None:
+        """Hard-link ``segment`` into ``folder`` and return the link's name, or None where no
+        link can be made (another filesystem: EXDEV). An appender never changes a segment file
+        in place (it writes a new file and renames it over the old one), so the link is a
+        snapshot holding at least what was planned; the reader filters the offsets it needs.
+        One snapshot per segment and folder: another range of the same segment (a second
+        split of the bucket) reuses it, so no row is read twice, unless it misses that range."""
+        name = f"{segment.bucket}-{segment.base}.parquet"
+        try:
+            os.link(segment.path, f"{folder}/{name}")
+        except FileExistsError:
+            held = pq.ParquetFile(f"{folder}/{name}").metadata.num_rows
+            if segment.base + held < needed_end:
+                raise ModeswitchError(
+                    f"{folder}/{name}: the snapshot holds offsets up to {segment.base + held} "
+                    f"of bucket {segment.bucket}, not {needed_end}: take the snapshots of one "
+                    "scratch folder after every range in it was planned"
+                ) from None
+        except OSError:
+            return None
+        return name
 
     def _whole_segments(
         self, covered: list, index: int, start: int, end: int, batch_rows: int

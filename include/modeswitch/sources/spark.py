@@ -65,8 +65,10 @@ from modeswitch.errors import (
     UnknownBucketError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
+from modeswitch.session import session_conf
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.storage import is_local
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +338,7 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return self._log
 
     def initialOffset(self) -> dict:
-        source = self.options.open_log()
+        source = self._open()
         earliest = source.earliest_offsets()
         start = resolve_offsets(
             "startingOffsets",
@@ -478,11 +480,9 @@ def read_segments(
         condition = match if condition is None else condition | match
     if condition is None:
         return spark.createDataFrame([], SPARK_RECORD_DDL)
-    from modeswitch.session import session_conf
-
     paths = list(dict.fromkeys(files))
     conf = {}
-    if all(_is_local(path) for path in paths):
+    if all(is_local(path) for path in paths):
         conf[PARALLEL_LISTING_THRESHOLD] = str(2**31 - 1)
     with session_conf(spark, conf):
         frame = spark.read.schema(SPARK_RECORD_DDL).parquet(*paths)
@@ -493,7 +493,3 @@ PARALLEL_LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.thres
 """Above this many paths (32) Spark lists files with a Spark job. A wave names 50-100 local
 segment files: listed by that job in 0.3-0.4 s (1.3 s the first time), on the driver in
 0.08-0.1 s (warm session, 60 files, alternating; docs/BENCHMARKS.md). Remote paths keep it."""
-
-
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.lower().startswith("file:")
