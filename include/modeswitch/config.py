@@ -93,6 +93,22 @@ def parse_positive_int(value: str | int, *, setting: str) -> int:
     return number
 
 
+_TRUE_WORDS = frozenset({"true", "on", "yes", "1"})
+_FALSE_WORDS = frozenset({"false", "off", "no", "0"})
+
+
+def parse_bool(value: str | bool, *, setting: str) -> bool:
+    """A switch from a bool or ``true``/``false``, ``on``/``off``, ``yes``/``no``, ``1``/``0``."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE_WORDS:
+        return True
+    if text in _FALSE_WORDS:
+        return False
+    raise ConfigError(f"{setting}: {value!r} is not on or off (use 'true' or 'false')")
+
+
 def parse_threshold_duration(
     value: str | float | int | timedelta | None, *, setting: str
 ) -> timedelta | None:
@@ -271,7 +287,7 @@ class PolicySettings:
 # --- the whole pipeline's settings -----------------------------------------------------------
 
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-_DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime")
+_DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime", "stream_standby_lead")
 _COUNT_SETTINGS: tuple[str, ...] = ()
 _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
@@ -326,7 +342,12 @@ class PipelineSettings:
     (the read limit; ``none``: no limit), ``max_stream_runtime`` (a stream epoch ends after this
     at the latest), ``stream_trigger`` (``processing_time``, the live default, or
     ``available_now``: read what is there, then end the epoch; for catch-up runs and
-    benchmarks).
+    benchmarks), ``stream_standby`` (``true``, the default: while a batch epoch runs, the local
+    runner starts the next stream job ahead of its epoch, its Spark session up and its Python
+    workers warm, and hands it the stream epoch when one opens; see
+    :class:`modeswitch.orchestration.StreamStandby`), ``stream_standby_lead`` (``30s``: how
+    long before the batch epoch's expected end, by its throughput so far, the standby starts;
+    its start-up and warm-up took 20-30 s here while a batch job ran).
     Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
     data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
     source writer, which streaming always uses; see docs/SINK.md); ``batch_reader`` (``native``, the
@@ -358,6 +379,8 @@ class PipelineSettings:
     max_records_per_trigger: int | None = 100_000
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
+    stream_standby: bool = True
+    stream_standby_lead: timedelta = timedelta(seconds=30)
     batch_writer: str = "native"
     batch_reader: str = "native"
     batch_driver_memory: str = "1g"
@@ -385,6 +408,8 @@ class PipelineSettings:
                 f"stream_trigger: {self.stream_trigger!r} is not one of "
                 + ", ".join(STREAM_TRIGGERS)
             )
+        if not isinstance(self.stream_standby, bool):
+            raise ConfigError(f"stream_standby: {self.stream_standby!r} is not true or false")
         if self.batch_writer not in BATCH_WRITERS:
             raise ConfigError(
                 f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
@@ -456,6 +481,8 @@ class PipelineSettings:
                 values[name] = parse_threshold_count(value, setting=name)
             elif name in ("stream_trigger", "batch_writer", "batch_reader"):
                 values[name] = str(value).strip().lower()
+            elif name == "stream_standby":
+                values[name] = parse_bool(value, setting=name)
             elif name == "batch_driver_memory":
                 values[name] = parse_jvm_memory(value, setting=name)
             elif name in _TEXT_SETTINGS:
@@ -476,6 +503,8 @@ class PipelineSettings:
                     out[f.name] = "none"
                 elif isinstance(value, timedelta):
                     out[f.name] = f"{value.total_seconds():g}s"
+                elif isinstance(value, bool):
+                    out[f.name] = "true" if value else "false"
                 else:
                     out[f.name] = str(value)
         return out

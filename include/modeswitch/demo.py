@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import close_epoch, decide, run_job_process
+from modeswitch.orchestration import LocalRunner, close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
@@ -131,30 +131,33 @@ def burst_later(
         timer.join()
 
 
-def _epoch(settings: PipelineSettings, console: Console, note: str) -> None:
+def _epoch(runner: LocalRunner, settings: PipelineSettings, console: Console, note: str) -> None:
     plan = decide(settings, decided_by="demo")
     if plan.epoch is None:
         console.print(f"decide: {plan.mode} ({plan.reason}); nothing to run")
         return
     console.print(f"[bold]epoch {plan.epoch}: {plan.mode}[/bold] {note}\n  why: {plan.reason}")
-    logs = Path(settings.warehouse).parent / "logs"
-    logs.mkdir(exist_ok=True)
-    job_log = logs / f"epoch-{plan.epoch}-{plan.mode}.log"
-    run_job_process(plan.mode, settings, plan.epoch, timeout=900, log_file=job_log)
+    runner(plan.mode, settings, plan.epoch)
     status, end = close_epoch(settings, plan.epoch)
+    how = " (run by the stream job started in standby)" if plan.epoch in runner.handed_over else ""
     console.print(
-        f"  closed {status} at {sum(end.values()):,} records committed (job log: {job_log})"
+        f"  closed {status} at {sum(end.values()):,} records committed{how} "
+        f"(job log: {runner.log_file(plan.epoch)})"
     )
 
 
 def _cycle(settings: PipelineSettings, log: SegmentLog, buckets: int, console: Console) -> None:
     console.rule("2. the pipeline: decide, run, close, decide again")
-    _epoch(settings, console, "drains the backlog up to its boundary")
-    with burst_later(log, buckets, console):
-        _epoch(settings, console, "from the batch's end offsets, until it falls behind")
-    _epoch(settings, console, "drains what the burst left")
-    short = PipelineSettings.from_mapping({**settings.to_mapping(), "max_stream_runtime": "20s"})
-    _epoch(short, console, "live again (20 s, then the demo ends)")
+    logs = Path(settings.warehouse).parent / "logs"
+    with LocalRunner(log_dir=logs, timeout=900) as runner:
+        _epoch(runner, settings, console, "drains the backlog up to its boundary")
+        with burst_later(log, buckets, console):
+            _epoch(runner, settings, console, "from the batch's end offsets, until it falls behind")
+        _epoch(runner, settings, console, "drains what the burst left")
+        short = PipelineSettings.from_mapping(
+            {**settings.to_mapping(), "max_stream_runtime": "20s"}
+        )
+        _epoch(runner, short, console, "live again (20 s, then the demo ends)")
 
 
 def _summary(settings: PipelineSettings, console: Console) -> int:

@@ -1,12 +1,21 @@
 """What both spark-submit entrypoints do: parse ``--pipeline --epoch --config``, build the
 session, run the epoch, stop the session. ``jobs/backlog_batch.py`` and ``jobs/stream.py``
-are one line on top of this."""
+are one line on top of this.
+
+The stream job can also start in standby (``--standby`` instead of ``--epoch``): it starts its
+session, warms it up (:func:`modeswitch.streaming.warm_up`) and then waits for one line on its
+standard input, :func:`standby_request`: the epoch to run and its settings. At the end of its
+input without a request it stops its session and exits 0. The local runner
+(:class:`modeswitch.orchestration.StreamStandby`) starts it while a batch epoch runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-from typing import Literal
+import sys
+from typing import Literal, TextIO
 
 from modeswitch.config import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
@@ -17,14 +26,44 @@ JobKind = Literal["batch", "stream"]
 log = logging.getLogger("modeswitch.jobs")
 
 
-def _parse_arguments(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+def _parse_arguments(
+    description: str, argv: list[str] | None = None, *, standby: bool = False
+) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pipeline", required=True, help="the pipeline id")
-    parser.add_argument("--epoch", required=True, type=int, help="the epoch to run")
+    target = parser.add_mutually_exclusive_group(required=True) if standby else parser
+    target.add_argument("--epoch", type=int, required=not standby, help="the epoch to run")
+    if standby:
+        target.add_argument(
+            "--standby",
+            action="store_true",
+            help="start and warm up now; run the epoch named on standard input "
+            '(one JSON line: {"epoch": N, "config": "<settings JSON>"}); exit 0 at its end',
+        )
     parser.add_argument(
         "--config", required=True, help="resolved settings: a JSON/TOML file, or inline JSON"
     )
     return parser.parse_args(argv)
+
+
+def standby_request(epoch: int, settings: PipelineSettings) -> str:
+    """The line that hands ``epoch`` to a standby job: one JSON object and a newline."""
+    return json.dumps({"epoch": epoch, "config": settings.to_json()}) + "\n"
+
+
+def read_standby_request(stream: TextIO) -> tuple[int, str] | None:
+    """The epoch and settings a standby job was handed, or None at the end of its input."""
+    line = stream.readline()
+    if not line.strip():
+        return None
+    try:
+        request = json.loads(line)
+        epoch, config = request["epoch"], request["config"]
+    except (json.JSONDecodeError, TypeError, KeyError) as exc:
+        raise ModeswitchError(f"standby request {line[:80]!r} is not valid: {exc!r}") from exc
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not isinstance(config, str):
+        raise ModeswitchError(f"standby request {line[:80]!r}: expected an epoch and settings")
+    return epoch, config
 
 
 def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
@@ -39,10 +78,28 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
 
 
 def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: PipelineSettings):
+    name = "standby" if args.epoch is None else f"epoch-{args.epoch}"
     return create_spark_session(
-        f"modeswitch-{args.pipeline}-{kind}-epoch-{args.epoch}",
-        conf=job_spark_conf(kind, settings),
+        f"modeswitch-{args.pipeline}-{kind}-{name}", conf=job_spark_conf(kind, settings)
     )
+
+
+def _wait_in_standby(
+    spark, args: argparse.Namespace, settings: PipelineSettings, requests: TextIO
+) -> PipelineSettings | None:
+    """Warm the session up, then wait for the epoch to run; sets ``args.epoch`` and returns
+    that epoch's settings, or None if released without one."""
+    from modeswitch.streaming import warm_up
+
+    warm_up(spark, settings)
+    log.info("standby: warm; waiting for a stream epoch")
+    request = read_standby_request(requests)
+    if request is None:
+        log.info("standby: released without an epoch")
+        return None
+    args.epoch, config = request
+    log.info("standby: running stream epoch %d", args.epoch)
+    return load_job_settings(config, pipeline=args.pipeline)
 
 
 def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
@@ -72,20 +129,30 @@ def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettin
         )
 
 
-def main(kind: JobKind, description: str, argv: list[str] | None = None) -> int:
+def main(
+    kind: JobKind, description: str, argv: list[str] | None = None, requests: TextIO | None = None
+) -> int:
     """Run one epoch; exit status 0 on success, 1 with a clear message on a modeswitch error
-    (anything else propagates with its traceback). The session is stopped in every case."""
+    (anything else propagates with its traceback). The session is stopped in every case.
+
+    A stream job in standby reads its epoch from ``requests`` (standard input by default)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    args = _parse_arguments(description, argv)
+    args = _parse_arguments(description, argv, standby=kind == "stream")
     spark = None
     try:
         # Read (and check) the settings first: some of them size the JVM the session starts.
         settings = load_job_settings(args.config, pipeline=args.pipeline)
         spark = _create_spark_session(kind, args, settings)
+        if getattr(args, "standby", False):
+            chosen = _wait_in_standby(spark, args, settings, requests or sys.stdin)
+            if chosen is None:
+                return 0
+            settings = chosen
         run(kind, spark, args, settings)
         return 0
     except ModeswitchError as exc:
-        log.error("%s epoch %d failed: %s", kind, args.epoch, exc)
+        which = "standby" if args.epoch is None else f"epoch {args.epoch}"
+        log.error("%s %s failed: %s", kind, which, exc)
         return 1
     finally:
         if spark is not None:

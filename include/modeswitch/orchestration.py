@@ -21,11 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Any, BinaryIO, Literal
 
 import pendulum
 
@@ -37,9 +38,10 @@ from modeswitch.errors import (
     ModeswitchError,
     RewindRefusedError,
 )
+from modeswitch.jobrunner import job_spark_conf, standby_request
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
-from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.sinks.commits import commits_after, latest_sink_commit, sink_version
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
@@ -333,26 +335,47 @@ def run_process_group(
     it started (a Spark JVM, Python workers) outlives it. Output goes to ``log_file`` when
     given, else to this process's.
     """
-    output = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
+    with _output(log_file) as output:
+        return _wait_group(_start_group(command, env, output), timeout)
+
+
+def _start_group(
+    command: list[str],
+    env: Mapping[str, str] | None,
+    output: BinaryIO | None,
+    **popen: Any,
+) -> subprocess.Popen:
+    """Start ``command`` as the leader of a new process group."""
+    return subprocess.Popen(
+        command,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        stdout=output,
+        stderr=subprocess.STDOUT if output else None,
+        **popen,
+    )
+
+
+@contextlib.contextmanager
+def _output(log_file: str | Path | None) -> Iterator[BinaryIO | None]:
+    if log_file is None:
+        yield None
+        return
+    with open(log_file, "ab") as output:
+        yield output
+
+
+def _wait_group(process: subprocess.Popen, timeout: float) -> int:
+    """Wait for ``process`` (a process group leader); kill its group if it overruns, and
+    again once it has exited (whatever it left behind)."""
     try:
-        process = subprocess.Popen(
-            command,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-            stdout=output,
-            stderr=subprocess.STDOUT if output else None,
-        )
-        try:
-            return process.wait(timeout=timeout)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            with contextlib.suppress(ProcessLookupError):  # anything it left behind
-                os.killpg(process.pid, signal.SIGKILL)
+        return process.wait(timeout=timeout)
     finally:
-        if output:
-            output.close()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 def run_job_process(
@@ -375,6 +398,251 @@ def run_job_process(
         )
 
 
+class StreamStandby:
+    """A stream job started ahead of its epoch: ``jobs/stream.py --standby``.
+
+    A stream epoch's job spends most of its first seconds starting up: its JVM and session,
+    then a Python process for each step of the source and the sink, all cold. Started while a
+    batch epoch runs, the standby does all that (:func:`modeswitch.streaming.warm_up`) and waits;
+    when ``decide`` opens a stream epoch, :meth:`hand_over` gives it the epoch and its settings
+    (one line on its standard input) and the epoch starts warm. :meth:`release` ends it
+    unused. The standby runs in its own process group, killed when it ends, like any job.
+    """
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        *,
+        env: Mapping[str, str] | None = None,
+        log_file: str | Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.log_file = Path(log_file) if log_file else None
+        command = [
+            sys.executable,
+            str(JOBS / "stream.py"),
+            "--pipeline",
+            settings.pipeline,
+            "--standby",
+            "--config",
+            settings.to_json(),
+        ]
+        with _output(log_file) as output:
+            self.process = _start_group(command, env, output, stdin=subprocess.PIPE)
+
+    def can_run(self, settings: PipelineSettings) -> bool:
+        """Whether it is alive and its JVM suits a job with ``settings``."""
+        return (
+            self.process.poll() is None
+            and settings.pipeline == self.settings.pipeline
+            and job_spark_conf("stream", settings) == job_spark_conf("stream", self.settings)
+        )
+
+    def hand_over(self, epoch: int, settings: PipelineSettings) -> bool:
+        """Give it stream epoch ``epoch``; False if it has already exited (nothing handed)."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(standby_request(epoch, settings).encode())
+            self.process.stdin.close()
+        except BrokenPipeError:
+            return False
+        return True
+
+    def wait(self, epoch: int, *, timeout: float) -> None:
+        """Wait for the epoch it was handed to end, as :func:`run_job_process` does."""
+        code = _wait_group(self.process, timeout)
+        if code != 0:
+            raise ModeswitchError(
+                f"stream.py (standby) for epoch {epoch} exited with status {code}"
+            )
+
+    def release(self, *, timeout: float = 60) -> int:
+        """End it without an epoch: it stops its session and exits; killed after ``timeout``."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            return _wait_group(self.process, timeout)
+        except subprocess.TimeoutExpired:
+            return self.process.wait()
+
+
+WATCH_EVERY = timedelta(milliseconds=500)
+
+
+class BatchEndWatch:
+    """Estimates when a running batch epoch will end, from the sink's commits so far.
+
+    :meth:`due` says when a standby should start: ``lead`` before the epoch's expected end, by
+    the throughput its job has shown (records committed per second since the watch began, or
+    between its first and newest wave once there are two). An epoch of one wave gives no
+    estimate before it ends, so it is due at once. Each call reads only the new commit files of
+    the sink's log (:func:`commits_after`).
+    """
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        epoch: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        store = open_store(settings)
+        found = store.epoch(epoch)
+        self.settings = settings
+        self.epoch = epoch
+        self.clock = clock
+        self.boundary = dict(found.boundary or {})
+        self.committed = {**found.start, **store.committed_offsets()}
+        self.version = sink_version(settings.sink)
+        self.began = clock()
+        self.total = self._left()
+        self.seen: list[tuple[float, int]] = []  # (when seen, records left then)
+
+    def _left(self) -> int:
+        return sum(max(0, end - self.committed.get(b, 0)) for b, end in self.boundary.items())
+
+    def remaining(self) -> int:
+        """Records still below the boundary, by the commits seen so far."""
+        found, self.version = commits_after(
+            self.settings.sink, self.settings.pipeline, self.version
+        )
+        mine = [c for c in found if c.epoch == self.epoch and not c.is_rewind]
+        for commit in mine:
+            self.committed.update(commit.end)
+        left = self._left()
+        if mine:
+            self.seen.append((self.clock(), left))
+        return left
+
+    def seconds_left(self) -> float | None:
+        """The expected seconds to the epoch's end; None before its first wave commits."""
+        left = self.remaining()
+        if left == 0:
+            return 0.0
+        if not self.seen:
+            return None
+        if len(self.seen) >= 2:
+            (first_at, first_left), (last_at, last_left) = self.seen[0], self.seen[-1]
+            moved, seconds = first_left - last_left, last_at - first_at
+        else:
+            (last_at, last_left) = self.seen[0]
+            moved, seconds = self.total - last_left, last_at - self.began
+        if moved <= 0 or seconds <= 0:
+            return None
+        return left / (moved / seconds)
+
+    def due(self, lead: timedelta) -> bool:
+        if self.total <= self.settings.planner.wave_records:
+            return True
+        left = self.seconds_left()
+        return left is not None and left <= lead.total_seconds()
+
+
+class LocalRunner:
+    """Runs each epoch's job as a child process, as the Airflow tasks do, with a standby.
+
+    With ``stream_standby`` on, a :class:`StreamStandby` starts ``stream_standby_lead`` before
+    a batch epoch is expected to end (:class:`BatchEndWatch`; at once for a one-wave epoch) and
+    is handed the next stream epoch. Not earlier: a batch epoch may last hours, and on a small
+    machine the standby's start-up takes CPU from the batch. A standby that has exited, or whose JVM
+    settings do not suit the stream epoch's, is released and the stream job starts as usual.
+    Use it as a context manager (or call :meth:`close`): a standby still waiting is released
+    at the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        log_dir: str | Path | None = None,
+        timeout: float = 1800,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.log_dir = Path(log_dir) if log_dir else None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
+        self.env = dict(env or {})
+        self.standby: StreamStandby | None = None
+        self.logs: dict[int, Path] = {}
+        self.handed_over: list[int] = []
+
+    def __call__(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
+        log_file = self.log_dir / f"epoch-{epoch}-{kind}.log" if self.log_dir else None
+        if kind == "stream" and self.standby is not None:
+            standby, self.standby = self.standby, None
+            usable = settings.stream_standby and standby.can_run(settings)
+            if usable and standby.hand_over(epoch, settings):
+                if standby.log_file:
+                    self.logs[epoch] = standby.log_file
+                self.handed_over.append(epoch)
+                log.info("stream epoch %d handed to the standby stream job", epoch)
+                standby.wait(epoch, timeout=self.timeout)
+                return
+            log.warning("the standby stream job cannot run epoch %d: released", epoch)
+            standby.release()
+        if log_file:
+            self.logs[epoch] = log_file
+        if kind == "batch" and settings.stream_standby:
+            self._run_batch_with_standby(settings, epoch, log_file)
+            return
+        run_job_process(
+            kind, settings, epoch, env=self.env, timeout=self.timeout, log_file=log_file
+        )
+
+    def _run_batch_with_standby(
+        self, settings: PipelineSettings, epoch: int, log_file: Path | None
+    ) -> None:
+        """Run a batch epoch's job; start the standby ``stream_standby_lead`` before its
+        expected end."""
+        command = job_command("batch", settings, epoch)
+        deadline = time.monotonic() + self.timeout
+        with _output(log_file) as output:
+            process = _start_group(command, self.env, output)
+            try:
+                watch = BatchEndWatch(settings, epoch)
+                while process.poll() is None and not self._standby_suits(settings):
+                    if watch.due(settings.stream_standby_lead):
+                        self._start_standby(settings, after=epoch)
+                    else:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            process.wait(timeout=WATCH_EVERY.total_seconds())
+            except BaseException:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    _wait_group(process, 0)
+                raise
+            code = _wait_group(process, max(0.0, deadline - time.monotonic()))
+        if code != 0:
+            raise ModeswitchError(f"backlog_batch.py for epoch {epoch} exited with status {code}")
+
+    def _standby_suits(self, settings: PipelineSettings) -> bool:
+        return self.standby is not None and self.standby.can_run(settings)
+
+    def _start_standby(self, settings: PipelineSettings, *, after: int) -> None:
+        self.close()
+        log_file = (
+            self.log_dir / f"stream-standby-after-epoch-{after}.log" if self.log_dir else None
+        )
+        self.standby = StreamStandby(settings, env=self.env, log_file=log_file)
+        log.info("stream job started in standby alongside batch epoch %d", after)
+
+    def log_file(self, epoch: int) -> Path | None:
+        """Where the output of ``epoch``'s job went (None without ``log_dir``)."""
+        return self.logs.get(epoch)
+
+    def close(self) -> None:
+        """Release a standby that is still waiting."""
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            standby.release()
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_locally(
     settings: PipelineSettings,
     *,
@@ -382,16 +650,19 @@ def run_locally(
     runner: JobRunner | None = None,
     on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
 ) -> list[tuple[EpochPlan, str, OffsetsMap]]:
-    """Decide, run and close ``epochs`` epochs in turn, as the Airflow DAG does."""
-    runner = runner or (lambda kind, s, e: run_job_process(kind, s, e))
-    done = []
-    for _ in range(epochs):
-        plan = decide(settings, decided_by="run_locally")
-        if plan.epoch is None:
-            break
-        runner(plan.mode, settings, plan.epoch)
-        status, end = close_epoch(settings, plan.epoch)
-        done.append((plan, status, end))
-        if on_epoch:
-            on_epoch(plan, status, end)
-    return done
+    """Decide, run and close ``epochs`` epochs in turn, as the Airflow DAG does (the jobs by
+    a :class:`LocalRunner` unless ``runner`` is given)."""
+    with contextlib.ExitStack() as stack:
+        if runner is None:
+            runner = stack.enter_context(LocalRunner())
+        done = []
+        for _ in range(epochs):
+            plan = decide(settings, decided_by="run_locally")
+            if plan.epoch is None:
+                break
+            runner(plan.mode, settings, plan.epoch)
+            status, end = close_epoch(settings, plan.epoch)
+            done.append((plan, status, end))
+            if on_epoch:
+                on_epoch(plan, status, end)
+        return done

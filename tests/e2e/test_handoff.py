@@ -6,6 +6,9 @@ thresholds are scaled to this machine: a batch epoch of 1 M records takes ~20 s 
 included), so the exit threshold (45 s) must exceed the lag it leaves; the stream reads at
 most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
 holds it back for over a minute, longer than the enter threshold plus the dwell.
+
+The epochs run as the local runner runs them: each stream epoch is handed to a stream job
+started in standby during the batch epoch before it (``stream_standby``, on by default).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS
-from modeswitch.orchestration import close_epoch, decide, run_job_process
+from modeswitch.orchestration import LocalRunner, close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
@@ -109,11 +112,13 @@ class BurstOnceCaughtUp:
         self.thread.join(timeout=60)
 
 
-def run_epoch(settings: PipelineSettings, expected_mode: str) -> tuple[int, dict, dict]:
+def run_epoch(
+    runner: LocalRunner, settings: PipelineSettings, expected_mode: str
+) -> tuple[int, dict, dict]:
     plan = decide(settings, decided_by="e2e")
     assert plan.epoch is not None
     assert plan.mode == expected_mode, plan.reason
-    run_job_process(plan.mode, settings, plan.epoch, timeout=600)
+    runner(plan.mode, settings, plan.epoch)
     status, end = close_epoch(settings, plan.epoch)
     assert status == "completed"
     return plan.epoch, dict(plan.start), end
@@ -127,16 +132,21 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
     produce_backlog(log, generator, records=1_000_000, span=timedelta(hours=1))
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epochs = []
-    with LiveProducer(log, EventGenerator(seed=6, buckets=BUCKETS, skew="zipf:1.1"), 500):
-        epochs.append(run_epoch(settings, "batch"))  # the 1 M backlog, an hour of event time
+    runner = LocalRunner(log_dir=Path(settings.warehouse).parent / "logs", timeout=600)
+    producer = LiveProducer(log, EventGenerator(seed=6, buckets=BUCKETS, skew="zipf:1.1"), 500)
+    with producer, runner:
+        epochs.append(run_epoch(runner, settings, "batch"))  # the 1 M backlog, an hour of events
         with BurstOnceCaughtUp(settings, log) as burst:
-            epochs.append(run_epoch(settings, "stream"))  # stops when the burst holds it back
+            # stops when the burst holds it back
+            epochs.append(run_epoch(runner, settings, "stream"))
         assert burst.fired.is_set(), "the stream never caught up with the live producer"
-        epochs.append(run_epoch(settings, "batch"))  # drains the burst
+        epochs.append(run_epoch(runner, settings, "batch"))  # drains the burst
         short = PipelineSettings.from_mapping(
             {**settings.to_mapping(), "max_stream_runtime": "20s"}
         )
-        epochs.append(run_epoch(short, "stream"))
+        epochs.append(run_epoch(runner, short, "stream"))
+    # Both stream epochs ran in a standby started during the batch epoch before them.
+    assert runner.handed_over == [epochs[1][0], epochs[3][0]]
 
     # Each epoch starts exactly where the previous one ended: no gap, no overlap.
     for (_, _, end), (_, start, _) in itertools.pairwise(epochs):

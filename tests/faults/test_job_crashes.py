@@ -18,11 +18,18 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 
 from modeswitch.config import PipelineSettings
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
-from modeswitch.orchestration import close_epoch, decide, job_command, run_job_process
+from modeswitch.orchestration import (
+    LocalRunner,
+    close_epoch,
+    decide,
+    job_command,
+    run_job_process,
+)
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
@@ -163,4 +170,47 @@ def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(settings, tmp
     status, end = close_epoch(settings, stream.epoch)
     assert status == "completed"
     assert end == log.latest_offsets()
+    assert_exactly_once(settings)
+
+
+def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
+    settings, tmp_path
+) -> None:
+    logs = tmp_path / "logs"
+    with LocalRunner(log_dir=logs, timeout=600) as runner:
+        batch = decide(settings, force_mode="batch")
+        runner("batch", settings, batch.epoch)  # 150 000 records, waves of 40 000
+        close_epoch(settings, batch.epoch)
+        standby = runner.standby
+        assert standby is not None and standby.process.poll() is None
+        # Not started with the batch job: only once a wave had shown its throughput.
+        waves = sorted(c.committed_at_ms for c in sink_commits(settings.sink, settings.pipeline))
+        assert len(waves) == 4
+        started_ms = psutil.Process(standby.process.pid).create_time() * 1000
+        assert waves[0] - 50 <= started_ms, (waves, started_ms)
+        os.killpg(standby.process.pid, signal.SIGKILL)
+        standby.process.wait(timeout=60)
+
+        log = SegmentLog(settings.source)
+        produce_backlog(log, EventGenerator(seed=5, buckets=4), records=20_000, first=2_000_000)
+        stream = decide(settings, force_mode="stream")
+        with pause_when_caught_up(settings, log.latest_offsets()):
+            runner("stream", settings, stream.epoch)  # the standby is gone: a cold job runs it
+        assert runner.handed_over == []
+        assert runner.log_file(stream.epoch) == logs / f"epoch-{stream.epoch}-stream.log"
+        status, end = close_epoch(settings, stream.epoch)
+        assert status == "completed"
+        assert end == log.latest_offsets()
+        assert_exactly_once(settings)
+
+        # A standby no stream epoch comes for is released at the end: it exits by itself.
+        produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3_000_000)
+        again = decide(settings, force_mode="batch")
+        runner("batch", settings, again.epoch)
+        close_epoch(settings, again.epoch)
+        unused = runner.standby
+        assert unused is not None
+    assert unused.process.returncode == 0
+    released = (logs / f"stream-standby-after-epoch-{again.epoch}.log").read_text()
+    assert "standby: released without an epoch" in released
     assert_exactly_once(settings)

@@ -228,6 +228,29 @@ def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
         PipelineSettings(batch_driver_memory="1 GB")
 
 
+def test_stream_standby_is_a_switch_on_by_default() -> None:
+    from modeswitch.config import PipelineSettings
+
+    assert PipelineSettings().stream_standby is True
+    for raw, expected in [
+        ("false", False),
+        (" Off ", False),
+        ("no", False),
+        ("0", False),
+        ("TRUE", True),
+        ("on", True),
+        (True, True),
+        (False, False),
+    ]:
+        settings = PipelineSettings.from_mapping({"stream_standby": raw})
+        assert settings.stream_standby is expected, raw
+        assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
+    with pytest.raises(ConfigError, match=r"stream_standby: 'sometimes' is not on or off"):
+        PipelineSettings.from_mapping({"stream_standby": "sometimes"})
+    with pytest.raises(ConfigError, match=r"stream_standby: 1 is not true or false"):
+        PipelineSettings(stream_standby=1)
+
+
 def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) -> None:
     from modeswitch import jobrunner
 

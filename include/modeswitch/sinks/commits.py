@@ -200,6 +200,18 @@ def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[Sin
 _MISSING: Any = object()
 
 
+def sink_version(table_uri: str) -> int:
+    """The sink table's current version, -1 before it exists: where :func:`commits_after`
+    starts following it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(table_uri).version()
+    except TableNotFoundError:
+        return -1
+
+
 def _log_dir(table_uri: str) -> tuple[Any, str]:
     import pyarrow.fs as pafs
 

@@ -1,0 +1,56 @@
+"""The standby's warm-up: a throwaway stream through the real source, transform and sink.
+
+It must really run (every record it made committed by the sink), leave nothing behind (its
+folder, its query, its listener, the session settings it changed) and, when it fails, only
+warn: the epoch that follows starts cold but runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.streaming import LOCAL_CHECKPOINT_CONF, warm_up
+
+CHECKPOINT_MANAGER = next(iter(LOCAL_CHECKPOINT_CONF))
+
+
+@pytest.fixture
+def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def listeners(spark) -> int:
+    return len(spark.streams._jsqm.listListeners())
+
+
+def test_a_warm_up_runs_a_stream_through_the_sink_and_leaves_nothing(spark, own_tempdir) -> None:
+    spark.conf.unset(CHECKPOINT_MANAGER)
+    before = listeners(spark)
+    done = warm_up(spark, PipelineSettings(), records=500)
+    assert done is not None
+    assert done.records == 500  # committed by the sink: data and quarantine
+    assert done.seconds > 0
+    assert list(own_tempdir.iterdir()) == []
+    assert spark.streams.active == []
+    assert listeners(spark) == before
+    assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
+
+
+def test_a_failed_warm_up_warns_and_leaves_nothing(spark, own_tempdir, caplog) -> None:
+    settings = PipelineSettings(transform="modeswitch.transforms:no_such_transform")
+    before = listeners(spark)
+    with caplog.at_level(logging.WARNING, logger="modeswitch.streaming"):
+        assert warm_up(spark, settings, records=100) is None
+    assert "stream warm-up failed; the epoch will start cold" in caplog.text
+    assert "no_such_transform" in caplog.text
+    assert list(own_tempdir.iterdir()) == []
+    assert spark.streams.active == []
+    assert listeners(spark) == before

@@ -1,0 +1,227 @@
+"""The stream standby without Spark: the request a standby job reads, how the job entrypoint
+dispatches it, and when the local runner starts one (a lead before the batch epoch's end).
+
+The standby's Spark side (the warm-up) is in tests/spark/test_stream_warm_up.py, and a whole
+pipeline handing its stream epochs to standbys in tests/e2e/test_handoff.py. Here the job
+entrypoint runs with its session and its epoch replaced by stand-ins that record what they
+were given: what is checked is which epoch, with which settings, reaches ``run``.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from modeswitch import jobrunner
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
+from modeswitch.jobrunner import read_standby_request, standby_request
+from modeswitch.orchestration import BatchEndWatch
+from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
+from modeswitch.state import StateStore
+
+
+def test_a_standby_request_carries_the_epoch_and_its_settings() -> None:
+    settings = PipelineSettings.from_mapping({"pipeline": "orders", "max_stream_runtime": "20s"})
+    line = standby_request(7, settings)
+    assert line.endswith("\n") and line.count("\n") == 1
+    epoch, config = read_standby_request(io.StringIO(line))
+    assert epoch == 7
+    assert PipelineSettings.from_json(config) == settings
+
+
+@pytest.mark.parametrize("line", ["", "\n", "  \n"])
+def test_the_end_of_input_releases_a_standby(line: str) -> None:
+    assert read_standby_request(io.StringIO(line)) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("7\n", "is not valid"),
+        ("{not json\n", "is not valid"),
+        ('{"epoch": 7}\n', "is not valid"),
+        ('{"epoch": "7", "config": "{}"}\n', "expected an epoch and settings"),
+        ('{"epoch": true, "config": "{}"}\n', "expected an epoch and settings"),
+    ],
+)
+def test_a_bad_standby_request_is_refused_naming_it(line: str, message: str) -> None:
+    with pytest.raises(ModeswitchError, match=message):
+        read_standby_request(io.StringIO(line))
+
+
+class StandIns:
+    """Records what the job entrypoint did: the session it started, the warm-up, the run."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sessions: list[str] = []
+        self.warm_ups = 0
+        self.runs: list[tuple[str, int, PipelineSettings]] = []
+        test = self
+
+        class Session:
+            def stop(self) -> None:
+                test.sessions.append("stopped")
+
+        def create_spark_session(name: str, **kwargs: object) -> Session:
+            self.sessions.append(name)
+            return Session()
+
+        def warm_up(spark: object, settings: PipelineSettings) -> float:
+            self.warm_ups += 1
+            return 0.0
+
+        def run(kind: str, spark: object, args: object, settings: PipelineSettings) -> None:
+            self.runs.append((kind, args.epoch, settings))
+
+        monkeypatch.setattr(jobrunner, "create_spark_session", create_spark_session)
+        monkeypatch.setattr("modeswitch.streaming.warm_up", warm_up)
+        monkeypatch.setattr(jobrunner, "run", run)
+
+
+def test_a_standby_job_warms_up_then_runs_the_epoch_it_is_handed(monkeypatch) -> None:
+    done = StandIns(monkeypatch)
+    started = PipelineSettings.from_mapping({"pipeline": "orders"})
+    handed = PipelineSettings.from_mapping({"pipeline": "orders", "max_stream_runtime": "20s"})
+    argv = ["--pipeline", "orders", "--standby", "--config", started.to_json()]
+    requests = io.StringIO(standby_request(12, handed))
+    assert jobrunner.main("stream", "test", argv, requests=requests) == 0
+    assert done.sessions == ["modeswitch-orders-stream-standby", "stopped"]
+    assert done.warm_ups == 1
+    assert done.runs == [("stream", 12, handed)]
+
+
+def test_a_released_standby_job_runs_nothing_and_stops_its_session(monkeypatch) -> None:
+    done = StandIns(monkeypatch)
+    config = PipelineSettings.from_mapping({"pipeline": "orders"}).to_json()
+    argv = ["--pipeline", "orders", "--standby", "--config", config]
+    assert jobrunner.main("stream", "test", argv, requests=io.StringIO("")) == 0
+    assert done.warm_ups == 1
+    assert done.runs == []
+    assert done.sessions[-1] == "stopped"
+
+
+def test_a_standby_handed_another_pipelines_settings_fails_clearly(monkeypatch, caplog) -> None:
+    done = StandIns(monkeypatch)
+    config = PipelineSettings.from_mapping({"pipeline": "orders"}).to_json()
+    other = PipelineSettings.from_mapping({"pipeline": "payments"})
+    argv = ["--pipeline", "orders", "--standby", "--config", config]
+    requests = io.StringIO(standby_request(3, other))
+    assert jobrunner.main("stream", "test", argv, requests=requests) == 1
+    assert done.runs == []
+    assert "does not match the settings' pipeline 'payments'" in caplog.text
+    assert done.sessions[-1] == "stopped"
+
+
+def test_only_the_stream_job_has_a_standby_and_it_excludes_an_epoch(capsys) -> None:
+    config = PipelineSettings().to_json()
+    with pytest.raises(SystemExit):
+        jobrunner.main(
+            "batch", "test", ["--pipeline", "modeswitch", "--standby", "--config", config]
+        )
+    assert "the following arguments are required: --epoch" in capsys.readouterr().err
+    both = ["--pipeline", "modeswitch", "--epoch", "3", "--standby", "--config", config]
+    with pytest.raises(SystemExit):
+        jobrunner.main("stream", "test", both)
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+SCHEMA = pa.schema(
+    [
+        ("bucket", pa.int32()),
+        ("offset", pa.int64()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("value", pa.string()),
+    ]
+)
+
+
+def commit_wave(
+    settings: PipelineSettings, epoch: int, sequence: int, bucket: int, lo: int, hi: int
+):
+    options = DeltaSinkOptions.parse(
+        {"path": settings.sink, "pipeline": settings.pipeline, "epoch": str(epoch)}
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "bucket": [bucket] * (hi - lo),
+            "offset": list(range(lo, hi)),
+            "event_time": [1_790_000_000_000_000 + o for o in range(lo, hi)],
+            "value": ["v"] * (hi - lo),
+        },
+        schema=SCHEMA,
+    )
+    message = write_files(options, iter([batch]))
+    return commit_files(
+        options, SCHEMA, [message], sequence=sequence, start={bucket: lo}, end={bucket: hi}
+    )
+
+
+def watched_settings(tmp_path: Path, wave_records: int) -> PipelineSettings:
+    return PipelineSettings.from_mapping(
+        {
+            "pipeline": "orders",
+            "warehouse": str(tmp_path),
+            "source": str(tmp_path / "log"),
+            "wave_records": str(wave_records),
+        }
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
+    tmp_path: Path,
+) -> None:
+    settings = watched_settings(tmp_path, 1500)
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    epoch = store.open_epoch("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
+    clock = Clock()
+    watch = BatchEndWatch(settings, epoch, clock=clock)
+    assert watch.remaining() == 4000
+    assert watch.seconds_left() is None  # no wave yet: no throughput to go by
+    assert not watch.due(timedelta(hours=1))
+    clock.now = 10.0
+    commit_wave(settings, epoch, 0, 0, 0, 1500)  # 1 500 records in the job's first 10 s
+    assert watch.seconds_left() == pytest.approx(2500 / 150)
+    assert not watch.due(timedelta(seconds=10))
+    assert watch.due(timedelta(seconds=20))
+    clock.now = 14.0
+    commit_wave(settings, epoch, 1, 1, 0, 1000)  # then 1 000 in 4 s: the waves' own pace
+    assert watch.remaining() == 1500
+    clock.now = 15.0
+    assert watch.seconds_left() == pytest.approx(1500 / 250)
+    assert watch.due(timedelta(seconds=10))
+    commit_wave(settings, epoch, 2, 0, 1500, 3000)
+    assert watch.remaining() == 0 and watch.seconds_left() == 0
+
+
+def test_a_one_wave_batch_epoch_has_its_standby_due_at_once(tmp_path: Path) -> None:
+    settings = watched_settings(tmp_path, 5000)
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    epoch = store.open_epoch("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
+    assert BatchEndWatch(settings, epoch).due(timedelta(seconds=1))
+
+
+def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
+    settings = watched_settings(tmp_path, 100)
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    first = store.open_epoch("batch", "test", {0: 0}, {0: 500})
+    commit_wave(settings, first, 0, 0, 0, 200)
+    store.reconcile()
+    store.close_epoch(first, {0: 200}, "failed", "test")
+    second = store.open_epoch("batch", "test", {0: 200}, {0: 1000})
+    watch = BatchEndWatch(settings, second)  # what the sink held before counts from the start
+    assert watch.total == 800 and watch.remaining() == 800
+    commit_wave(settings, second, 0, 0, 200, 950)
+    assert watch.remaining() == 50
