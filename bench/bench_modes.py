@@ -174,6 +174,8 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "batch_writer": os.environ.get("BENCH_BATCH_WRITER", "native"),
             # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
             "batch_reader": os.environ.get("BENCH_BATCH_READER", "native"),
+            # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
+            "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
             **POLICY_OFF,
             **extra,
         }
