@@ -545,10 +545,10 @@ class LocalRunner:
     With ``stream_standby`` on, a :class:`StreamStandby` starts ``stream_standby_lead`` before
     a batch epoch is expected to end (:class:`BatchEndWatch`; at once for a one-wave epoch) and
     is handed the next stream epoch. Not earlier: a batch epoch may last hours, and on a small
-    machine the standby's start-up takes CPU from the batch. A standby that has exited, or whose JVM
-    settings do not suit the stream epoch's, is released and the stream job starts as usual.
-    Use it as a context manager (or call :meth:`close`): a standby still waiting is released
-    at the end.
+    machine the standby's start-up takes CPU from the batch. A standby that has exited, or
+    whose JVM settings do not suit the stream epoch's, is released and the stream job starts
+    as usual. Use it as a context manager (or call :meth:`close`): a standby still waiting is
+    released at the end.
     """
 
     def __init__(
@@ -601,9 +601,12 @@ class LocalRunner:
             process = _start_group(command, self.env, output)
             try:
                 watch = BatchEndWatch(settings, epoch)
-                while process.poll() is None and not self._standby_suits(settings):
+                # One standby per batch epoch at most (one that dies is not restarted here).
+                waiting = not self._standby_suits(settings)
+                while waiting and process.poll() is None and time.monotonic() < deadline:
                     if watch.due(settings.stream_standby_lead):
                         self._start_standby(settings, after=epoch)
+                        waiting = False
                     else:
                         with contextlib.suppress(subprocess.TimeoutExpired):
                             process.wait(timeout=WATCH_EVERY.total_seconds())

@@ -10,6 +10,10 @@ were given: what is checked is which epoch, with which settings, reaches ``run``
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from modeswitch import jobrunner
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.jobrunner import read_standby_request, standby_request
-from modeswitch.orchestration import BatchEndWatch
+from modeswitch.orchestration import BatchEndWatch, LocalRunner
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.state import StateStore
 
@@ -225,3 +229,26 @@ def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
     assert watch.total == 800 and watch.remaining() == 800
     commit_wave(settings, second, 0, 0, 200, 950)
     assert watch.remaining() == 50
+
+
+def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from modeswitch import orchestration
+
+    settings = watched_settings(tmp_path, 100)
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    epoch = store.open_epoch("batch", "test", {0: 0}, {0: 1000})  # ten waves: not due at once
+    pid_file = tmp_path / "pid"
+    # A stand-in for the batch job: a real process that never ends (and never commits).
+    job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    monkeypatch.setattr(orchestration, "job_command", lambda *args: [sys.executable, "-c", job])
+    runner = LocalRunner(timeout=3)
+    began = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        runner("batch", settings, epoch)
+    assert time.monotonic() - began < 30
+    assert runner.standby is None
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
