@@ -276,7 +276,8 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     )
     producer.start()
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    runner = LocalRunner(log_dir=LOGS, timeout=3600)
+    # The jobs' output goes to --logs, else to a folder of the scratch space (not stdout).
+    runner = LocalRunner(log_dir=LOGS or scratch / "job-logs", timeout=3600)
     try:
         batch = decide(settings, force_mode="batch", decided_by="bench")
         batch_began = time.perf_counter()
