@@ -392,10 +392,12 @@ def run_job_process(
     ``log_file`` when given, else to this process's."""
     command = job_command(kind, settings, epoch)
     code = run_process_group(command, env=env, timeout=timeout, log_file=log_file)
+    _check_exit(Path(command[1]).name, epoch, code)
+
+
+def _check_exit(job: str, epoch: int, code: int) -> None:
     if code != 0:
-        raise ModeswitchError(
-            f"{Path(command[1]).name} for epoch {epoch} exited with status {code}"
-        )
+        raise ModeswitchError(f"{job} for epoch {epoch} exited with status {code}")
 
 
 class StreamStandby:
@@ -450,11 +452,7 @@ class StreamStandby:
 
     def wait(self, epoch: int, *, timeout: float) -> None:
         """Wait for the epoch it was handed to end, as :func:`run_job_process` does."""
-        code = _wait_group(self.process, timeout)
-        if code != 0:
-            raise ModeswitchError(
-                f"stream.py (standby) for epoch {epoch} exited with status {code}"
-            )
+        _check_exit("stream.py (standby)", epoch, _wait_group(self.process, timeout))
 
     def release(self, *, timeout: float = 60) -> int:
         """End it without an epoch: it stops its session and exits; killed after ``timeout``."""
@@ -615,8 +613,7 @@ class LocalRunner:
                     _wait_group(process, 0)
                 raise
             code = _wait_group(process, max(0.0, deadline - time.monotonic()))
-        if code != 0:
-            raise ModeswitchError(f"backlog_batch.py for epoch {epoch} exited with status {code}")
+        _check_exit(Path(command[1]).name, epoch, code)
 
     def _standby_suits(self, settings: PipelineSettings) -> bool:
         return self.standby is not None and self.standby.can_run(settings)

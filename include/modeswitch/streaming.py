@@ -27,7 +27,7 @@ import queue
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -237,6 +237,33 @@ def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> 
         )
 
 
+def sink_stream(
+    spark,
+    settings: PipelineSettings,
+    transform: Callable,
+    *,
+    source: str,
+    start_json: str,
+    options: Mapping[str, str],
+    checkpoint: str,
+):
+    """The query an epoch runs, and the warm-up too: the ``bucketlog`` source from
+    ``start_json`` (with the read limit), ``transform`` with the pipeline's watermark, the
+    ``modeswitch_delta`` sink with ``options``; a writer without its trigger, not started."""
+    reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
+    if settings.max_records_per_trigger is not None:
+        reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+    lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
+    return (
+        transform(reader.load(source))
+        .withWatermark("event_time", f"{lateness} milliseconds")
+        .writeStream.format("modeswitch_delta")
+        .options(**options)
+        .option("offsetsStart", start_json)
+        .option("checkpointLocation", checkpoint)
+    )
+
+
 def run_stream_epoch(
     spark,
     settings: PipelineSettings,
@@ -255,13 +282,16 @@ def run_stream_epoch(
         )
     store.reconcile()
     check_handoff(store, epoch.start, epoch_id)
-    transform = load_transform(settings.transform)
     start_json = offsets_to_json(epoch.start)
-    lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
-    reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
-    if settings.max_records_per_trigger is not None:
-        reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
-    stream = reader.load(settings.source)
+    writer = sink_stream(
+        spark,
+        settings,
+        load_transform(settings.transform),
+        source=settings.source,
+        start_json=start_json,
+        options=sink_options(settings, epoch_id, "stream"),
+        checkpoint=settings.checkpoint(epoch_id),
+    ).queryName(f"{settings.pipeline}-epoch-{epoch_id}")
     available_now = settings.stream_trigger == "available_now"
     events: queue.Queue[int] = queue.Queue()
     listener = _ProgressListener(events).listener
@@ -272,15 +302,6 @@ def run_stream_epoch(
     supervisor = StreamSupervisor(settings, store, epoch_id, started_at, clock)
     supervisor.committed = dict(epoch.start)
     interval_ms = max(1, int(settings.trigger_interval.total_seconds() * 1000))
-    writer = (
-        transform(stream)
-        .withWatermark("event_time", f"{lateness} milliseconds")
-        .writeStream.format("modeswitch_delta")
-        .options(**sink_options(settings, epoch_id, "stream"))
-        .option("offsetsStart", start_json)
-        .option("checkpointLocation", settings.checkpoint(epoch_id))
-        .queryName(f"{settings.pipeline}-epoch-{epoch_id}")
-    )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -402,22 +423,23 @@ def warm_up(spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
     try:
         source = SegmentLog.create(f"{work}/log", buckets=2)
         produce_backlog(source, EventGenerator(seed=1, buckets=2), records=records)
-        start = offsets_to_json(source.earliest_offsets())
-        lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
-        stream = spark.readStream.format("bucketlog").option("startingOffsets", start)
+        writer = sink_stream(
+            spark,
+            settings,
+            load_transform(settings.transform),
+            source=source.root,
+            start_json=offsets_to_json(source.earliest_offsets()),
+            options={
+                "pipeline": "warm-up",
+                "epoch": "1",
+                "mode": "stream",
+                "quarantinePath": f"{work}/quarantine",
+            },
+            checkpoint=f"{work}/checkpoint",
+        )
         spark.streams.addListener(listener)
         with session_conf(spark, checkpoint_conf(work)):
-            query = (
-                load_transform(settings.transform)(stream.load(source.root))
-                .withWatermark("event_time", f"{lateness} milliseconds")
-                .writeStream.format("modeswitch_delta")
-                .options(pipeline="warm-up", epoch="1", mode="stream")
-                .option("quarantinePath", f"{work}/quarantine")
-                .option("offsetsStart", start)
-                .option("checkpointLocation", f"{work}/checkpoint")
-                .trigger(availableNow=True)
-                .start(f"{work}/sink")
-            )
+            query = writer.trigger(availableNow=True).start(f"{work}/sink")
             try:
                 query.awaitTermination(WARM_UP_TIMEOUT.total_seconds())
             finally:
