@@ -256,6 +256,9 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         max_records_per_trigger="100000",
         max_stream_runtime="1h",
         stream_standby=os.environ.get("BENCH_STANDBY", "on"),
+        # Waves of 100 000: the standby starts once a wave has shown the batch's throughput.
+        wave_records="100000",
+        max_split_records="50000",
     )
     stop = threading.Event()
     appended: list[tuple[int, int, int, float]] = []  # (bucket, start, end, published at)

@@ -89,11 +89,16 @@ def _wait_in_standby(
 ) -> PipelineSettings | None:
     """Warm the session up, then wait for the epoch to run; sets ``args.epoch`` and returns
     that epoch's settings, or None if released without one."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from modeswitch.streaming import warm_up
 
-    warm_up(spark, settings)
-    log.info("standby: warm; waiting for a stream epoch")
-    request = read_standby_request(requests)
+    # The request is read while the warm-up runs: an epoch that comes early cuts it short.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standby-request") as reader:
+        pending = reader.submit(read_standby_request, requests)
+        warm_up(spark, settings, should_stop=pending.done)
+        log.info("standby: warm; waiting for a stream epoch")
+        request = pending.result()
     if request is None:
         log.info("standby: released without an epoch")
         return None

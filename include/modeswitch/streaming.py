@@ -71,6 +71,7 @@ PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
 WARM_UP_RECORDS = 2_000
 WARM_UP_TIMEOUT = timedelta(minutes=5)
+WARM_UP_POLL = timedelta(milliseconds=200)
 
 
 @dataclass(frozen=True)
@@ -398,7 +399,13 @@ class WarmUp:
     seconds: float
 
 
-def warm_up(spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS) -> WarmUp | None:
+def warm_up(
+    spark,
+    settings: PipelineSettings,
+    *,
+    records: int = WARM_UP_RECORDS,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> WarmUp | None:
     """Run a throwaway stream the way an epoch runs, so that the epoch that follows starts warm.
 
     A stream's first micro-batch in a new session pays for everything that starts on first
@@ -411,7 +418,8 @@ def warm_up(spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
     The warm-up stream reads ``records`` generated events from a two-bucket log in a temporary
     local folder, applies the pipeline's transform with its watermark, and writes them with the
     ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is removed after.
-    Nothing of the pipeline's is touched, and the session's settings are put back. Returns what
+    Nothing of the pipeline's is touched, and the session's settings are put back. It stops
+    early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
     it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
     epoch itself reports any real fault).
     """
@@ -440,8 +448,11 @@ def warm_up(spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
         spark.streams.addListener(listener)
         with session_conf(spark, checkpoint_conf(work)):
             query = writer.trigger(availableNow=True).start(f"{work}/sink")
+            deadline = started + WARM_UP_TIMEOUT.total_seconds()
             try:
-                query.awaitTermination(WARM_UP_TIMEOUT.total_seconds())
+                while not query.awaitTermination(WARM_UP_POLL.total_seconds()):
+                    if should_stop() or time.monotonic() > deadline:
+                        break
             finally:
                 query.stop()
         if query.exception() is not None:

@@ -7,8 +7,9 @@ included), so the exit threshold (45 s) must exceed the lag it leaves; the strea
 most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
 holds it back for over a minute, longer than the enter threshold plus the dwell.
 
-The epochs run as the local runner runs them: each stream epoch is handed to a stream job
-started in standby during the batch epoch before it (``stream_standby``, on by default).
+The epochs run as the local runner runs them: a stream epoch after a batch epoch of several
+waves is handed to a stream job started in standby during it (``stream_standby``, on by
+default).
 """
 
 from __future__ import annotations
@@ -145,8 +146,10 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
             {**settings.to_mapping(), "max_stream_runtime": "20s"}
         )
         epochs.append(run_epoch(runner, short, "stream"))
-    # Both stream epochs ran in a standby started during the batch epoch before them.
-    assert runner.handed_over == [epochs[1][0], epochs[3][0]]
+    # The first stream epoch ran in a standby started during the 3-wave batch epoch before it
+    # (the burst's batch epoch may be one wave, which gets no standby).
+    assert runner.handed_over[0] == epochs[1][0]
+    assert set(runner.handed_over) <= {epochs[1][0], epochs[3][0]}
 
     # Each epoch starts exactly where the previous one ended: no gap, no overlap.
     for (_, _, end), (_, start, _) in itertools.pairwise(epochs):

@@ -204,7 +204,8 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         assert_exactly_once(settings)
 
         # A standby no stream epoch comes for is released at the end: it exits by itself.
-        produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3_000_000)
+        # Several waves of 40 000: a one-wave epoch gets no standby.
+        produce_backlog(log, EventGenerator(seed=6, buckets=4), records=100_000, first=3_000_000)
         again = decide(settings, force_mode="batch")
         runner("batch", settings, again.epoch)
         close_epoch(settings, again.epoch)

@@ -64,6 +64,8 @@ class StandIns:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sessions: list[str] = []
         self.warm_ups = 0
+        self.warm_up_seconds = 0.0
+        self.cut_short = False
         self.runs: list[tuple[str, int, PipelineSettings]] = []
         test = self
 
@@ -75,8 +77,13 @@ class StandIns:
             self.sessions.append(name)
             return Session()
 
-        def warm_up(spark: object, settings: PipelineSettings) -> float:
+        def warm_up(spark: object, settings: PipelineSettings, *, should_stop) -> float:
             self.warm_ups += 1
+            # Like the real one, it runs until done or until its epoch has come.
+            deadline = time.monotonic() + self.warm_up_seconds
+            while time.monotonic() < deadline and not should_stop():
+                time.sleep(0.01)
+            self.cut_short = should_stop()
             return 0.0
 
         def run(kind: str, spark: object, args: object, settings: PipelineSettings) -> None:
@@ -97,6 +104,19 @@ def test_a_standby_job_warms_up_then_runs_the_epoch_it_is_handed(monkeypatch) ->
     assert done.sessions == ["modeswitch-orders-stream-standby", "stopped"]
     assert done.warm_ups == 1
     assert done.runs == [("stream", 12, handed)]
+
+
+def test_an_epoch_that_comes_during_the_warm_up_cuts_it_short(monkeypatch) -> None:
+    done = StandIns(monkeypatch)
+    done.warm_up_seconds = 60.0
+    settings = PipelineSettings.from_mapping({"pipeline": "orders"})
+    argv = ["--pipeline", "orders", "--standby", "--config", settings.to_json()]
+    began = time.monotonic()
+    requests = io.StringIO(standby_request(5, settings))
+    assert jobrunner.main("stream", "test", argv, requests=requests) == 0
+    assert time.monotonic() - began < 30
+    assert done.cut_short
+    assert done.runs == [("stream", 5, settings)]
 
 
 def test_a_released_standby_job_runs_nothing_and_stops_its_session(monkeypatch) -> None:
@@ -210,11 +230,15 @@ def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
     assert watch.remaining() == 0 and watch.seconds_left() == 0
 
 
-def test_a_one_wave_batch_epoch_has_its_standby_due_at_once(tmp_path: Path) -> None:
+def test_a_one_wave_batch_epoch_gets_no_standby(tmp_path: Path) -> None:
     settings = watched_settings(tmp_path, 5000)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epoch = store.open_epoch("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
-    assert BatchEndWatch(settings, epoch).due(timedelta(seconds=1))
+    watch = BatchEndWatch(settings, epoch)
+    assert not watch.due(timedelta(hours=1))  # no wave yet: no estimate
+    commit_wave(settings, epoch, 0, 0, 0, 3000)
+    commit_wave(settings, epoch, 1, 1, 0, 1000)
+    assert watch.due(timedelta(seconds=1))  # done: nothing left to wait for
 
 
 def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
