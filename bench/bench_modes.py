@@ -36,6 +36,7 @@ import argparse
 import bisect
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -256,6 +257,12 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         max_records_per_trigger="100000",
         max_stream_runtime="1h",
         stream_standby=os.environ.get("BENCH_STANDBY", "on"),
+        # BENCH_STANDBY_LEAD: how long before the batch's expected end the standby starts.
+        **(
+            {"stream_standby_lead": os.environ["BENCH_STANDBY_LEAD"]}
+            if os.environ.get("BENCH_STANDBY_LEAD")
+            else {}
+        ),
         # Waves of 100 000: the standby starts once a wave has shown the batch's throughput.
         wave_records="100000",
         max_split_records="50000",
@@ -365,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     global LOGS
     LOGS = Path(args.logs) if args.logs else None
+    if LOGS:  # the local runner's own lines too: when the standby started, what it expected
+        LOGS.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(
+            filename=LOGS / "runner.log", level=logging.INFO, format="%(asctime)s %(message)s"
+        )
     only = set(args.only.split(","))
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="modeswitch-bench-modes-"))
     scratch.mkdir(parents=True, exist_ok=True)

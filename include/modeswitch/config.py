@@ -345,9 +345,10 @@ class PipelineSettings:
     benchmarks), ``stream_standby`` (``true``, the default: while a batch epoch runs, the local
     runner starts the next stream job ahead of its epoch, its Spark session up and its Python
     workers warm, and hands it the stream epoch when one opens; see
-    :class:`modeswitch.orchestration.StreamStandby`), ``stream_standby_lead`` (``30s``: how
+    :class:`modeswitch.orchestration.StreamStandby`), ``stream_standby_lead`` (``60s``: how
     long before the batch epoch's expected end, by its throughput so far, the standby starts;
-    its start-up and warm-up took 20-30 s here while a batch job ran).
+    its start-up and warm-up took 20-30 s here while a batch job ran, and an estimate from the
+    first wave alone runs long: that wave pays for the job's first Spark query).
     Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
     data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
     source writer, which streaming always uses; see docs/SINK.md); ``batch_reader`` (``native``, the
@@ -380,7 +381,7 @@ class PipelineSettings:
     stream_trigger: str = "processing_time"
     max_stream_runtime: timedelta = timedelta(minutes=10)
     stream_standby: bool = True
-    stream_standby_lead: timedelta = timedelta(seconds=30)
+    stream_standby_lead: timedelta = timedelta(seconds=60)
     batch_writer: str = "native"
     batch_reader: str = "native"
     batch_driver_memory: str = "1g"

@@ -471,13 +471,16 @@ WATCH_EVERY = timedelta(milliseconds=500)
 class BatchEndWatch:
     """Estimates when a running batch epoch will end, from the sink's commits so far.
 
-    :meth:`due` says when a standby should start: ``lead`` before the epoch's expected end, by
-    the throughput its job has shown (records committed per second since the watch began, or
-    between its first and newest wave once there are two). Before its first wave commits there
-    is no estimate and no standby: an epoch of one wave runs without one (measured: a one-wave
-    batch of 240 000 records took 28 s beside a starting standby instead of about 5 s, and the
-    lag it left was then over the exit threshold). Each call reads only the new commit files
-    of the sink's log (:func:`commits_after`).
+    :meth:`due` says when a standby should start: ``lead`` before the epoch's expected end. The
+    pace is the records the epoch's commits carry per second of their own timestamps: between
+    the first and the newest commit seen once there are two, and over the first wave alone
+    before that, timed from when the job planned it (the split ledger's ``recorded_at`` for
+    that wave) to its commit, so the job's Spark start-up does not count. The end is expected
+    that long after the newest commit was seen. Before a wave commits there is no estimate and
+    no standby: an epoch of one wave runs without one (measured: a one-wave batch of 240 000
+    records took 28 s beside a starting standby instead of about 5 s, and the lag it left was
+    then over the exit threshold). Each call reads only the new commit files of the sink's log
+    (:func:`commits_after`), and the ledger once, at the first commit.
     """
 
     def __init__(
@@ -487,17 +490,19 @@ class BatchEndWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        store = open_store(settings)
-        found = store.epoch(epoch)
+        self.store = open_store(settings)
+        found = self.store.epoch(epoch)
         self.settings = settings
         self.epoch = epoch
         self.clock = clock
         self.boundary = dict(found.boundary or {})
-        self.committed = {**found.start, **store.committed_offsets()}
+        self.committed = {**found.start, **self.store.committed_offsets()}
         self.version = sink_version(settings.sink)
-        self.began = clock()
         self.total = self._left()
-        self.seen: list[tuple[float, int]] = []  # (when seen, records left then)
+        self.began: tuple[float, int] | None = None  # (ms, records left): the first wave's plan
+        self.commits: list[tuple[float, int]] = []  # (ms, records left after): the epoch's
+        self.last_seen: float | None = None  # clock() when the newest of them was seen
+        self.estimate: float | None = None  # seconds left, at the last call of due()
 
     def _left(self) -> int:
         return sum(max(0, end - self.committed.get(b, 0)) for b, end in self.boundary.items())
@@ -509,32 +514,45 @@ class BatchEndWatch:
         )
         mine = [c for c in found if c.epoch == self.epoch and not c.is_rewind]
         for commit in mine:
+            if self.began is None:
+                self.began = self._planned(commit.sequence)
             self.committed.update(commit.end)
-        left = self._left()
+            if commit.committed_at_ms is not None:
+                self.commits.append((float(commit.committed_at_ms), self._left()))
         if mine:
-            self.seen.append((self.clock(), left))
-        return left
+            self.last_seen = self.clock()
+        return self._left()
+
+    def _planned(self, wave: int) -> tuple[float, int] | None:
+        """When the job planned ``wave`` (ms) and the records left then; None if unrecorded."""
+        planned = [s.recorded_at for s in self.store.splits(self.epoch) if s.wave == wave]
+        if not planned:
+            return None
+        return max(planned).timestamp() * 1000, self._left()
 
     def seconds_left(self) -> float | None:
         """The expected seconds to the epoch's end; None before its first wave commits."""
         left = self.remaining()
         if left == 0:
             return 0.0
-        if not self.seen:
+        if not self.commits or self.last_seen is None:
             return None
-        if len(self.seen) >= 2:
-            (first_at, first_left), (last_at, last_left) = self.seen[0], self.seen[-1]
-            moved, seconds = first_left - last_left, last_at - first_at
+        if len(self.commits) >= 2:
+            (first_ms, first_left), (last_ms, last_left) = self.commits[0], self.commits[-1]
+        elif self.began is not None:
+            (first_ms, first_left), (last_ms, last_left) = self.began, self.commits[0]
         else:
-            (last_at, last_left) = self.seen[0]
-            moved, seconds = self.total - last_left, last_at - self.began
+            return None
+        moved, seconds = first_left - last_left, (last_ms - first_ms) / 1000
         if moved <= 0 or seconds <= 0:
             return None
-        return left / (moved / seconds)
+        return left / (moved / seconds) - (self.clock() - self.last_seen)
 
     def due(self, lead: timedelta) -> bool:
-        left = self.seconds_left()
-        return left is not None and left <= lead.total_seconds()
+        """Whether the epoch is expected to end within ``lead``; the estimate is kept in
+        :attr:`estimate`."""
+        self.estimate = self.seconds_left()
+        return self.estimate is not None and self.estimate <= lead.total_seconds()
 
 
 class LocalRunner:
@@ -603,7 +621,7 @@ class LocalRunner:
                 waiting = not self._standby_suits(settings)
                 while waiting and process.poll() is None and time.monotonic() < deadline:
                     if watch.due(settings.stream_standby_lead):
-                        self._start_standby(settings, after=epoch)
+                        self._start_standby(settings, after=epoch, expected_end=watch.estimate)
                         waiting = False
                     else:
                         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -618,13 +636,19 @@ class LocalRunner:
     def _standby_suits(self, settings: PipelineSettings) -> bool:
         return self.standby is not None and self.standby.can_run(settings)
 
-    def _start_standby(self, settings: PipelineSettings, *, after: int) -> None:
+    def _start_standby(
+        self, settings: PipelineSettings, *, after: int, expected_end: float | None
+    ) -> None:
         self.close()
         log_file = (
             self.log_dir / f"stream-standby-after-epoch-{after}.log" if self.log_dir else None
         )
         self.standby = StreamStandby(settings, env=self.env, log_file=log_file)
-        log.info("stream job started in standby alongside batch epoch %d", after)
+        log.info(
+            "stream job started in standby alongside batch epoch %d (expected to end in %s s)",
+            after,
+            "?" if expected_end is None else f"{expected_end:.1f}",
+        )
 
     def log_file(self, epoch: int) -> Path | None:
         """Where the output of ``epoch``'s job went (None without ``log_dir``)."""

@@ -17,14 +17,17 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pendulum
 import pyarrow as pa
 import pytest
 
 from modeswitch import jobrunner
+from modeswitch.backlog import plan_remaining
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.jobrunner import read_standby_request, standby_request
 from modeswitch.orchestration import BatchEndWatch, LocalRunner
+from modeswitch.sinks.commits import commits_after
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.state import StateStore
 
@@ -204,8 +207,25 @@ class Clock:
         return self.now
 
 
+def planned_at(monkeypatch, when: pendulum.DateTime, store: StateStore, settings, epoch: int):
+    """Plan the epoch's waves as the batch job does, recorded in the ledger at ``when``."""
+    from modeswitch.state import store as store_module
+
+    monkeypatch.setattr(store_module, "utc_now", lambda: when)
+    plan = plan_remaining(store, settings, epoch)
+    monkeypatch.undo()
+    return plan
+
+
+def committed_at(settings: PipelineSettings, version: int) -> pendulum.DateTime:
+    """When the sink's commit at ``version`` was made, by its own timestamp."""
+    commit = commits_after(settings.sink, settings.pipeline, version - 1)[0][0]
+    assert commit.table_version == version
+    return pendulum.from_timestamp(commit.committed_at_ms / 1000)
+
+
 def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
     settings = watched_settings(tmp_path, 1500)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
@@ -215,17 +235,29 @@ def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
     assert watch.remaining() == 4000
     assert watch.seconds_left() is None  # no wave yet: no throughput to go by
     assert not watch.due(timedelta(hours=1))
-    clock.now = 10.0
-    commit_wave(settings, epoch, 0, 0, 0, 1500)  # 1 500 records in the job's first 10 s
-    assert watch.seconds_left() == pytest.approx(2500 / 150)
-    assert not watch.due(timedelta(seconds=10))
-    assert watch.due(timedelta(seconds=20))
-    clock.now = 14.0
-    commit_wave(settings, epoch, 1, 1, 0, 1000)  # then 1 000 in 4 s: the waves' own pace
+    # The job started its session long ago (the watch began at 0), and planned 100 s ago.
+    clock.now = 500.0
+    planned = pendulum.now("UTC").subtract(seconds=100)
+    assert len(planned_at(monkeypatch, planned, store, settings, epoch).waves) == 3
+    first = commit_wave(settings, epoch, 0, 0, 0, 1500)
+    # The first wave's pace, from its planning to its commit: not since the job started.
+    wave = (committed_at(settings, first.table_version) - planned).total_seconds()
+    assert 100 <= wave < 130
+    assert watch.seconds_left() == pytest.approx(2500 / (1500 / wave))
+    assert watch.due(timedelta(seconds=wave * 2500 / 1500 + 1))
+    assert not watch.due(timedelta(seconds=wave * 2500 / 1500 - 1))
+    clock.now = 560.0  # no commit for a minute: the end is a minute nearer
+    assert watch.seconds_left() == pytest.approx(2500 / (1500 / wave) - 60)
+    time.sleep(0.5)
+    second = commit_wave(settings, epoch, 1, 1, 0, 1000)
     assert watch.remaining() == 1500
-    clock.now = 15.0
-    assert watch.seconds_left() == pytest.approx(1500 / 250)
-    assert watch.due(timedelta(seconds=10))
+    # Two commits: the waves' own pace, between their commits.
+    apart = (
+        committed_at(settings, second.table_version) - committed_at(settings, first.table_version)
+    ).total_seconds()
+    assert apart >= 0.5
+    clock.now = 561.0
+    assert watch.seconds_left() == pytest.approx(1500 / (1000 / apart) - 1)
     commit_wave(settings, epoch, 2, 0, 1500, 3000)
     assert watch.remaining() == 0 and watch.seconds_left() == 0
 
