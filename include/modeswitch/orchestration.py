@@ -429,6 +429,7 @@ class StreamStandby:
             "--config",
             settings.to_json(),
         ]
+        self.started_at = time.time()  # wall clock, as the sink's commit timestamps
         with _output(log_file) as output:
             self.process = _start_group(command, env, output, stdin=subprocess.PIPE)
 
