@@ -3,9 +3,10 @@
 Real parts only: the segment log, the Spark jobs as child processes (each its own driver and
 JVM, stopped by process group), Delta tables on disk, a live producer thread. The policy's
 thresholds are scaled to this machine: a batch epoch of 1 M records takes ~20 s (Spark start
-included), so the exit threshold (45 s) must exceed the lag it leaves; the stream reads at
-most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
-holds it back for over a minute, longer than the enter threshold plus the dwell.
+included; 34 s once beside a standby), so the exit threshold (45 s) must exceed the lag it
+leaves, and the enter threshold (60 s) must leave the stream room to start; the stream reads
+at most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
+holds it back for well over a minute, longer than the enter threshold plus the dwell.
 
 The epochs run as the local runner runs them: a stream epoch after a batch epoch of several
 waves is handed to a stream job started in standby during it (``stream_standby``, on by
