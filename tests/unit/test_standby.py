@@ -211,10 +211,9 @@ def planned_at(monkeypatch, when: pendulum.DateTime, store: StateStore, settings
     """Plan the epoch's waves as the batch job does, recorded in the ledger at ``when``."""
     from modeswitch.state import store as store_module
 
-    monkeypatch.setattr(store_module, "utc_now", lambda: when)
-    plan = plan_remaining(store, settings, epoch)
-    monkeypatch.undo()
-    return plan
+    with monkeypatch.context() as patch:  # only this plan: undo() would undo the test's too
+        patch.setattr(store_module, "utc_now", lambda: when)
+        return plan_remaining(store, settings, epoch)
 
 
 def committed_at(settings: PipelineSettings, version: int) -> pendulum.DateTime:
