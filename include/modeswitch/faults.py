@@ -2,9 +2,12 @@
 
 Production code calls :func:`pause_point` at a few places where a crash matters (between the
 sink's fencing check and its commit, after a sink commit before the state write, ...). It does
-nothing unless ``MODESWITCH_FAULTS`` names that point, as ``name=seconds[,name=seconds]``;
-then it writes ``<name>`` into ``$MODESWITCH_FAULT_MARKERS`` (a folder) and sleeps, so a test
-can SIGKILL the process at that moment or let another writer act in that window.
+nothing unless ``MODESWITCH_FAULTS`` names that point, as ``name=seconds[@hit][,...]``; then it
+writes ``<name>.<pid>`` into ``$MODESWITCH_FAULT_MARKERS`` (a folder) and sleeps, so a test
+can SIGKILL the process at that moment or let another writer act in that window. With
+``@hit`` it pauses only at the point's ``hit``-th call (counted from 1 across every process that
+shares the markers folder: each call leaves a file in its ``hits`` subfolder), so a test can
+stop a stream at its third micro-batch's commit, say.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -20,21 +24,34 @@ ENV_FAULTS = "MODESWITCH_FAULTS"
 ENV_MARKERS = "MODESWITCH_FAULT_MARKERS"
 
 
-def _configured() -> dict[str, float]:
+def _configured() -> dict[str, tuple[float, int | None]]:
     spec = os.environ.get(ENV_FAULTS, "")
-    points: dict[str, float] = {}
+    points: dict[str, tuple[float, int | None]] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, _, seconds = item.partition("=")
-        points[name.strip()] = float(seconds or 0)
+        name, _, timing = item.partition("=")
+        seconds, _, hit = timing.partition("@")
+        points[name.strip()] = (float(seconds or 0), int(hit) if hit else None)
     return points
+
+
+def _count_hit(markers: str | None, name: str) -> int:
+    """Record one call of point ``name``; returns how many calls there have been so far."""
+    if not markers:
+        return 1
+    hits = Path(markers) / "hits"
+    hits.mkdir(parents=True, exist_ok=True)
+    (hits / f"{name}.{os.getpid()}.{uuid.uuid4().hex}").touch()
+    return sum(1 for entry in hits.iterdir() if entry.name.startswith(f"{name}."))
 
 
 def pause_point(name: str) -> None:
     """Pause here if the environment asks for it; otherwise return at once."""
-    seconds = _configured().get(name)
+    seconds, hit = _configured().get(name, (None, None))
     if seconds is None:
         return
     markers = os.environ.get(ENV_MARKERS)
+    if hit is not None and _count_hit(markers, name) != hit:
+        return
     if markers:
         Path(markers).mkdir(parents=True, exist_ok=True)
         (Path(markers) / f"{name}.{os.getpid()}").write_text(str(time.time()))

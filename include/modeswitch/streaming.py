@@ -38,10 +38,17 @@ from modeswitch.config import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
+from modeswitch.resume import (
+    ResumePoint,
+    epoch_commits,
+    plan_resume,
+    read_checkpoints,
+    remove_checkpoint,
+)
 from modeswitch.session import session_conf
 from modeswitch.sinks.commits import SinkCommit, commits_after, committed_offsets, sink_version
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
+from modeswitch.state import Epoch, StateStore
 from modeswitch.storage import is_local
 from modeswitch.transforms import load_transform
 
@@ -224,7 +231,8 @@ def checkpoint_conf(location: str) -> dict[str, str]:
 
 
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
-    """The stream must start exactly where the sink ends (invariant 2)."""
+    """Before the epoch's first commit, the stream must start exactly where the sink ends
+    (invariant 2). Once it has committed, :func:`resume_point` checks its commits instead."""
     committed = store.committed_offsets()
     different = {
         b: (epoch_start.get(b), committed[b])
@@ -236,6 +244,21 @@ def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> 
             f"stream epoch {epoch_id} starts at {offsets_to_json(epoch_start)} but the sink "
             f"holds up to {offsets_to_json(committed)}; buckets differ: {different}"
         )
+
+
+def resume_point(store: StateStore, settings: PipelineSettings, epoch: Epoch) -> ResumePoint:
+    """Where the epoch's query starts (:func:`modeswitch.resume.plan_resume`): on its first
+    run, at the epoch's start, which must be where the sink ends (the handoff); on a rerun,
+    the sink's commits since the epoch began must all be the epoch's and continue from its
+    start, and the query resumes its checkpoint if that is in step with the sink, else starts
+    a fresh one at the sink's committed offsets."""
+    commits = epoch_commits(
+        settings.sink, settings.pipeline, epoch.id, storage_options=store.storage_options
+    )
+    if not commits:
+        check_handoff(store, epoch.start, epoch.id)
+    root = settings.checkpoint(epoch.id)
+    return plan_resume(epoch.id, epoch.start, commits, read_checkpoints(root), root)
 
 
 def sink_stream(
@@ -282,16 +305,21 @@ def run_stream_epoch(
             "runs a running stream epoch"
         )
     store.reconcile()
-    check_handoff(store, epoch.start, epoch_id)
-    start_json = offsets_to_json(epoch.start)
+    point = resume_point(store, settings, epoch)
+    log.info("stream epoch %d %s", epoch_id, point.describe())
+    if not point.resumed:
+        remove_checkpoint(point.checkpoint)
+    start_json = offsets_to_json(point.start)
+    options = sink_options(settings, epoch_id, "stream")
+    options["sequence"] = str(point.sequence_base)
     writer = sink_stream(
         spark,
         settings,
         load_transform(settings.transform),
         source=settings.source,
         start_json=start_json,
-        options=sink_options(settings, epoch_id, "stream"),
-        checkpoint=settings.checkpoint(epoch_id),
+        options=options,
+        checkpoint=point.checkpoint,
     ).queryName(f"{settings.pipeline}-epoch-{epoch_id}")
     available_now = settings.stream_trigger == "available_now"
     events: queue.Queue[int] = queue.Queue()
@@ -301,16 +329,21 @@ def run_stream_epoch(
     # The stream's time in mode counts from its query start, not from when decide opened the
     # epoch: Spark's start-up is not time spent streaming.
     supervisor = StreamSupervisor(settings, store, epoch_id, started_at, clock)
-    supervisor.committed = dict(epoch.start)
+    supervisor.committed = dict(point.committed)
     interval_ms = max(1, int(settings.trigger_interval.total_seconds() * 1000))
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
-    for key, value in checkpoint_conf(settings.checkpoint(epoch_id)).items():
+    for key, value in checkpoint_conf(point.checkpoint).items():
         spark.conf.set(key, value)
     query = writer.start(settings.sink)
-    log.info("stream epoch %d: query started from %s", epoch_id, start_json)
+    log.info(
+        "stream epoch %d: query started from %s (sequence %d on)",
+        epoch_id,
+        start_json,
+        point.sequence_base,
+    )
     reason, next_mode, command_id = "", "stream", None
     commands_checked: datetime | None = None
     try:

@@ -65,7 +65,9 @@ def settings(tmp_path: Path) -> PipelineSettings:
 
 def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:
     """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""
-    env = {**os.environ, ENV_FAULTS: f"{fault}=120", ENV_MARKERS: str(markers)}
+    point, _, hit = fault.partition("@")  # "name@3": the point's third call
+    spec = f"{point}=120@{hit}" if hit else f"{point}=120"
+    env = {**os.environ, ENV_FAULTS: spec, ENV_MARKERS: str(markers)}
     process = subprocess.Popen(
         job_command(kind, settings, epoch),
         env=env,
@@ -75,7 +77,7 @@ def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, marke
     )
     try:
         deadline = time.monotonic() + 240
-        while not (markers.exists() and any(markers.iterdir())):
+        while not (markers.exists() and any(markers.glob(f"{point}.*"))):
             if process.poll() is not None:
                 pytest.fail(f"{kind} job exited first: {process.stderr.read().decode()[-3000:]}")
             assert time.monotonic() < deadline, f"the {kind} job never reached {fault}"
@@ -154,7 +156,23 @@ def test_batch_driver_killed_then_rerun_converges(settings, tmp_path, fault) -> 
         assert all(s.status == "committed" for s in ledger if s.wave == first_wave)
 
 
-def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(settings, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("fault", "checkpoint"),
+    [
+        # The first micro-batch's files are written, nothing is committed: the rerun resumes
+        # the checkpoint (Spark runs the planned micro-batch again).
+        ("sink.between_check_and_commit", "resumed"),
+        # The third micro-batch's commit is checked, not made: the sink and Spark's commit log
+        # both hold micro-batches 0 and 1, and the rerun resumes the checkpoint.
+        ("sink.between_check_and_commit@3", "resumed"),
+        # The third micro-batch is in the sink, not in Spark's commit log: resuming would run
+        # it again, so the rerun starts a fresh checkpoint at the sink's offsets, sequence 3.
+        ("sink.after_commit@3", "from-3"),
+    ],
+)
+def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(
+    settings, tmp_path, fault, checkpoint
+) -> None:
     batch = decide(settings, force_mode="batch")
     run_job_process("batch", settings, batch.epoch, timeout=600)
     close_epoch(settings, batch.epoch)
@@ -163,13 +181,23 @@ def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(settings, tmp
     stream = decide(settings, force_mode="stream")
     assert stream.mode == "stream"
     assert stream.start == batch.boundary  # the exact handoff
-    kill_at(settings, "stream", stream.epoch, "sink.between_check_and_commit", tmp_path / "m")
+    kill_at(settings, "stream", stream.epoch, fault, tmp_path / "m")
+    before = [c for c in sink_commits(settings.sink, settings.pipeline) if c.epoch == stream.epoch]
+    assert len(before) == (0 if "@" not in fault else 2 if "between" in fault else 3)
+    again = decide(settings)  # as an Airflow retry: re-attach, rerun
+    assert again.attached and again.epoch == stream.epoch
     with pause_when_caught_up(settings, log.latest_offsets()):
-        run_job_process("stream", settings, stream.epoch, timeout=600)  # resumes its checkpoint
+        run_job_process("stream", settings, stream.epoch, timeout=600)
     status, end = close_epoch(settings, stream.epoch)
     assert status == "completed"
     assert end == log.latest_offsets()
     assert_exactly_once(settings)
+    commits = sink_commits(settings.sink, settings.pipeline)
+    mine = sorted(c.sequence for c in commits if c.epoch == stream.epoch)
+    assert mine == list(range(len(mine)))  # no micro-batch committed twice, none skipped
+    root = Path(settings.checkpoint(stream.epoch))
+    restarted = sorted(p.name for p in root.parent.glob(f"{root.name}-from-*"))
+    assert restarted == ([] if checkpoint == "resumed" else [f"{root.name}-{checkpoint}"])
 
 
 def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(

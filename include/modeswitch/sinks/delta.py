@@ -23,7 +23,8 @@ Options:
 
 - ``path``: the table URI. ``storage.<key>``: storage options for deltalake and pyarrow.
 - ``pipeline``, ``epoch``, ``mode`` (``batch`` / ``stream``): the exactly-once protocol.
-- ``sequence`` (batch writes): the wave's number within the epoch.
+- ``sequence``: batch writes: the wave's number within the epoch; streaming writes: the
+  sequence of the checkpoint's micro-batch 0 (default 0), later ones count on from it.
 - ``offsetsStart`` / ``offsetsEnd`` (JSON offsets maps): the source range this write covers.
   Batch writes with a pipeline must give ``offsetsEnd``. Streaming writes read the micro-batch's
   end from Spark's offsets log in ``checkpointLocation``; the start is the previous
@@ -67,6 +68,7 @@ from modeswitch.errors import (
 )
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap, offsets_from_json
+from modeswitch.resume import offsets_log_entry
 from modeswitch.sinks.commits import (
     METADATA_KEY,
     SinkCommit,
@@ -602,6 +604,7 @@ def commit_files(
                 assert options.epoch is not None and sequence is not None
                 previous = _check_fencing(table, options, sequence)
                 if previous == "replayed":
+                    _check_replay(table, options, sequence, end)
                     delete_message_files(options, parts)
                     version = table.version() if table is not None else None
                     return CommitOutcome("replayed", version, None)
@@ -820,6 +823,21 @@ def _check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:
     return _latest_commit(table, options.pipeline)
 
 
+def _check_replay(table: Any, options: DeltaSinkOptions, sequence: int, end: Any) -> None:
+    """A replay must cover what the commit it replays covered: the same end offsets. One that
+    does not (two runs of an epoch that planned a micro-batch differently) is refused, so the
+    run that thinks it committed other offsets than the sink holds cannot go on."""
+    landed = _latest_commit(table, options.pipeline)  # type: ignore[arg-type]
+    if end is None or landed is None or landed.sequence != sequence:
+        return
+    differ = {b: (o, landed.end.get(b)) for b, o in end.items() if landed.end.get(b) != o}
+    if differ:
+        raise OffsetsContinuityError(
+            f"sink {options.path}: epoch {options.epoch} sequence {sequence} is already "
+            f"committed with other end offsets (this write, the sink's): {differ}"
+        )
+
+
 def _latest_commit(table: Any, pipeline: str) -> SinkCommit | None:
     return newest_commit_in(table, pipeline)
 
@@ -962,33 +980,12 @@ def micro_batch_offsets(checkpoint: str, batch_id: int) -> tuple[OffsetsMap | No
     Spark writes ``<checkpoint>/offsets/<id>`` before running a micro-batch; its last line is
     the source's end offsets. The start is the previous micro-batch's end (None for batch 0).
     """
-    return (
-        _offsets_log_entry(checkpoint, batch_id - 1) if batch_id > 0 else None,
-        _offsets_log_entry(checkpoint, batch_id, required=True),
-    )
-
-
-def _offsets_log_entry(checkpoint: str, batch_id: int, *, required: bool = False) -> Any:
-    fs, root = pafs.FileSystem.from_uri(
-        checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
-    )
-    path = f"{root}/offsets/{batch_id}"
-    try:
-        with fs.open_input_stream(path) as src:
-            lines = src.read().decode().splitlines()
-    except FileNotFoundError as exc:
-        if required:
-            raise ModeswitchError(
-                f"sink: Spark's offsets log has no entry {path} for micro-batch {batch_id}"
-            ) from exc
-        return None
-    sources = [line for line in lines[2:] if line.strip()]
-    if len(sources) != 1:
+    end = offsets_log_entry(checkpoint, batch_id)
+    if end is None:
         raise ModeswitchError(
-            f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
-            "queries with exactly one bucketlog source"
+            f"sink: Spark's offsets log in {checkpoint} has no entry for micro-batch {batch_id}"
         )
-    return offsets_from_json(sources[0], source=path)
+    return (offsets_log_entry(checkpoint, batch_id - 1) if batch_id > 0 else None, end)
 
 
 # -- the PySpark data source ------------------------------------------------------------------
@@ -1017,7 +1014,9 @@ class DeltaSinkWriter(DataSourceArrowWriter):
 
 
 class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
-    """Streaming writes: one Delta commit per micro-batch, sequence = micro-batch id."""
+    """Streaming writes: one Delta commit per micro-batch; its sequence is the micro-batch id
+    plus the option ``sequence`` (0 by default: a stream restarted with a fresh checkpoint
+    counts on from the sequences its epoch already committed)."""
 
     def __init__(self, options: DeltaSinkOptions, schema: pa.Schema) -> None:
         self.options = options
@@ -1037,7 +1036,8 @@ class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
             start, end = micro_batch_offsets(self.options.checkpoint_location, batchId)
             if start is None:
                 start = self.options.offsets_start
-        commit_files(self.options, self.schema, messages, sequence=batchId, start=start, end=end)
+        sequence = (self.options.sequence or 0) + batchId
+        commit_files(self.options, self.schema, messages, sequence=sequence, start=start, end=end)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         delete_message_files(self.options, messages)
