@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
 
-.PHONY: install java cds demo test lint format bench clean
+.PHONY: install java cds demo test lint format bench soak clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -45,6 +45,14 @@ test: install lint
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# The random-fault test of `make test` (3 seeds, 5 SIGKILLs each, ~5 min) for longer:
+# SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a seed on 2 cores).
+SOAK_SEEDS ?= $(shell seq -s, 100 111)
+SOAK_FAULTS ?= 8
+soak: install
+	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
+		$(PY) -m pytest -rP tests/faults/test_random_faults.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf .demo .pytest_cache .ruff_cache

@@ -1,0 +1,301 @@
+"""SIGKILL whole job process trees at random moments of a live cycle; the pipeline must converge.
+
+One seeded run: a backlog, a live producer and bursts that push a running stream over its
+offset-lag threshold (stream -> batch -> stream). The epochs are run as an operator's loop runs
+them under Airflow: ``decide`` -> the job (a :class:`LocalRunner`, with the stream standby) ->
+``close_epoch``; after a failed job, ``decide`` again (it re-attaches to the running epoch) and
+rerun the job, a bounded number of times, as the DAG's task retries do. Meanwhile a killer
+thread SIGKILLs the process group of a running job (its Python driver, JVM and Python workers,
+or a standby stream job) at random moments: mid-wave, mid-micro-batch, between epochs' jobs,
+during a standby's warm-up or after it was handed its epoch.
+
+After the last fault the producer stops, and the pipeline must reach, on its own and within a
+bounded time, a closed stream epoch that has caught up with the log (liveness); the sink must
+hold every record exactly once, each ``(epoch, sequence)`` once, with committed offsets that
+never go back, and each epoch must start where the one before it ended (safety).
+
+Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three); faults per seed ``MODESWITCH_FAULTS_PER_SEED``
+(default 5). ``make soak`` runs more of both. A failure names its seed: rerun with
+``MODESWITCH_FAULT_SEEDS=<seed> make test PYTEST_ARGS=tests/faults/test_random_faults.py``
+(the fault schedule replays; the moments a job reaches depend on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
+from modeswitch.orchestration import LocalRunner, close_epoch, decide
+from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.sinks.commits import offset_regressions, sink_commits
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+SEEDS = [int(s) for s in os.environ.get("MODESWITCH_FAULT_SEEDS", "1,2,3").split(",") if s]
+FAULTS = int(os.environ.get("MODESWITCH_FAULTS_PER_SEED", "5"))
+BUCKETS = 4
+BACKLOG = 60_000
+BURST = 50_000
+LIVE_RATE = 300.0
+TRIES_PER_EPOCH = FAULTS + 1  # every fault may hit the same epoch: it must still get through
+LIVENESS_BOUND = timedelta(minutes=4)
+"""After the last fault: time to a closed stream epoch that has caught up."""
+JOB_SCRIPTS = ("backlog_batch.py", "stream.py")
+
+
+@dataclass
+class Journal:
+    """What the run did, for the failure message."""
+
+    seed: int
+    started: float = field(default_factory=time.monotonic)
+    lines: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.lines.append(f"{time.monotonic() - self.started:6.1f}s {text}")
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def job_groups() -> dict[int, str]:
+    """The process groups of the jobs this test process started (leader pid -> what it runs)."""
+    found = {}
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            command = child.cmdline()
+            script = next((Path(a).name for a in command[1:3] if a.endswith(JOB_SCRIPTS)), None)
+            if script and os.getpgid(child.pid) == child.pid:
+                kind = "standby" if "--standby" in command else script.removesuffix(".py")
+                epoch = command[command.index("--epoch") + 1] if "--epoch" in command else "-"
+                found[child.pid] = f"{kind} (epoch {epoch})"
+    return found
+
+
+class Killer(threading.Thread):
+    """Kills ``faults`` running jobs, each a random few seconds after the last, by group."""
+
+    def __init__(self, rng: random.Random, faults: int, journal: Journal) -> None:
+        super().__init__(name="fault-killer", daemon=True)
+        self.rng, self.faults, self.journal = rng, faults, journal
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.kills: list[str] = []
+        self.last_at = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            for _ in range(self.faults):
+                if self.stop.wait(self.rng.uniform(2.0, 9.0)):
+                    return
+                while not (groups := job_groups()):  # between jobs: wait for the next one
+                    if self.stop.wait(0.3):
+                        return
+                if self.stop.wait(self.rng.uniform(0.0, 4.0)):
+                    return
+                groups = job_groups() or groups
+                pid = self.rng.choice(sorted(groups))
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                self.kills.append(groups[pid])
+                self.last_at = time.monotonic()
+                self.journal.note(f"SIGKILL process group {pid}: {groups[pid]}")
+        finally:
+            self.done.set()
+
+
+class Producer:
+    """The live producer, and bursts at the seed's moments while faults are still coming."""
+
+    def __init__(self, log: SegmentLog, rng: random.Random, journal: Journal) -> None:
+        self.log, self.journal = log, journal
+        self.stop = threading.Event()
+        self.live = threading.Thread(
+            target=produce_live,
+            args=(log, EventGenerator(seed=rng.randrange(1000), buckets=BUCKETS)),
+            kwargs={
+                "rate": LIVE_RATE,
+                "duration": timedelta(hours=1),
+                "first": 10_000_000,
+                "should_stop": self.stop.is_set,
+            },
+            name="live-producer",
+            daemon=True,
+        )
+        self.bursts = [
+            threading.Timer(at, self._burst, args=(number, rng.randrange(1000)))
+            for number, at in enumerate(sorted(rng.uniform(5, 35) for _ in range(2)))
+        ]
+
+    def wait_for_bursts(self) -> None:
+        for timer in self.bursts:
+            timer.join()
+
+    def _burst(self, number: int, seed: int) -> None:
+        first = 20_000_000 + number * 1_000_000
+        produce_backlog(
+            self.log, EventGenerator(seed=seed, buckets=BUCKETS), records=BURST, first=first
+        )
+        self.journal.note(f"burst of {BURST} records")
+
+    def start(self) -> None:
+        self.live.start()
+        for timer in self.bursts:
+            timer.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for timer in self.bursts:
+            timer.cancel()
+            timer.join()
+        self.live.join(timeout=30)
+
+
+def chaos_settings(tmp_path: Path) -> PipelineSettings:
+    return PipelineSettings.from_mapping(
+        {
+            "pipeline": "chaos",
+            "source": str(tmp_path / "log"),
+            "warehouse": str(tmp_path / "warehouse"),
+            # Offset lag alone switches: a burst puts a stream 50 000 records behind, and at
+            # 5 000 per micro-batch it stays over 20 000 for longer than the dwell.
+            "offset_lag_threshold": "20000",
+            "watermark_lag_threshold": "none",
+            "enter_threshold": "none",
+            "exit_threshold": "none",
+            "enter_dwell": "2s",
+            "min_time_in_stream": "3s",
+            "max_records_per_trigger": "5000",
+            "trigger_interval": "300ms",
+            "max_stream_runtime": "25s",
+            "wave_records": "20000",
+            "max_split_records": "10000",
+            "stream_standby_lead": "60s",
+        }
+    )
+
+
+def run_epochs(
+    settings: PipelineSettings,
+    runner: LocalRunner,
+    journal: Journal,
+    *,
+    caught_up: threading.Event,
+    target: dict[int, int],
+) -> None:
+    """The operator's loop, until a stream epoch closes at ``target`` once ``caught_up`` is set
+    (the faults are over and the producer has stopped)."""
+    tries: dict[int, int] = {}
+    while True:
+        plan = decide(settings, decided_by="random-faults")
+        assert plan.epoch is not None, f"decide opened no epoch: {plan.reason}"
+        tries[plan.epoch] = tries.get(plan.epoch, 0) + 1
+        how = "re-attached, rerun" if plan.attached else plan.reason[:80]
+        journal.note(f"epoch {plan.epoch} {plan.mode} try {tries[plan.epoch]}: {how}")
+        try:
+            runner(plan.mode, settings, plan.epoch)
+            status, end = close_epoch(settings, plan.epoch)
+        except ModeswitchError as exc:
+            journal.note(f"epoch {plan.epoch} failed: {str(exc)[:200]}")
+            killed = str(exc).endswith(f"exited with status -{signal.SIGKILL.value}")
+            if not killed or tries[plan.epoch] >= TRIES_PER_EPOCH:
+                # Only our SIGKILLs may fail a job, and a retry must get past them.
+                raise AssertionError(
+                    f"epoch {plan.epoch} failed (try {tries[plan.epoch]}): {exc}\n"
+                    f"{_tail(runner.log_file(plan.epoch))}"
+                ) from exc
+            continue
+        journal.note(f"epoch {plan.epoch} {plan.mode} closed {status} at {sum(end.values())}")
+        if caught_up.is_set() and plan.mode == "stream" and end == target:
+            return
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed) -> None:
+    rng = random.Random(seed)
+    journal = Journal(seed)
+    settings = chaos_settings(tmp_path)
+    log = SegmentLog.create(settings.source, buckets=BUCKETS)
+    produce_backlog(
+        log,
+        EventGenerator(seed=seed, buckets=BUCKETS, skew="zipf:1.1", malformed_fraction=0.01),
+        records=BACKLOG,
+        span=timedelta(minutes=20),
+    )
+    producer = Producer(log, rng, journal)
+    killer = Killer(rng, FAULTS, journal)
+    caught_up = threading.Event()
+    target: dict[int, int] = {}
+
+    def quiet_after_faults() -> None:
+        killer.done.wait()
+        producer.wait_for_bursts()
+        producer.close()
+        target.update(log.latest_offsets())
+        journal.note(f"faults and bursts over; producer stopped at {sum(target.values())} records")
+        caught_up.set()
+
+    quieter = threading.Thread(target=quiet_after_faults, name="quiet", daemon=True)
+    try:
+        with LocalRunner(log_dir=tmp_path / "logs", timeout=240) as runner:
+            producer.start()
+            killer.start()
+            quieter.start()
+            run_epochs(settings, runner, journal, caught_up=caught_up, target=target)
+        took = time.monotonic() - killer.last_at
+        journal.note(f"caught up {took:.0f} s after the last fault")
+        assert took <= LIVENESS_BOUND.total_seconds()
+        assert len(killer.kills) == FAULTS
+        assert_safe(settings, journal)
+        print(f"seed {seed}:\n{journal}")  # shown with -rP: what a passing run went through
+    except BaseException as exc:
+        raise AssertionError(
+            f"random faults, seed {seed} (replay: MODESWITCH_FAULT_SEEDS={seed}): {exc}\n"
+            f"what happened:\n{journal}\njob logs: {tmp_path / 'logs'}"
+        ) from exc
+    finally:
+        killer.stop.set()
+        producer.close()
+        caught_up.set()
+        killer.join(timeout=30)
+        quieter.join(timeout=60)
+        for pid in job_groups():  # nothing may outlive the test
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.exists():
+        return "(no job log)"
+    return f"last lines of {path}:\n" + "\n".join(path.read_text().splitlines()[-lines:])
+
+
+def assert_safe(settings: PipelineSettings, journal: Journal) -> None:
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    totals = report.totals
+    assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
+    assert report.ok, report
+    commits = list(sink_commits(settings.sink, settings.pipeline))
+    keys = [(c.epoch, c.sequence) for c in commits]
+    assert len(keys) == len(set(keys)), "a wave or micro-batch was committed twice"
+    assert offset_regressions(commits) == []
+    epochs = StateStore(settings.state_root, settings.sink, settings.pipeline).epochs()
+    assert all(not e.running for e in epochs)
+    for before, after in itertools.pairwise(epochs):
+        assert after.start == before.end, f"epoch {after.id} does not start where {before.id} ended"
+    modes = " ".join(e.mode for e in epochs)
+    journal.note(f"epochs: {modes}; {len(commits)} sink commits")
