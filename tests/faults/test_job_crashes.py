@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.orchestration import (
     LocalRunner,
@@ -244,3 +245,47 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
     released = (logs / f"stream-standby-after-epoch-{again.epoch}.log").read_text()
     assert "standby: released without an epoch" in released
     assert_exactly_once(settings)
+
+
+def test_a_standby_killed_after_its_first_commits_is_rerun_cold_from_where_the_sink_ends(
+    settings, tmp_path
+) -> None:
+    logs = tmp_path / "logs"
+    with LocalRunner(log_dir=logs, timeout=600) as runner:
+        batch = decide(settings, force_mode="batch")
+        runner("batch", settings, batch.epoch)
+        close_epoch(settings, batch.epoch)
+        standby = runner.standby
+        assert standby is not None and standby.process.poll() is None
+        log = SegmentLog(settings.source)
+        produce_backlog(log, EventGenerator(seed=7, buckets=4), records=90_000, first=4_000_000)
+        stream = decide(settings, force_mode="stream")
+
+        def kill_after_two_commits() -> None:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and standby.process.poll() is None:
+                commits = sink_commits(settings.sink, settings.pipeline)
+                if sum(c.epoch == stream.epoch for c in commits) >= 2:
+                    os.killpg(standby.process.pid, signal.SIGKILL)
+                    return
+                time.sleep(0.1)
+
+        killer = threading.Thread(target=kill_after_two_commits)
+        killer.start()
+        try:
+            with pytest.raises(ModeswitchError, match=r"standby.*status -9"):
+                runner("stream", settings, stream.epoch)
+        finally:
+            killer.join()
+        assert runner.handed_over == [stream.epoch]
+        again = decide(settings)  # as an Airflow retry: re-attach, rerun (cold: no standby)
+        assert again.attached and again.epoch == stream.epoch
+        with pause_when_caught_up(settings, log.latest_offsets()):
+            runner("stream", settings, stream.epoch)
+        status, end = close_epoch(settings, stream.epoch)
+    assert status == "completed"
+    assert end == log.latest_offsets()
+    assert_exactly_once(settings)
+    commits = sink_commits(settings.sink, settings.pipeline)
+    mine = sorted(c.sequence for c in commits if c.epoch == stream.epoch)
+    assert len(mine) > 2 and mine == list(range(len(mine)))
