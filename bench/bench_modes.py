@@ -56,6 +56,7 @@ from modeswitch.config import PipelineSettings
 from modeswitch.orchestration import LocalRunner, close_epoch, decide, job_command
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import committed_offsets, sink_commits
+from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -199,7 +200,7 @@ def run_batch(scratch: Path, name: str, log_root: str) -> Run:
 
 def run_stream(scratch: Path, name: str, log_root: str, label: str, **extra: str) -> Run:
     settings = settings_for(scratch, name, log_root, max_stream_runtime="2h", **extra)
-    target = SegmentLog(log_root).latest_offsets()
+    target = open_log(log_root).latest_offsets()
     plan = decide(settings, force_mode="stream", decided_by="bench")
     began = time.perf_counter()
     process = start(job_command("stream", settings, plan.epoch))

@@ -38,9 +38,9 @@ from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
+from modeswitch.sinks.options import sink_options
 from modeswitch.sources.spark import read_segments
 from modeswitch.state import StateStore
-from modeswitch.storage import storage_options
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -55,24 +55,6 @@ class BatchRunReport:
     records: int
     committed: OffsetsMap
     finished_buckets: tuple[int, ...]
-
-
-def open_store(settings: PipelineSettings) -> StateStore:
-    """The control tables of the configured pipeline (storage options from the environment)."""
-    return StateStore(
-        settings.state_root, settings.sink, settings.pipeline, storage_options=storage_options()
-    )
-
-
-def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str, str]:
-    """The ``modeswitch_delta`` options shared by both modes."""
-    return {
-        "pipeline": settings.pipeline,
-        "epoch": str(epoch),
-        "mode": mode,
-        "quarantinePath": settings.quarantine,
-        **{f"storage.{key}": value for key, value in storage_options().items()},
-    }
 
 
 def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int) -> BatchPlan:
@@ -154,7 +136,7 @@ def run_batch_epoch(
     Raises :class:`FencedError` if the epoch is not a running batch epoch (a retried task of
     an epoch that was closed or superseded must not write).
     """
-    store = open_store(settings)
+    store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
         raise FencedError(
@@ -167,7 +149,7 @@ def run_batch_epoch(
     plan = plan_remaining(store, settings, epoch_id)
     clear_scratch(settings)
     transform = load_transform(settings.transform)
-    options = sink_options(settings, epoch_id, "batch")
+    options = sink_options(settings, epoch_id, "batch", storage_options=store.storage_options)
     finished = set(store.finished_buckets(epoch_id))
     if plan.finished_buckets - finished:
         store.record_backlog_finished(epoch_id, sorted(plan.finished_buckets - finished))

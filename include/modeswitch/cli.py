@@ -162,11 +162,11 @@ def _add_offsets(sub: argparse._SubParsersAction) -> None:
 
 
 def _offsets(args: argparse.Namespace) -> int:
-    from modeswitch.sources.segments import SegmentLog
+    from modeswitch.sources import open_log
 
-    log_ = SegmentLog(args.log)
+    log_ = open_log(args.log)
     earliest, latest = log_.earliest_offsets(), log_.latest_offsets()
-    table = Table(title=f"offsets of {log_.root}")
+    table = Table(title=f"offsets of {args.log}")
     for name in ("bucket", "earliest", "latest", "records"):
         table.add_column(name, justify="right")
     for bucket in log_.buckets():

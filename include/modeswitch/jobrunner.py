@@ -19,7 +19,6 @@ from typing import Literal, TextIO
 
 from modeswitch.config import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
-from modeswitch.session import create_spark_session
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JobKind = Literal["batch", "stream"]
@@ -78,6 +77,8 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
 
 
 def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: PipelineSettings):
+    from modeswitch.session import create_spark_session  # pyspark: only where a job runs
+
     name = "standby" if args.epoch is None else f"epoch-{args.epoch}"
     return create_spark_session(
         f"modeswitch-{args.pipeline}-{kind}-{name}", conf=job_spark_conf(kind, settings)

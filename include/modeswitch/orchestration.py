@@ -30,7 +30,6 @@ from typing import Any, BinaryIO, Literal
 
 import pendulum
 
-from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import (
     InvalidOffsetsError,
@@ -43,7 +42,7 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
 from modeswitch.sinks.commits import commits_after, latest_sink_commit, sink_version
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
-from modeswitch.sources.segments import SegmentLog
+from modeswitch.sources import open_log
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -89,7 +88,7 @@ def observe(
     settings: PipelineSettings, store: StateStore, now: datetime
 ) -> tuple[Observation, OffsetsMap]:
     """The policy's inputs now, and the offsets the next epoch starts from."""
-    source = SegmentLog(settings.source)
+    source = open_log(settings.source)
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
     committed = {**earliest, **store.committed_offsets()}
     max_event = store.max_event_times()
@@ -147,7 +146,7 @@ def apply_rewinds(
     pending = [c for c in store.pending_commands() if c.kind == "rewind"]
     if not pending:
         return []
-    source = SegmentLog(settings.source)
+    source = open_log(settings.source)
     earliest, buckets = source.earliest_offsets(), source.buckets()
     applied: list[AppliedRewind] = []
     for command in pending:
@@ -198,6 +197,7 @@ def decide(
     dry_run: bool = False,
     now: datetime | None = None,
     decided_by: str = "decide",
+    storage_options: Mapping[str, str] | None = None,
 ) -> EpochPlan:
     """Choose the next epoch's mode and open it (unless ``dry_run``).
 
@@ -205,9 +205,11 @@ def decide(
     not replaced. Pending ``rewind`` commands are applied first (:func:`apply_rewinds`), so
     the new epoch starts at the rewound offsets and its reason names the command. Pending
     switch and pause commands override the policy and are applied, with the start offsets,
-    when the epoch opens; ``force_mode`` (a run param) does the same.
+    when the epoch opens; ``force_mode`` (a run param) does the same. ``storage_options``:
+    the tables' storage options (None: from the environment, see
+    :meth:`StateStore.from_settings`).
     """
-    store = open_store(settings)
+    store = StateStore.from_settings(settings, storage_options=storage_options)
     if not dry_run:
         store.reconcile()
     current = store.current_epoch()
@@ -269,13 +271,18 @@ def decide(
     )
 
 
-def close_epoch(settings: PipelineSettings, epoch_id: int) -> tuple[str, OffsetsMap]:
+def close_epoch(
+    settings: PipelineSettings,
+    epoch_id: int,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[str, OffsetsMap]:
     """Close an epoch at the sink's committed offsets; returns ``(status, end)``.
 
     A batch epoch is completed only if every bucket reached its boundary; otherwise it is
     closed as failed and :class:`ModeswitchError` names the buckets that did not finish.
     """
-    store = open_store(settings)
+    store = StateStore.from_settings(settings, storage_options=storage_options)
     store.reconcile()
     epoch = store.epoch(epoch_id)
     end = {**epoch.start, **store.committed_offsets()}
@@ -491,7 +498,7 @@ class BatchEndWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = open_store(settings)
+        self.store = StateStore.from_settings(settings)
         found = self.store.epoch(epoch)
         self.settings = settings
         self.epoch = epoch

@@ -33,7 +33,6 @@ from datetime import UTC, datetime, timedelta
 
 import pendulum
 
-from modeswitch.backlog import open_store, sink_options
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
@@ -47,6 +46,8 @@ from modeswitch.resume import (
 )
 from modeswitch.session import session_conf
 from modeswitch.sinks.commits import SinkCommit, commits_after, committed_offsets, sink_version
+from modeswitch.sinks.options import sink_options
+from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import Epoch, StateStore
 from modeswitch.storage import is_local
@@ -139,7 +140,7 @@ class StreamSupervisor:
         self.epoch_id = epoch_id
         self.clock = clock
         self.started_at = started_at
-        self.log = SegmentLog(settings.source)
+        self.log = open_log(settings.source)
         self.max_event_time = _epoch_max_event_times(store)
         self.last_latest: OffsetsMap = {}
         self.last_data_at: dict[int, datetime] = {}
@@ -297,7 +298,7 @@ def run_stream_epoch(
     poll: timedelta = timedelta(milliseconds=200),
 ) -> StreamRunReport:
     """Run stream epoch ``epoch_id`` until the policy, a command or the runtime stops it."""
-    store = open_store(settings)
+    store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "stream" or epoch.status != "running":
         raise FencedError(
@@ -310,7 +311,7 @@ def run_stream_epoch(
     if not point.resumed:
         remove_checkpoint(point.checkpoint)
     start_json = offsets_to_json(point.start)
-    options = sink_options(settings, epoch_id, "stream")
+    options = sink_options(settings, epoch_id, "stream", storage_options=store.storage_options)
     options["sequence"] = str(point.sequence_base)
     writer = sink_stream(
         spark,

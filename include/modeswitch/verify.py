@@ -55,7 +55,8 @@ import pyarrow.compute as pc
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import SinkCommit, offset_regressions, sink_commits
-from modeswitch.sources.segments import SegmentLog
+from modeswitch.sources import open_log
+from modeswitch.sources.base import BucketedLog
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def audit(
 
     began = time.monotonic()
     options = dict(storage_options or {})
-    source = SegmentLog(source_root)
+    source = open_log(source_root)
     try:
         sink = DeltaTable(sink_uri, storage_options=options)
     except TableNotFoundError:
@@ -210,7 +211,7 @@ def audit(
         committed=committed,
         known_buckets=source.buckets(),
     )
-    problems = _source_problems(source, committed) + offset_regressions(commits)
+    problems = _source_problems(source, source_root, committed) + offset_regressions(commits)
     checked = _spot_check(source, quarantine_rows, spot_check) if spot_check > 0 else None
     report = AuditReport(
         pipeline=pipeline,
@@ -383,14 +384,14 @@ def _position_arrays(rows: pa.Table | None) -> tuple[np.ndarray, np.ndarray]:
     return buckets.to_numpy(), offsets.to_numpy()
 
 
-def _source_problems(source: SegmentLog, committed: Mapping[int, int]) -> list[str]:
+def _source_problems(source: BucketedLog, name: str, committed: Mapping[int, int]) -> list[str]:
     latest = source.latest_offsets()
     problems = []
     for bucket, offset in sorted(committed.items()):
         if bucket not in latest:
             problems.append(
                 f"bucket {bucket}: committed up to offset {offset}, but the log "
-                f"{source.root} has no bucket {bucket}"
+                f"{name} has no bucket {bucket}"
             )
         elif offset > latest[bucket]:
             problems.append(
@@ -400,7 +401,7 @@ def _source_problems(source: SegmentLog, committed: Mapping[int, int]) -> list[s
     return problems
 
 
-def _spot_check(source: SegmentLog, rows: pa.Table | None, limit: int) -> SpotCheck:
+def _spot_check(source: BucketedLog, rows: pa.Table | None, limit: int) -> SpotCheck:
     """Compare up to ``limit`` quarantined records, spread evenly, with the source's."""
     if rows is None or rows.num_rows == 0:
         return SpotCheck(checked=0, skipped=0)

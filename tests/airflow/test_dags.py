@@ -59,3 +59,22 @@ def test_control_dag_is_manual_with_validated_params(dagbag) -> None:
     }
     with pytest.raises(Exception, match="bogus"):
         dag.params.get_param("command").resolve("bogus")
+
+
+@pytest.mark.parametrize("dag_file", ["modeswitch_pipeline.py", "modeswitch_control.py"])
+def test_parsing_a_dag_file_does_not_import_spark(dag_file) -> None:
+    # The dag-processor parses every file again and again: Spark belongs to the jobs only.
+    import subprocess
+    import sys
+
+    probe = (
+        "import importlib.util, json, sys\n"
+        f"spec = importlib.util.spec_from_file_location('dag', {str(REPO / 'dags' / dag_file)!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pyspark', 'py4j'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]

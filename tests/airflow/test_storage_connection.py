@@ -1,9 +1,11 @@
 """Storage credentials come from an Airflow Connection (setting ``storage_connection``): its
-extras reach the control state and the sink through the environment, and the Spark job through
-spark-submit's environment, never its command line or the settings."""
+extras are handed to the control state and the sink as arguments (never through this process's
+environment), to a deferred sensor's trigger by the Connection's id, and to the Spark job
+through spark-submit's environment, never its command line or the settings."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -12,16 +14,14 @@ from unittest import mock
 import pytest
 
 from modeswitch.airflow.operators import EpochJobOperator
-from modeswitch.airflow.settings import (
-    connection_storage_environment,
-    exported,
-    settings_from_airflow,
-)
+from modeswitch.airflow.settings import connection_storage_options, settings_from_airflow
 from modeswitch.airflow.tasks import decide_task
-from modeswitch.backlog import open_store, sink_options
+from modeswitch.airflow.triggers import LagThresholdTrigger
 from modeswitch.errors import ConfigError
 from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.options import sink_options
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
 from modeswitch.storage import ENV_STORAGE_OPTIONS, storage_options
 
 SECRET = "s3cr3t-value"
@@ -51,27 +51,70 @@ def variables(tmp_path: Path):
 def test_the_connections_extras_become_the_tables_storage_options(variables) -> None:
     settings = settings_from_airflow(get_variable=variables.get)
     assert SECRET not in settings.to_json()  # the settings name the connection only
-    env = connection_storage_environment(settings)
-    with exported(env):
-        assert storage_options() == EXTRAS
-        assert open_store(settings).storage_options == EXTRAS
-        assert sink_options(settings, 1, "batch")["storage.AWS_SECRET_ACCESS_KEY"] == SECRET
-    assert ENV_STORAGE_OPTIONS not in os.environ  # restored after the block
-    assert open_store(settings).storage_options == {}
+    options = connection_storage_options(settings)
+    assert options == EXTRAS
+    assert StateStore.from_settings(settings, storage_options=options).storage_options == EXTRAS
+    written = sink_options(settings, 1, "batch", storage_options=options)
+    assert written["storage.AWS_SECRET_ACCESS_KEY"] == SECRET
+    assert ENV_STORAGE_OPTIONS not in os.environ  # handed over, never exported
+    assert StateStore.from_settings(settings).storage_options == {}  # a job: its environment
+
+
+def _record_stores(monkeypatch) -> list[dict[str, str]]:
+    """The storage options of every StateStore made from settings, and the environment's
+    value at that moment (which must stay unset)."""
+    seen = []
+    real = StateStore.from_settings.__func__
+
+    def recording(cls, settings, *, storage_options=None):
+        store = real(cls, settings, storage_options=storage_options)
+        seen.append((store.storage_options, os.environ.get(ENV_STORAGE_OPTIONS)))
+        return store
+
+    monkeypatch.setattr(StateStore, "from_settings", classmethod(recording))
+    return seen
 
 
 def test_decide_runs_with_the_connections_storage_options(variables, monkeypatch) -> None:
-    import modeswitch.orchestration as orchestration
-
-    seen = []
-    real = orchestration.open_store
-    monkeypatch.setattr(
-        orchestration, "open_store", lambda s: seen.append(real(s).storage_options) or real(s)
-    )
+    seen = _record_stores(monkeypatch)
     plan = decide_task({"force_mode": "auto"}, get_variable=variables.get)
     assert plan["mode"] == "batch"
-    assert seen == [EXTRAS]
+    assert seen == [(EXTRAS, None)]
     assert SECRET not in json.dumps(plan)  # nothing of it in the XCom
+
+
+def test_a_deferred_lag_sensor_reads_with_the_connections_storage_options(
+    variables, monkeypatch
+) -> None:
+    # The trigger runs in the triggerer, far from the task: it gets the Connection's id in
+    # the settings and resolves the extras itself.
+    seen = _record_stores(monkeypatch)
+    settings = settings_from_airflow(get_variable=variables.get)
+    trigger = LagThresholdTrigger(
+        settings=settings.to_json(), offset_lag_threshold=10, poll_interval=0.1
+    )
+    _, kwargs = trigger.serialize()
+    assert SECRET not in json.dumps(kwargs)
+
+    async def first_event():
+        async for event in LagThresholdTrigger(**kwargs).run():
+            return event.payload
+
+    event = asyncio.run(first_event())
+    assert event["status"] == "crossed", event  # 500 records, nothing committed
+    assert event["offset_lag"] == 500
+    assert seen and all(found == (EXTRAS, None) for found in seen)
+
+    variables["modeswitch_storage_connection"] = "nowhere"
+    missing = settings_from_airflow(get_variable=variables.get).to_json()
+
+    async def error_event():
+        async for event in LagThresholdTrigger(settings=missing, offset_lag_threshold=10).run():
+            return event.payload
+
+    event = asyncio.run(error_event())
+    assert event["status"] == "error"
+    assert "Airflow connection 'nowhere' is not defined" in event["reason"]
 
 
 def test_the_job_gets_them_in_its_environment_never_on_its_command_line(variables) -> None:

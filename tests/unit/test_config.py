@@ -252,12 +252,12 @@ def test_stream_standby_is_a_switch_on_by_default() -> None:
 
 
 def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) -> None:
-    from modeswitch import jobrunner
+    from modeswitch import jobrunner, session
 
     def no_session(*args, **kwargs):
         raise AssertionError("a Spark session was started for settings that are refused")
 
-    monkeypatch.setattr(jobrunner, "create_spark_session", no_session)
+    monkeypatch.setattr(session, "create_spark_session", no_session)  # imported by the job
     argv = ["--pipeline", "x", "--epoch", "1", "--config", '{"batch_driver_memory": "100m"}']
     assert jobrunner.main("batch", "test", argv) == 1
     assert "batch_driver_memory: '100m' is less than 512m" in caplog.text

@@ -445,3 +445,26 @@ def test_stable_paths_copy_the_range_where_no_hard_link_can_be_made(
     monkeypatch.setattr(segments.os, "link", cross_device)
     [copy] = live_log.stable_paths(0, 10, 45, scratch=str(tmp_path / "scratch"))
     assert pq.read_table(copy).column("offset").to_pylist() == list(range(10, 45))
+
+
+def _timed(seconds: list[int], *, at_us: int = 1_700_000_000_000_000) -> pa.Table:
+    """Events whose event times are ``at_us`` plus the given seconds (late ones go back)."""
+    table = events([f"k{i}" for i in range(len(seconds))])
+    times = pa.array([at_us + s * 1_000_000 for s in seconds], pa.timestamp("us", "UTC"))
+    return table.set_column(0, "event_time", times)
+
+
+def test_offset_at_finds_the_first_record_at_or_after_an_event_time(log: SegmentLog) -> None:
+    import pendulum
+
+    t0 = pendulum.from_timestamp(1_700_000_000, tz="UTC")
+    log.append(0, _timed([0, 1, 2]))  # offsets 0-2: all before t0 + 5 s (statistics skip it)
+    log.append(0, _timed([3, 9, 4, 10]))  # offsets 3-6: 4 is a late record after the 9
+    log.append(1, _timed([20, 21]))
+    found = log.offset_at(t0.add(seconds=5))
+    assert found == {0: 4, 1: 0, 2: 0}  # bucket 2 is empty: its latest offset
+    assert log.offset_at(t0.add(seconds=10)) == {0: 6, 1: 0, 2: 0}
+    assert log.offset_at(t0.add(seconds=30)) == log.latest_offsets()  # none is that late
+    assert log.offset_at(t0) == {0: 0, 1: 0, 2: 0}
+    log.drop_before({0: 3})  # retention: the search starts at the earliest retained offset
+    assert log.offset_at(t0) == {0: 3, 1: 0, 2: 0}

@@ -92,7 +92,7 @@ class StandIns:
         def run(kind: str, spark: object, args: object, settings: PipelineSettings) -> None:
             self.runs.append((kind, args.epoch, settings))
 
-        monkeypatch.setattr(jobrunner, "create_spark_session", create_spark_session)
+        monkeypatch.setattr("modeswitch.session.create_spark_session", create_spark_session)
         monkeypatch.setattr("modeswitch.streaming.warm_up", warm_up)
         monkeypatch.setattr(jobrunner, "run", run)
 

@@ -7,15 +7,16 @@ policy (:func:`modeswitch.policy.compute_watermark`); no Spark, a few millisecon
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pendulum
 
-from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
 from modeswitch.orchestration import observe
 from modeswitch.policy import compute_watermark
+from modeswitch.state import StateStore
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,17 @@ class LagReading:
         }
 
 
-def measure_lag(settings: PipelineSettings, *, now: datetime | None = None) -> LagReading:
-    """The pipeline's watermark lag and total offset lag now."""
+def measure_lag(
+    settings: PipelineSettings,
+    *,
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> LagReading:
+    """The pipeline's watermark lag and total offset lag now (``storage_options``: the
+    tables', None for the environment's)."""
     now = now or pendulum.now("UTC")
-    observation, committed = observe(settings, open_store(settings), now)
+    store = StateStore.from_settings(settings, storage_options=storage_options)
+    observation, committed = observe(settings, store, now)
     unread = {b: max(0, n - committed.get(b, 0)) for b, n in observation.latest.items()}
     watermark = compute_watermark(
         now,

@@ -11,8 +11,7 @@ from airflow.sdk import BaseSensorOperator
 
 from modeswitch.airflow.lag import measure_lag
 from modeswitch.airflow.settings import (
-    connection_storage_environment,
-    exported,
+    connection_storage_options,
     settings_from_airflow,
 )
 from modeswitch.airflow.triggers import LagThresholdTrigger
@@ -48,8 +47,7 @@ class LagThresholdSensor(BaseSensorOperator):
 
     def _check(self) -> dict[str, Any] | None:
         settings = settings_from_airflow(self.settings)
-        with exported(connection_storage_environment(settings)):
-            reading = measure_lag(settings)
+        reading = measure_lag(settings, storage_options=connection_storage_options(settings))
         reason = reading.crosses(
             watermark_lag_threshold=self.watermark_lag_threshold,
             offset_lag_threshold=self.offset_lag_threshold,

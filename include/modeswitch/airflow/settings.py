@@ -9,9 +9,7 @@ A bad value raises :class:`ConfigError` naming the Variable (or the param) and t
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from modeswitch.config import PipelineSettings, layer_settings, read_settings_file
@@ -69,10 +67,10 @@ def settings_from_airflow(
     return layer_settings(*layers)
 
 
-def connection_storage_environment(settings: PipelineSettings) -> dict[str, str]:
-    """The environment that carries the tables' storage options: the extras of the Airflow
-    Connection named by the ``storage_connection`` setting, as ``MODESWITCH_STORAGE_OPTIONS``
-    (``{}`` when the setting is empty). Read at run time; never logged."""
+def connection_storage_options(settings: PipelineSettings) -> dict[str, str]:
+    """The tables' storage options: the extras of the Airflow Connection named by the
+    ``storage_connection`` setting (``{}`` when the setting is empty). Read at run time;
+    never logged; passed to what needs them, never put in this process's environment."""
     conn_id = settings.storage_connection
     if not conn_id:
         return {}
@@ -82,30 +80,43 @@ def connection_storage_environment(settings: PipelineSettings) -> dict[str, str]
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException as exc:
-        raise ConfigError(
-            f"storage_connection: Airflow connection {conn_id!r} is not defined; define it "
-            "with the storage options (credentials) as its extras"
-        ) from exc
+        raise _undefined(conn_id) from exc
+    return _extras(conn_id, connection)
+
+
+async def aconnection_storage_options(settings: PipelineSettings) -> dict[str, str]:
+    """:func:`connection_storage_options` for a trigger, in the triggerer's event loop."""
+    conn_id = settings.storage_connection
+    if not conn_id:
+        return {}
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise _undefined(conn_id) from exc
+    return _extras(conn_id, connection)
+
+
+def _undefined(conn_id: str) -> ConfigError:
+    return ConfigError(
+        f"storage_connection: Airflow connection {conn_id!r} is not defined; define it "
+        "with the storage options (credentials) as its extras"
+    )
+
+
+def _extras(conn_id: str, connection: Any) -> dict[str, str]:
     extras = connection.extra_dejson
     if not isinstance(extras, dict) or not extras:
         raise ConfigError(
             f"storage_connection: Airflow connection {conn_id!r} has no extras; its extras "
             'are the storage options, e.g. {"AWS_REGION": "eu-west-1"}'
         )
-    return storage_environment({str(key): str(value) for key, value in extras.items()})
+    return {str(key): str(value) for key, value in extras.items()}
 
 
-@contextlib.contextmanager
-def exported(env: Mapping[str, str]) -> Iterator[None]:
-    """Set ``env`` in this process's environment for the block, then restore it. For task
-    processes (one task each), never for the triggerer's shared event loop."""
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def connection_storage_environment(settings: PipelineSettings) -> dict[str, str]:
+    """The environment of a child process (spark-submit) that hands it the tables' storage
+    options (:func:`connection_storage_options`) as ``MODESWITCH_STORAGE_OPTIONS``."""
+    return storage_environment(connection_storage_options(settings))

@@ -20,16 +20,14 @@ import pendulum
 
 from modeswitch.airflow.settings import (
     VariableGetter,
-    connection_storage_environment,
-    exported,
+    connection_storage_options,
     settings_from_airflow,
 )
-from modeswitch.backlog import open_store
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.offsets import OffsetsMap
 from modeswitch.orchestration import close_epoch, decide
-from modeswitch.sources.segments import SegmentLog
+from modeswitch.sources import open_log
+from modeswitch.state import StateStore
 from modeswitch.state.records import COMMAND_KINDS
 
 log = logging.getLogger(__name__)
@@ -64,10 +62,13 @@ def decide_task(
     if not isinstance(dry_run, bool):
         raise ConfigError(f"run param dry_run: {dry_run!r} is not true or false")
     settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
-    with exported(connection_storage_environment(settings)):
-        plan = decide(
-            settings, force_mode=force_mode, dry_run=dry_run, decided_by=f"airflow {run_id}"
-        )
+    plan = decide(
+        settings,
+        force_mode=force_mode,
+        dry_run=dry_run,
+        decided_by=f"airflow {run_id}",
+        storage_options=connection_storage_options(settings),
+    )
     log.info(
         "pipeline %s: %s%s epoch %s (%s); start %s; boundary %s",
         settings.pipeline,
@@ -111,9 +112,9 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
         raise AirflowSkipException(f"no epoch to close ({plan.get('mode')})")
     settings = PipelineSettings.from_json(plan["settings"])
     epoch_id = int(plan["epoch"])
-    with exported(connection_storage_environment(settings)):
-        status, end = close_epoch(settings, epoch_id)
-        epoch = open_store(settings).epoch(epoch_id)
+    options = connection_storage_options(settings)
+    status, end = close_epoch(settings, epoch_id, storage_options=options)
+    epoch = StateStore.from_settings(settings, storage_options=options).epoch(epoch_id)
     log.info(
         "epoch %d (%s) closed %s at %s: %s",
         epoch_id,
@@ -132,24 +133,6 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --- control commands --------------------------------------------------------------------------
-
-
-def offsets_at_event_time(log_root: str, at: datetime) -> OffsetsMap:
-    """Per bucket, the first offset whose event time is at or after ``at`` (the latest offset
-    if none is): where a rewind to an event time starts reading."""
-    source = SegmentLog(log_root)
-    earliest, latest = source.earliest_offsets(), source.latest_offsets()
-    target = pendulum.instance(at).in_timezone("UTC")
-    offsets: dict[int, int] = {}
-    for bucket in source.buckets():
-        offsets[bucket] = latest[bucket]
-        for batch in source.read(bucket, earliest[bucket], latest[bucket]):
-            times = batch.column("event_time").to_pylist()
-            hit = next((i for i, t in enumerate(times) if t is not None and t >= target), None)
-            if hit is not None:
-                offsets[bucket] = batch.column("offset")[hit].as_py()
-                break
-    return offsets
 
 
 def command_args(params: Mapping[str, Any], settings: PipelineSettings) -> dict[str, Any]:
@@ -179,11 +162,13 @@ def command_args(params: Mapping[str, Any], settings: PipelineSettings) -> dict[
         if not isinstance(at, datetime):
             raise ConfigError(f"param event_time: {event_time!r} is not a date and time")
         args["event_time"] = at.isoformat()
-        args["offsets"] = _offsets_json(offsets_at_event_time(settings.source, at))
+        # Where a rewind to an event time starts reading.
+        at_utc = pendulum.instance(at).in_timezone("UTC")
+        args["offsets"] = _offsets_json(open_log(settings.source).offset_at(at_utc))
         return args
     if not isinstance(offsets, Mapping):
         raise ConfigError(f"param offsets: {offsets!r} is not a map of bucket to offset")
-    known = set(SegmentLog(settings.source).buckets())
+    known = set(open_log(settings.source).buckets())
     try:
         parsed = {int(b): o for b, o in offsets.items()}
     except (TypeError, ValueError) as exc:
@@ -211,10 +196,10 @@ def submit_control_command(
     args = command_args(params, settings)
     kind = params["command"]
     try:
-        with exported(connection_storage_environment(settings)):
-            command_id = open_store(settings).submit_command(
-                kind, args, issuer=f"airflow modeswitch_control {run_id}"
-            )
+        store = StateStore.from_settings(
+            settings, storage_options=connection_storage_options(settings)
+        )
+        command_id = store.submit_command(kind, args, issuer=f"airflow modeswitch_control {run_id}")
     except ValueError as exc:
         raise ConfigError(f"command {kind}: {exc}") from exc
     log.info("pipeline %s: queued command %d %s %s", settings.pipeline, command_id, kind, args)

@@ -14,6 +14,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from modeswitch.airflow.lag import measure_lag
+from modeswitch.airflow.settings import aconnection_storage_options
 from modeswitch.config import PipelineSettings
 
 
@@ -62,6 +63,13 @@ class LagThresholdTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         settings = PipelineSettings.from_json(self.settings)
+        try:
+            # The settings carry the Connection's id only: its extras are read here, in the
+            # triggerer, and handed to each reading (never put in the shared environment).
+            options = await aconnection_storage_options(settings)
+        except Exception as exc:  # reported to the sensor, which fails with it
+            yield TriggerEvent({"status": "error", "reason": f"{type(exc).__name__}: {exc}"})
+            return
         threshold = (
             None
             if self.watermark_lag_threshold is None
@@ -69,7 +77,7 @@ class LagThresholdTrigger(BaseTrigger):
         )
         while True:
             try:
-                reading = await asyncio.to_thread(measure_lag, settings)
+                reading = await asyncio.to_thread(measure_lag, settings, storage_options=options)
             except Exception as exc:  # reported to the sensor, which fails with it
                 yield TriggerEvent({"status": "error", "reason": f"{type(exc).__name__}: {exc}"})
                 return

@@ -8,6 +8,7 @@ read" (exclusive ends). Every record has the columns of :data:`RECORD_SCHEMA`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -44,6 +45,13 @@ class BucketedLog(Protocol):
 
     def latest_offsets(self) -> OffsetsMap:
         """Per bucket, the next offset to be written (exclusive end of what is readable)."""
+        ...
+
+    def offset_at(self, event_time: datetime) -> OffsetsMap:
+        """Per bucket, the first retained offset whose record's event time is at or after
+        ``event_time`` (the latest offset if there is none): where reading from a moment in
+        event time starts (a rewind by event time). Kafka answers it with
+        ``offsets_for_times``."""
         ...
 
     def read(self, bucket: int, start: int, end: int) -> Iterator[pa.RecordBatch]:

@@ -42,9 +42,11 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -260,6 +262,36 @@ class SegmentLog:
 
     def latest_offsets(self) -> OffsetsMap:
         return {b: self._bounds(b)[1] for b in self.buckets()}
+
+    def offset_at(self, event_time: datetime) -> OffsetsMap:
+        """Per bucket, the first retained offset whose event time is at or after
+        ``event_time`` (the latest offset if none is). Records may be late (event time is
+        not ordered by offset), so each bucket is searched from its earliest offset; the
+        row groups whose footer statistics put every event time before ``event_time`` are
+        skipped unread."""
+        at = pa.scalar(event_time, type=pa.timestamp("us", tz="UTC")).as_py()
+        return {bucket: self._offset_at(bucket, at) for bucket in self.buckets()}
+
+    def _offset_at(self, bucket: int, at: datetime) -> int:
+        earliest, latest, _ = self._bounds(bucket)
+        for segment, _ in self.covering(bucket, earliest, latest):
+            parquet = pq.ParquetFile(segment.path, filesystem=self._fs)
+            meta = parquet.metadata
+            column = meta.schema.names.index("event_time")
+            group_start = segment.base
+            for group in range(meta.num_row_groups):
+                rows = meta.row_group(group).num_rows
+                stats = meta.row_group(group).column(column).statistics
+                skip = stats is not None and stats.has_min_max and stats.max < at
+                if not skip and group_start + rows > earliest:
+                    table = parquet.read_row_group(group, columns=["offset", "event_time"])
+                    hits = pc.greater_equal(table.column("event_time"), pa.scalar(at))
+                    hits = pc.and_(hits, pc.greater_equal(table.column("offset"), earliest))
+                    found = pc.index(hits, True).as_py()
+                    if found >= 0:
+                        return int(table.column("offset")[found].as_py())
+                group_start += rows
+        return latest
 
     def covering(self, bucket: int, start: int, end: int) -> list[tuple[Segment, int]]:
         """The segments that hold ``[start, end)`` of ``bucket``, each with the offset where the

@@ -114,9 +114,9 @@ class BucketLogOptions:
         )
 
     def open_log(self) -> BucketedLog:
-        from modeswitch.sources.segments import SegmentLog
+        from modeswitch.sources import open_log
 
-        return SegmentLog(self.path)
+        return open_log(self.path)
 
 
 def _absolute(path: str) -> str:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pendulum
 import pyarrow.compute as pc
@@ -97,6 +97,9 @@ from modeswitch.state.tables import (
     upsert,
 )
 
+if TYPE_CHECKING:
+    from modeswitch.config import PipelineSettings
+
 log = logging.getLogger(__name__)
 
 STATE_DIR = "_modeswitch"
@@ -160,6 +163,23 @@ class StateStore:
         self.storage_options = dict(storage_options or {})
         self.attempts = check_int(attempts, what="attempts", minimum=1)
         self.compact_at_files = check_int(compact_at_files, what="compact_at_files", minimum=2)
+
+    @classmethod
+    def from_settings(
+        cls, settings: PipelineSettings, *, storage_options: Mapping[str, str] | None = None
+    ) -> StateStore:
+        """The control tables of the pipeline ``settings`` configure. ``storage_options``: the
+        tables' (and the sink's) storage options, e.g. an Airflow Connection's extras; None
+        reads them from ``MODESWITCH_STORAGE_OPTIONS`` (a job's environment, set by whoever
+        started it; :mod:`modeswitch.storage`)."""
+        from modeswitch.storage import storage_options as from_environment
+
+        return cls(
+            settings.state_root,
+            settings.sink,
+            settings.pipeline,
+            storage_options=from_environment() if storage_options is None else storage_options,
+        )
 
     @classmethod
     def for_warehouse(
