@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,9 @@ from pathlib import Path
 import psutil
 
 from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import LocalRunner, close_epoch, decide, job_command
+from modeswitch.local_runner import LocalRunner, job_command
+from modeswitch.orchestration import close_epoch, decide
+from modeswitch.processes import start_group, wait_group
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
@@ -147,21 +148,11 @@ def start(command: list[str]) -> subprocess.Popen:
     if LOGS is not None:
         LOGS.mkdir(parents=True, exist_ok=True)
         output = open(LOGS / f"{time.strftime('%H%M%S')}-{Path(command[1]).stem}.log", "wb")  # noqa: SIM115
-    return subprocess.Popen(
-        command,
-        start_new_session=True,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-    )
+    return start_group(command, output=output)
 
 
 def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    return wait_group(process, timeout)
 
 
 def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> PipelineSettings:

@@ -345,7 +345,7 @@ class PipelineSettings:
     benchmarks), ``stream_standby`` (``true``, the default: while a batch epoch runs, the local
     runner starts the next stream job ahead of its epoch, its Spark session up and its Python
     workers warm, and hands it the stream epoch when one opens; see
-    :class:`modeswitch.orchestration.StreamStandby`), ``stream_standby_lead`` (``60s``: how
+    :class:`modeswitch.local_runner.StreamStandby`), ``stream_standby_lead`` (``60s``: how
     long before the batch epoch's expected end, by its throughput so far, the standby starts;
     its start-up and warm-up took 20-30 s here while a batch job ran, and an estimate from the
     first wave alone runs long: that wave pays for the job's first Spark query).

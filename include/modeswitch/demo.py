@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import LocalRunner, close_epoch, decide
+from modeswitch.local_runner import LocalRunner
+from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore

@@ -6,7 +6,7 @@ The stream job can also start in standby (``--standby`` instead of ``--epoch``):
 session, warms it up (:func:`modeswitch.streaming.warm_up`) and then waits for one line on its
 standard input, :func:`standby_request`: the epoch to run and its settings. At the end of its
 input without a request it stops its session and exits 0. The local runner
-(:class:`modeswitch.orchestration.StreamStandby`) starts it while a batch epoch runs.
+(:class:`modeswitch.local_runner.StreamStandby`) starts it while a batch epoch runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Literal, TextIO
 
 from modeswitch.config import PipelineSettings, load_job_settings
@@ -22,6 +23,18 @@ from modeswitch.errors import ModeswitchError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JobKind = Literal["batch", "stream"]
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+"""The spark-submit entrypoints' folder (``jobs/`` at the repository's top)."""
+JOB_SCRIPTS: dict[str, str] = {"batch": "backlog_batch.py", "stream": "stream.py"}
+
+
+def job_script(kind: str) -> Path:
+    """The spark-submit entrypoint of a ``batch`` or ``stream`` job."""
+    if kind not in JOB_SCRIPTS:
+        raise ValueError(f"kind: {kind!r} is not one of {', '.join(JOB_SCRIPTS)}")
+    return JOBS / JOB_SCRIPTS[kind]
+
+
 log = logging.getLogger("modeswitch.jobs")
 
 

@@ -24,7 +24,8 @@ import pytest
 
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS
-from modeswitch.orchestration import LocalRunner, close_epoch, decide
+from modeswitch.local_runner import LocalRunner
+from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog

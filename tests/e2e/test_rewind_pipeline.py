@@ -18,7 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import close_epoch, decide, run_job_process
+from modeswitch.local_runner import run_job_process
+from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog

@@ -23,13 +23,8 @@ import pytest
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
-from modeswitch.orchestration import (
-    LocalRunner,
-    close_epoch,
-    decide,
-    job_command,
-    run_job_process,
-)
+from modeswitch.local_runner import LocalRunner, job_command, run_job_process
+from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog

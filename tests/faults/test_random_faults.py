@@ -38,7 +38,8 @@ import pytest
 
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
-from modeswitch.orchestration import LocalRunner, close_epoch, decide
+from modeswitch.local_runner import LocalRunner
+from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import offset_regressions, sink_commits
 from modeswitch.sources.segments import SegmentLog

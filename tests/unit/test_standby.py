@@ -26,7 +26,7 @@ from modeswitch.backlog import plan_remaining
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.jobrunner import read_standby_request, standby_request
-from modeswitch.orchestration import BatchEndWatch, LocalRunner
+from modeswitch.local_runner import BatchEndWatch, LocalRunner
 from modeswitch.sinks.commits import commits_after
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.state import StateStore
@@ -289,7 +289,7 @@ def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
 def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from modeswitch import orchestration
+    from modeswitch import local_runner
 
     settings = watched_settings(tmp_path, 100)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
@@ -297,7 +297,7 @@ def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
     pid_file = tmp_path / "pid"
     # A stand-in for the batch job: a real process that never ends (and never commits).
     job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
-    monkeypatch.setattr(orchestration, "job_command", lambda *args: [sys.executable, "-c", job])
+    monkeypatch.setattr(local_runner, "job_command", lambda *args: [sys.executable, "-c", job])
     runner = LocalRunner(timeout=3)
     began = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):

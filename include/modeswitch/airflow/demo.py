@@ -26,7 +26,7 @@ from rich.console import Console
 from modeswitch.airflow.local import DAGS, airflow_environment, migrate
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
-from modeswitch.orchestration import run_process_group
+from modeswitch.processes import run_process_group
 from modeswitch.state import StateStore
 
 DAG_ID = "modeswitch_pipeline"

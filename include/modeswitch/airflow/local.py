@@ -7,7 +7,6 @@ imports Airflow, so the caller's environment decides which Airflow home is used.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -16,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modeswitch.airflow.settings import variable_name
-from modeswitch.orchestration import JOBS
+from modeswitch.jobrunner import JOBS
+from modeswitch.processes import start_group, stop_group
 
 REPO = JOBS.parent
 DAGS = REPO / "dags"
@@ -62,11 +62,7 @@ def standalone(home: str | Path) -> int:
     SIGTERM) stops the whole group, so no scheduler, triggerer or API server is left behind."""
     env = {**os.environ, **airflow_environment(home)}
     migrate(env)
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "airflow"), "standalone"],
-        env=env,
-        start_new_session=True,
-    )
+    process = start_group([str(Path(sys.executable).parent / "airflow"), "standalone"], env)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -77,23 +73,7 @@ def standalone(home: str | Path) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; its children may not be: kill what is left of the group.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        return
+        stop_group(process, grace=20)
 
 
 if __name__ == "__main__":  # python -m modeswitch.airflow.local [HOME]

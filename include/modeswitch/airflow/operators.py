@@ -14,11 +14,8 @@ from modeswitch.airflow.settings import connection_storage_environment
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError
-from modeswitch.jobrunner import job_spark_conf
+from modeswitch.jobrunner import job_script, job_spark_conf
 from modeswitch.jvm import java_options, with_java_options
-from modeswitch.orchestration import JOBS
-
-JOB_SCRIPTS = {"batch": "backlog_batch.py", "stream": "stream.py"}
 
 
 def require_spark_connection(conn_id: str) -> Any:
@@ -62,10 +59,9 @@ class EpochJobOperator(SparkSubmitOperator):
         conn_id: str = "spark_default",
         **kwargs: Any,
     ) -> None:
-        if kind not in JOB_SCRIPTS:
-            raise ValueError(f"kind: {kind!r} is not one of {', '.join(JOB_SCRIPTS)}")
         kwargs.setdefault("name", f"modeswitch-{kind}")
-        super().__init__(application=str(JOBS / JOB_SCRIPTS[kind]), conn_id=conn_id, **kwargs)
+        application = str(job_script(kind))  # a ValueError naming ``kind`` if unknown
+        super().__init__(application=application, conn_id=conn_id, **kwargs)
         self.kind = kind
         self.decide_task_id = decide_task_id
 

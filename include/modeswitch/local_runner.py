@@ -1,0 +1,362 @@
+"""Running epochs without Airflow: each epoch's job as a child process, and the stream standby.
+
+:func:`run_locally` strings the epoch lifecycle (:mod:`modeswitch.orchestration`: decide, run,
+close) together with the Spark jobs run as child processes in their own process groups
+(:mod:`modeswitch.processes`): the pipeline without Airflow, for tests, the demo and the
+benchmarks. :class:`LocalRunner` runs the jobs, and starts the next stream job in standby
+(:class:`StreamStandby`) while a batch epoch runs, by :class:`BatchEndWatch`'s estimate of the
+batch's end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
+from modeswitch.jobrunner import job_script, job_spark_conf, standby_request
+from modeswitch.offsets import OffsetsMap
+from modeswitch.orchestration import EpochPlan, close_epoch, decide
+from modeswitch.processes import output_to, run_process_group, start_group, wait_group
+from modeswitch.sinks.commits import commits_after, sink_version
+from modeswitch.state import StateStore
+
+log = logging.getLogger(__name__)
+
+JobRunner = Callable[[str, PipelineSettings, int], None]
+
+
+def job_command(kind: str, settings: PipelineSettings, epoch: int) -> list[str]:
+    """The command line of ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for one epoch."""
+    return [
+        sys.executable,
+        str(job_script(kind)),
+        "--pipeline",
+        settings.pipeline,
+        "--epoch",
+        str(epoch),
+        "--config",
+        settings.to_json(),
+    ]
+
+
+def run_job_process(
+    kind: str,
+    settings: PipelineSettings,
+    epoch: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+    log_file: str | Path | None = None,
+) -> None:
+    """Run the epoch's job as a child process in its own process group; stop it (and the JVM
+    it started) by that group if it overruns or anything goes wrong. Its output goes to
+    ``log_file`` when given, else to this process's."""
+    command = job_command(kind, settings, epoch)
+    code = run_process_group(command, env=env, timeout=timeout, log_file=log_file)
+    _check_exit(Path(command[1]).name, epoch, code)
+
+
+def _check_exit(job: str, epoch: int, code: int) -> None:
+    if code != 0:
+        raise ModeswitchError(f"{job} for epoch {epoch} exited with status {code}")
+
+
+class StreamStandby:
+    """A stream job started ahead of its epoch: ``jobs/stream.py --standby``.
+
+    A stream epoch's job spends most of its first seconds starting up: its JVM and session,
+    then a Python process for each step of the source and the sink, all cold. Started while a
+    batch epoch runs, the standby does all that (:func:`modeswitch.streaming.warm_up`) and waits;
+    when ``decide`` opens a stream epoch, :meth:`hand_over` gives it the epoch and its settings
+    (one line on its standard input) and the epoch starts warm. :meth:`release` ends it
+    unused. The standby runs in its own process group, killed when it ends, like any job.
+    """
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        *,
+        env: Mapping[str, str] | None = None,
+        log_file: str | Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.log_file = Path(log_file) if log_file else None
+        command = [
+            sys.executable,
+            str(job_script("stream")),
+            "--pipeline",
+            settings.pipeline,
+            "--standby",
+            "--config",
+            settings.to_json(),
+        ]
+        self.started_at = time.time()  # wall clock, as the sink's commit timestamps
+        with output_to(log_file) as output:
+            self.process = start_group(command, env, output, stdin=subprocess.PIPE)
+
+    def can_run(self, settings: PipelineSettings) -> bool:
+        """Whether it is alive and its JVM suits a job with ``settings``."""
+        return (
+            self.process.poll() is None
+            and settings.pipeline == self.settings.pipeline
+            and job_spark_conf("stream", settings) == job_spark_conf("stream", self.settings)
+        )
+
+    def hand_over(self, epoch: int, settings: PipelineSettings) -> bool:
+        """Give it stream epoch ``epoch``; False if it has already exited (nothing handed)."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(standby_request(epoch, settings).encode())
+            self.process.stdin.close()
+        except BrokenPipeError:
+            return False
+        return True
+
+    def wait(self, epoch: int, *, timeout: float) -> None:
+        """Wait for the epoch it was handed to end, as :func:`run_job_process` does."""
+        _check_exit("stream.py (standby)", epoch, wait_group(self.process, timeout))
+
+    def release(self, *, timeout: float = 60) -> int:
+        """End it without an epoch: it stops its session and exits; killed after ``timeout``."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.process.stdin.close()
+        try:
+            return wait_group(self.process, timeout)
+        except subprocess.TimeoutExpired:
+            return self.process.wait()
+
+
+WATCH_EVERY = timedelta(milliseconds=500)
+
+
+class BatchEndWatch:
+    """Estimates when a running batch epoch will end, from the sink's commits so far.
+
+    :meth:`due` says when a standby should start: ``lead`` before the epoch's expected end. The
+    pace is the records the epoch's commits carry per second of their own timestamps: between
+    the first and the newest commit seen once there are two, and over the first wave alone
+    before that, timed from when the job planned it (the split ledger's ``recorded_at`` for
+    that wave) to its commit, so the job's Spark start-up does not count. The end is expected
+    that long after the newest commit was seen. Before a wave commits there is no estimate and
+    no standby: an epoch of one wave runs without one (measured: a one-wave batch of 240 000
+    records took 28 s beside a starting standby instead of about 5 s, and the lag it left was
+    then over the exit threshold). Each call reads only the new commit files of the sink's log
+    (:func:`commits_after`), and the ledger once, at the first commit.
+    """
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        epoch: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = StateStore.from_settings(settings)
+        found = self.store.epoch(epoch)
+        self.settings = settings
+        self.epoch = epoch
+        self.clock = clock
+        self.boundary = dict(found.boundary or {})
+        self.committed = {**found.start, **self.store.committed_offsets()}
+        self.version = sink_version(settings.sink)
+        self.total = self._left()
+        self.began: tuple[float, int] | None = None  # (ms, records left): the first wave's plan
+        self.commits: list[tuple[float, int]] = []  # (ms, records left after): the epoch's
+        self.last_seen: float | None = None  # clock() when the newest of them was seen
+        self.estimate: float | None = None  # seconds left, at the last call of due()
+
+    def _left(self) -> int:
+        return sum(max(0, end - self.committed.get(b, 0)) for b, end in self.boundary.items())
+
+    def remaining(self) -> int:
+        """Records still below the boundary, by the commits seen so far."""
+        found, self.version = commits_after(
+            self.settings.sink, self.settings.pipeline, self.version
+        )
+        mine = [c for c in found if c.epoch == self.epoch and not c.is_rewind]
+        for commit in mine:
+            if self.began is None:
+                self.began = self._planned(commit.sequence)
+            self.committed.update(commit.end)
+            if commit.committed_at_ms is not None:
+                self.commits.append((float(commit.committed_at_ms), self._left()))
+        if mine:
+            self.last_seen = self.clock()
+        return self._left()
+
+    def _planned(self, wave: int) -> tuple[float, int] | None:
+        """When the job planned ``wave`` (ms) and the records left then; None if unrecorded."""
+        planned = [s.recorded_at for s in self.store.splits(self.epoch) if s.wave == wave]
+        if not planned:
+            return None
+        return max(planned).timestamp() * 1000, self._left()
+
+    def seconds_left(self) -> float | None:
+        """The expected seconds to the epoch's end; None before its first wave commits."""
+        left = self.remaining()
+        if left == 0:
+            return 0.0
+        if not self.commits or self.last_seen is None:
+            return None
+        if len(self.commits) >= 2:
+            (first_ms, first_left), (last_ms, last_left) = self.commits[0], self.commits[-1]
+        elif self.began is not None:
+            (first_ms, first_left), (last_ms, last_left) = self.began, self.commits[0]
+        else:
+            return None
+        moved, seconds = first_left - last_left, (last_ms - first_ms) / 1000
+        if moved <= 0 or seconds <= 0:
+            return None
+        return left / (moved / seconds) - (self.clock() - self.last_seen)
+
+    def due(self, lead: timedelta) -> bool:
+        """Whether the epoch is expected to end within ``lead``; the estimate is kept in
+        :attr:`estimate`."""
+        self.estimate = self.seconds_left()
+        return self.estimate is not None and self.estimate <= lead.total_seconds()
+
+
+class LocalRunner:
+    """Runs each epoch's job as a child process, as the Airflow tasks do, with a standby.
+
+    With ``stream_standby`` on, a :class:`StreamStandby` starts ``stream_standby_lead`` before
+    a batch epoch is expected to end (:class:`BatchEndWatch`; not for a one-wave epoch) and is
+    handed the next stream epoch. Not earlier: a batch epoch may last hours, and on a small
+    machine the standby's start-up takes CPU from the batch. A standby that has exited, or
+    whose JVM settings do not suit the stream epoch's, is released and the stream job starts
+    as usual. Use it as a context manager (or call :meth:`close`): a standby still waiting is
+    released at the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        log_dir: str | Path | None = None,
+        timeout: float = 1800,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.log_dir = Path(log_dir) if log_dir else None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
+        self.env = dict(env or {})
+        self.standby: StreamStandby | None = None
+        self.logs: dict[int, Path] = {}
+        self.handed_over: list[int] = []
+
+    def __call__(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
+        log_file = self.log_dir / f"epoch-{epoch}-{kind}.log" if self.log_dir else None
+        if kind == "stream" and self.standby is not None:
+            standby, self.standby = self.standby, None
+            usable = settings.stream_standby and standby.can_run(settings)
+            if usable and standby.hand_over(epoch, settings):
+                if standby.log_file:
+                    self.logs[epoch] = standby.log_file
+                self.handed_over.append(epoch)
+                log.info("stream epoch %d handed to the standby stream job", epoch)
+                standby.wait(epoch, timeout=self.timeout)
+                return
+            log.warning("the standby stream job cannot run epoch %d: released", epoch)
+            standby.release()
+        if log_file:
+            self.logs[epoch] = log_file
+        if kind == "batch" and settings.stream_standby:
+            self._run_batch_with_standby(settings, epoch, log_file)
+            return
+        run_job_process(
+            kind, settings, epoch, env=self.env, timeout=self.timeout, log_file=log_file
+        )
+
+    def _run_batch_with_standby(
+        self, settings: PipelineSettings, epoch: int, log_file: Path | None
+    ) -> None:
+        """Run a batch epoch's job; start the standby ``stream_standby_lead`` before its
+        expected end."""
+        command = job_command("batch", settings, epoch)
+        deadline = time.monotonic() + self.timeout
+        with output_to(log_file) as output:
+            process = start_group(command, self.env, output)
+            try:
+                watch = BatchEndWatch(settings, epoch)
+                # One standby per batch epoch at most (one that dies is not restarted here).
+                waiting = not self._standby_suits(settings)
+                while waiting and process.poll() is None and time.monotonic() < deadline:
+                    if watch.due(settings.stream_standby_lead):
+                        self._start_standby(settings, after=epoch, expected_end=watch.estimate)
+                        waiting = False
+                    else:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            process.wait(timeout=WATCH_EVERY.total_seconds())
+            except BaseException:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    wait_group(process, 0)
+                raise
+            code = wait_group(process, max(0.0, deadline - time.monotonic()))
+        _check_exit(Path(command[1]).name, epoch, code)
+
+    def _standby_suits(self, settings: PipelineSettings) -> bool:
+        return self.standby is not None and self.standby.can_run(settings)
+
+    def _start_standby(
+        self, settings: PipelineSettings, *, after: int, expected_end: float | None
+    ) -> None:
+        self.close()
+        log_file = (
+            self.log_dir / f"stream-standby-after-epoch-{after}.log" if self.log_dir else None
+        )
+        self.standby = StreamStandby(settings, env=self.env, log_file=log_file)
+        log.info(
+            "stream job started in standby alongside batch epoch %d (expected to end in %s s)",
+            after,
+            "?" if expected_end is None else f"{expected_end:.1f}",
+        )
+
+    def log_file(self, epoch: int) -> Path | None:
+        """Where the output of ``epoch``'s job went (None without ``log_dir``)."""
+        return self.logs.get(epoch)
+
+    def close(self) -> None:
+        """Release a standby that is still waiting."""
+        standby, self.standby = self.standby, None
+        if standby is not None:
+            standby.release()
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_locally(
+    settings: PipelineSettings,
+    *,
+    epochs: int,
+    runner: JobRunner | None = None,
+    on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
+) -> list[tuple[EpochPlan, str, OffsetsMap]]:
+    """Decide, run and close ``epochs`` epochs in turn, as the Airflow DAG does (the jobs by
+    a :class:`LocalRunner` unless ``runner`` is given)."""
+    with contextlib.ExitStack() as stack:
+        if runner is None:
+            runner = stack.enter_context(LocalRunner())
+        done = []
+        for _ in range(epochs):
+            plan = decide(settings, decided_by="run_locally")
+            if plan.epoch is None:
+                break
+            runner(plan.mode, settings, plan.epoch)
+            status, end = close_epoch(settings, plan.epoch)
+            done.append((plan, status, end))
+            if on_epoch:
+                on_epoch(plan, status, end)
+        return done

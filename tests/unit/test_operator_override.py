@@ -1,0 +1,46 @@
+"""What overrides the policy at ``decide``: pending commands and the force_mode run param, one
+scenario per test (a pure function: no tables, no Spark)."""
+
+from __future__ import annotations
+
+from modeswitch.orchestration import operator_override
+from modeswitch.policy import OperatorCommand
+
+
+def test_no_command_and_auto_leave_the_choice_to_the_policy() -> None:
+    assert operator_override([], "auto") == (None, [])
+
+
+def test_a_pending_switch_decides_and_is_applied() -> None:
+    assert operator_override([(4, "switch_to_batch")]) == (
+        OperatorCommand("force_batch", "#4"),
+        [4],
+    )
+
+
+def test_the_newest_of_several_switches_decides_and_all_are_applied() -> None:
+    command, applied = operator_override([(4, "switch_to_batch"), (5, "switch_to_stream")])
+    assert command == OperatorCommand("force_stream", "#5")
+    assert applied == [4, 5]
+
+
+def test_a_pause_decides_and_a_later_resume_is_applied_without_deciding() -> None:
+    assert operator_override([(2, "pause")]) == (OperatorCommand("pause", "#2"), [2])
+    command, applied = operator_override([(2, "pause"), (3, "resume")])
+    assert command == OperatorCommand("pause", "#2")  # the resume lifts nothing by itself
+    assert applied == [2, 3]
+    assert operator_override([(3, "resume")]) == (None, [3])
+
+
+def test_a_rewind_is_not_decides_business() -> None:
+    assert operator_override([(6, "rewind")]) == (None, [])
+
+
+def test_force_mode_wins_over_commands_which_are_still_applied() -> None:
+    command, applied = operator_override([(7, "switch_to_batch")], "stream")
+    assert command == OperatorCommand("force_stream", "run param force_mode")
+    assert applied == [7]
+    assert operator_override([], "batch") == (
+        OperatorCommand("force_batch", "run param force_mode"),
+        [],
+    )
