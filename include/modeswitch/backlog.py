@@ -39,7 +39,7 @@ from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_ba
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
-from modeswitch.sources.spark import read_segments
+from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.transforms import load_transform
 

@@ -12,8 +12,8 @@ from deltalake import DeltaTable
 from modeswitch.errors import ModeswitchError
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.native import write_batch
+from modeswitch.sources.native import read_segments
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.sources.spark import read_segments
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_a_wave_that_read_another_count_than_planned_commits_nothing(
 def test_a_wave_of_many_local_segments_is_listed_without_a_spark_job(spark, tmp_path: Path) -> None:
     """Above 32 paths Spark lists them with a job of its own (0.3-0.4 s a wave here); for
     local segment files the driver lists them, and the setting is put back afterwards."""
-    from modeswitch.sources.spark import PARALLEL_LISTING_THRESHOLD
+    from modeswitch.sources.native import PARALLEL_LISTING_THRESHOLD
 
     log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
     produce_backlog(log, EventGenerator(seed=4, buckets=2), records=4_000, segment_records=100)
