@@ -323,13 +323,13 @@ def test_malformed_records_go_to_the_quarantine_with_their_reason(tmp_path: Path
 def test_a_crash_between_sink_and_quarantine_commits_is_repaired_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import modeswitch.sinks.delta as delta
+    import modeswitch.sinks.committer as committer
 
     def crash(name: str) -> None:
         if name == "sink.before_quarantine_commit":
             raise KeyboardInterrupt("simulated crash")
 
-    monkeypatch.setattr(delta, "pause_point", crash)
+    monkeypatch.setattr(committer, "pause_point", crash)
     with pytest.raises(KeyboardInterrupt):
         quarantine_wave(tmp_path, 1, 0, 0, 10, {4})
     monkeypatch.undo()

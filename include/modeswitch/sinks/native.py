@@ -19,7 +19,7 @@ writes, :func:`write_batch` keeps the rows in the JVM:
    the driver from the written files' ``bucket`` and ``event_time`` columns only, in batches
    (no record goes through Spark to the driver; a Spark job for it cost 3-4 times as much,
    see docs/SINK.md);
-5. one Delta commit through :func:`modeswitch.sinks.delta.commit_files`: the same fencing,
+5. one Delta commit through :func:`modeswitch.sinks.committer.commit_files`: the same fencing,
    app transaction, continuity check, commit metadata and quarantine commit as the data
    source's.
 
@@ -49,19 +49,17 @@ import pyarrow.parquet as pq
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.session import session_conf
-from modeswitch.sinks.delta import (
-    SINK_NAME,
-    CommitOutcome,
+from modeswitch.sinks.committer import CommitOutcome, commit_files
+from modeswitch.sinks.delta import SINK_NAME, prepare_write
+from modeswitch.sinks.files import (
     DeltaCommitMessage,
-    DeltaSinkOptions,
     WrittenFile,
     _FileWriter,
     _split_quarantine,
     _track_event_times,
-    commit_files,
     footer_stats_json,
-    prepare_write,
 )
+from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)

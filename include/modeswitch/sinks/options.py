@@ -1,10 +1,109 @@
-"""The ``modeswitch_delta`` sink options both modes' jobs give their writes."""
+"""The ``modeswitch_delta`` sink's options: what the jobs give (:func:`sink_options`) and what
+the sink reads from them, checked on the driver before anything is written
+(:class:`DeltaSinkOptions`)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from modeswitch.config import PipelineSettings
+from modeswitch.offsets import OffsetsMap, offsets_from_json
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RECORDS_PER_FILE = 5_000_000
+
+
+# -- options ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeltaSinkOptions:
+    """The sink's options, parsed and checked on the driver before anything is written."""
+
+    path: str
+    storage_options: dict[str, str]
+    pipeline: str | None
+    epoch: int | None
+    mode: str
+    sequence: int | None
+    offsets_start: OffsetsMap | None
+    offsets_end: OffsetsMap | None
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    max_records_per_file: int
+    event_time_column: str
+    checkpoint_location: str | None
+    quarantine_path: str | None = None
+    expected_records: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        path = opts.get("path")
+        if not path:
+            raise ValueError("option path: the Delta table's URI is required (save(path))")
+        pipeline = opts.get("pipeline") or None
+        epoch = _int_option(opts, "epoch", minimum=0)
+        if pipeline is not None and epoch is None:
+            raise ValueError(f"option epoch: required with option pipeline={pipeline!r}")
+        if pipeline is None and epoch is not None:
+            raise ValueError("option pipeline: required with option epoch")
+        mode = opts.get("mode", "batch").lower()
+        if mode not in ("batch", "stream"):
+            raise ValueError(f"option mode={mode!r}: expected 'batch' or 'stream'")
+        merge = opts.get("mergeschema", "false").strip().lower()
+        if merge not in ("true", "false"):
+            raise ValueError(f"option mergeSchema={merge!r}: expected 'true' or 'false'")
+        return cls(
+            path=_absolute(path),
+            storage_options={
+                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+            },
+            pipeline=pipeline,
+            epoch=epoch,
+            mode=mode,
+            sequence=_int_option(opts, "sequence", minimum=0),
+            offsets_start=_offsets_option(opts, "offsetsStart"),
+            offsets_end=_offsets_option(opts, "offsetsEnd"),
+            partition_by=tuple(
+                c.strip() for c in opts.get("partitionby", "").split(",") if c.strip()
+            ),
+            merge_schema=merge == "true",
+            max_records_per_file=_int_option(opts, "maxRecordsPerFile", minimum=1)
+            or DEFAULT_MAX_RECORDS_PER_FILE,
+            event_time_column=opts.get("eventtimecolumn", "event_time"),
+            checkpoint_location=opts.get("checkpointlocation"),
+            expected_records=_int_option(opts, "expectedRecords", minimum=0),
+            quarantine_path=_absolute(opts["quarantinepath"])
+            if opts.get("quarantinepath")
+            else None,
+        )
+
+
+def _absolute(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def _int_option(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError as exc:
+        raise ValueError(f"option {name}={raw!r}: expected a whole number") from exc
+    if value < minimum:
+        raise ValueError(f"option {name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def _offsets_option(opts: Mapping[str, str], name: str) -> OffsetsMap | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    return offsets_from_json(raw, source=f"option {name}={raw!r}")
 
 
 def sink_options(

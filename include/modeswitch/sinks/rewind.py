@@ -8,14 +8,14 @@ those buckets with ``offset >=`` the rewind offset, in ONE sink commit (deltalak
 (:class:`~modeswitch.sinks.commits.SinkCommit` of mode ``"rewind"``): the offsets it moves
 back to (the new committed end), the offsets it moved from, the command id and its epoch. The
 commit carries the app transaction ``(pipeline, rewind_txn_version(epoch, command))`` and is
-fenced like every sink commit (``modeswitch.sinks.delta._check_fencing``): checked on one
+fenced like every sink commit (``modeswitch.sinks.committer._check_fencing``): checked on one
 snapshot, committed on exactly that snapshot with ``max_commit_retries=0``, checked again if
 anything landed in between. The next epoch then starts at the rewound offsets, and the
 sink's continuity check accepts it.
 
 The quarantine table loses the same rows, in its own commit with the same app-transaction
 version, right after the sink's. The sink commit is the truth: a crash between the two is
-repaired by :func:`modeswitch.sinks.delta.sync_quarantine` (called before every sink commit
+repaired by :func:`modeswitch.sinks.committer.sync_quarantine` (called before every sink commit
 and by ``decide``), which never deletes twice.
 
 Never applied twice: before committing, the log is searched for a rewind that already carries
@@ -246,7 +246,7 @@ def rewind_quarantine(
     app-transaction version; True if this call committed it.
 
     Call it only while ``rewind`` is the pipeline's newest sink commit (as
-    :func:`~modeswitch.sinks.delta.sync_quarantine` does): after that, records reprocessed
+    :func:`~modeswitch.sinks.committer.sync_quarantine` does): after that, records reprocessed
     into the quarantine must not be deleted again. The version check makes a repeat a no-op.
     """
     from deltalake import CommitProperties, DeltaTable, Transaction

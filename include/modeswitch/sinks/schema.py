@@ -1,0 +1,101 @@
+"""The sink table's schema: additive changes only, checked before anything is written."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from modeswitch.errors import (
+    SchemaMismatchError,
+)
+from modeswitch.sinks.options import DeltaSinkOptions
+
+log = logging.getLogger(__name__)
+
+
+def _delta_schema(schema: pa.Schema) -> Any:
+    from deltalake import Schema
+
+    return Schema.from_arrow(schema)
+
+
+def _merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) -> pa.Schema:
+    """The schema to commit with: the table's, plus new columns when mergeSchema is set."""
+    from deltalake import Field
+
+    current = pa.schema(table.schema().to_arrow())
+    added = check_additive(current, incoming, options)
+    if added:
+        fields = [incoming.field(n) for n in added]
+        table.alter.add_columns([Field.from_arrow(f) for f in fields])
+        log.info("sink %s: added columns %s", options.path, ", ".join(added))
+        current = pa.schema(list(current) + fields)
+    return current
+
+
+def check_additive(current: pa.Schema, incoming: pa.Schema, options: DeltaSinkOptions) -> list[str]:
+    """Refuse type changes, and new columns unless mergeSchema; return the new columns."""
+    added, changed = schema_changes(current, incoming)
+    if changed:
+        raise SchemaMismatchError(
+            f"sink {options.path}: columns change type: "
+            + ", ".join(f"{n} ({old} -> {new})" for n, old, new in changed)
+            + "; only additive schema changes are allowed"
+        )
+    if added and not options.merge_schema:
+        raise SchemaMismatchError(
+            f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
+            "set option mergeSchema=true to add them"
+        )
+    return added
+
+
+def schema_changes(
+    current: pa.Schema, incoming: pa.Schema
+) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """New column names, and ``(name, old type, new type)`` for columns whose type changed."""
+    existing = {f.name: f.type for f in current}
+    added = [f.name for f in incoming if f.name not in existing]
+    changed = [
+        (f.name, str(existing[f.name]), str(f.type))
+        for f in incoming
+        if f.name in existing and not _same_type(existing[f.name], f.type)
+    ]
+    return added, changed
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    def norm(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", "UTC" if t.tz else None)
+        return t
+
+    return norm(a).equals(norm(b))
+
+
+def check_schema_before_write(options: DeltaSinkOptions, schema: pa.Schema) -> None:
+    """Refuse a write whose columns the table cannot take, before any file is written."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    missing = [c for c in options.partition_by if c not in schema.names]
+    if missing:
+        raise ValueError(
+            f"option partitionBy={','.join(options.partition_by)!r}: no column "
+            f"{', '.join(missing)} in the data"
+        )
+    try:
+        table = DeltaTable(options.path, storage_options=options.storage_options)
+    except TableNotFoundError:
+        return
+    check_additive(pa.schema(table.schema().to_arrow()), schema, options)
+    existing = table.metadata().partition_columns
+    if existing and list(options.partition_by) != list(existing):
+        raise ValueError(
+            f"option partitionBy={','.join(options.partition_by)!r}: the table is "
+            f"partitioned by {','.join(existing)!r}"
+        )
