@@ -209,7 +209,7 @@ class Clock:
 
 def planned_at(monkeypatch, when: pendulum.DateTime, store: StateStore, settings, epoch: int):
     """Plan the epoch's waves as the batch job does, recorded in the ledger at ``when``."""
-    from modeswitch.state import store as store_module
+    from modeswitch.state import ledger as store_module
 
     with monkeypatch.context() as patch:  # only this plan: undo() would undo the test's too
         patch.setattr(store_module, "utc_now", lambda: when)

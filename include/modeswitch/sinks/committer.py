@@ -18,23 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import WriterCommitMessage
 
-from modeswitch.errors import (
-    FencedError,
-    ModeswitchError,
-    OffsetsContinuityError,
-)
+from modeswitch.errors import FencedError, ModeswitchError, OffsetsContinuityError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import (
-    SinkCommit,
-    newest_commit_in,
-    split_txn_version,
-    txn_version,
-)
+from modeswitch.sinks.commits import SinkCommit, newest_commit_in, split_txn_version, txn_version
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,

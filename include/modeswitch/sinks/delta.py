@@ -57,14 +57,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from modeswitch.errors import (
-    ModeswitchError,
-)
+from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.resume import offsets_log_entry
-from modeswitch.sinks.commits import (
-    METADATA_KEY,
-)
+from modeswitch.sinks.commits import METADATA_KEY
 from modeswitch.sinks.committer import (
     COMMIT_ATTEMPTS,
     QUARANTINE_METADATA_KEY,

@@ -22,9 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql.datasource import (
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import WriterCommitMessage
 
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON

@@ -7,9 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from modeswitch.errors import (
-    SchemaMismatchError,
-)
+from modeswitch.errors import SchemaMismatchError
 from modeswitch.sinks.options import DeltaSinkOptions
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,203 @@
+"""The ``epochs`` table: one row per epoch (mode, why, start / boundary / end, status)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+import pyarrow.compute as pc
+
+from modeswitch.errors import (
+    EpochStillOpenError,
+    InvalidStateInputError,
+    InvalidStateTransitionError,
+    StateRecordNotFoundError,
+)
+from modeswitch.offsets import OffsetsMap, offsets_to_dict
+from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.state.base import ControlState, _iso
+from modeswitch.state.codec import epoch_from_row, epoch_to_row
+from modeswitch.state.records import (
+    CLOSED_EPOCH_STATUSES,
+    MODES,
+    Epoch,
+    EpochStatus,
+    Mode,
+    check_choice,
+    check_int,
+    check_offsets,
+    check_text,
+    utc_now,
+)
+from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table, upsert
+
+log = logging.getLogger(__name__)
+
+
+class EpochsState(ControlState):
+    """Opening, closing and reading epochs."""
+
+    # --- epochs ------------------------------------------------------------------------------
+
+    def open_epoch(
+        self,
+        mode: Mode,
+        reason: str,
+        start: Mapping[int, int],
+        boundary: Mapping[int, int] | None = None,
+        *,
+        supersede: bool = False,
+    ) -> int:
+        """Open a new epoch and return its id.
+
+        Ids start at 1, strictly increase and are never reused, even by processes opening
+        epochs at the same instant; they also stay above every epoch already in the sink's
+        log, so a new epoch is never fenced out by an old one. A batch epoch needs its
+        ``boundary`` (covering every bucket of ``start``, never below it); a stream epoch has
+        none. While another epoch is running the call is refused with
+        :class:`~modeswitch.errors.EpochStillOpenError` (the pipeline's fencing), unless
+        ``supersede``: then the running epoch is closed as ``superseded`` in the same commit
+        that opens the new one.
+        """
+        mode = check_choice(mode, MODES, what="epoch mode")
+        reason = check_text(reason, what="epoch reason")
+        start = check_offsets(start, what="epoch start")
+        if mode == "batch":
+            if boundary is None:
+                raise InvalidStateInputError("epoch boundary: a batch epoch needs a boundary")
+            boundary = check_offsets(boundary, what="epoch boundary")
+            _check_boundary(start, boundary)
+        elif boundary is not None:
+            raise InvalidStateInputError(
+                f"epoch boundary: a stream epoch has no boundary, got {boundary!r}"
+            )
+        latest = latest_sink_commit(
+            self.sink_table_uri, self.pipeline, storage_options=self.storage_options
+        )
+        sink_floor = latest.epoch if latest else 0
+        now = utc_now()
+
+        def plan(snapshot: Snapshot) -> Change[int]:
+            epochs = [epoch_from_row(row) for row in snapshot.read().to_pylist()]
+            running = [epoch for epoch in epochs if epoch.running]
+            new_id = max([sink_floor, *(epoch.id for epoch in epochs)]) + 1
+            if running and not supersede:
+                other = running[0]
+                raise EpochStillOpenError(
+                    f"cannot open a {mode} epoch: epoch {other.id} ({other.mode}, started "
+                    f"{other.started_at.isoformat()}) is still running; close it first or "
+                    f"pass supersede=True"
+                )
+            new = Epoch(
+                id=new_id,
+                mode=mode,
+                reason=reason,
+                status="running",
+                started_at=now,
+                start=start,
+                boundary=boundary,
+            )
+            if not running:
+                return Change(new_id, insert(rows_table(SCHEMAS["epochs"], [epoch_to_row(new)])))
+            closed = [
+                replace(
+                    epoch,
+                    status="superseded",
+                    ended_at=now,
+                    end_reason=f"superseded by epoch {new_id}: {reason}",
+                )
+                for epoch in running
+            ]
+            rows = [epoch_to_row(epoch) for epoch in (*closed, new)]
+            return Change(
+                new_id, upsert(rows_table(SCHEMAS["epochs"], rows), ("id",), insert_missing=True)
+            )
+
+        epoch_id = self._table("epochs").transact(f"open_epoch {mode}", plan)
+        log.info("pipeline %s: opened %s epoch %d (%s)", self.pipeline, mode, epoch_id, reason)
+        return epoch_id
+
+    def close_epoch(
+        self,
+        epoch: int,
+        end: Mapping[int, int],
+        status: EpochStatus = "completed",
+        reason: str = "",
+    ) -> bool:
+        """Close a running epoch at the offsets ``end``; True if this call closed it.
+
+        Closing it again with the same status and end offsets is a no-op returning False (an
+        Airflow retry); any other change to a closed epoch raises
+        :class:`~modeswitch.errors.InvalidStateTransitionError`.
+        """
+        epoch_id = check_int(epoch, what="epoch", minimum=1)
+        end = check_offsets(end, what=f"end of epoch {epoch_id}")
+        status = check_choice(status, CLOSED_EPOCH_STATUSES, what="closing status")
+        reason = check_text(reason, what="closing reason")
+        now = utc_now()
+
+        def plan(snapshot: Snapshot) -> Change[bool]:
+            current = _one_epoch(snapshot, epoch_id, self.table_uri("epochs"))
+            if not current.running:
+                if current.status == status and current.end == end:
+                    return Change(False)
+                raise InvalidStateTransitionError(
+                    f"epoch {epoch_id} is already {current.status} (ended "
+                    f"{_iso(current.ended_at)}); it cannot be closed again as {status}"
+                )
+            closed = replace(current, status=status, ended_at=now, end=end, end_reason=reason)
+            rows = rows_table(SCHEMAS["epochs"], [epoch_to_row(closed)])
+            return Change(True, upsert(rows, ("id",)))
+
+        closed = self._table("epochs").transact(f"close_epoch {epoch_id}", plan)
+        if closed:
+            log.info("pipeline %s: closed epoch %d as %s", self.pipeline, epoch_id, status)
+        return closed
+
+    def epochs(self) -> list[Epoch]:
+        """Every epoch, oldest first."""
+        rows = self._table("epochs").read().to_pylist()
+        return sorted((epoch_from_row(row) for row in rows), key=lambda epoch: epoch.id)
+
+    def epoch(self, epoch: int) -> Epoch:
+        """The epoch ``epoch``; :class:`~modeswitch.errors.StateRecordNotFoundError` if none."""
+        epoch_id = check_int(epoch, what="epoch", minimum=1)
+        rows = self._table("epochs").read(pc.field("id") == epoch_id).to_pylist()
+        if not rows:
+            raise StateRecordNotFoundError(
+                f"epoch {epoch_id} does not exist in {self.table_uri('epochs')}"
+            )
+        return epoch_from_row(rows[0])
+
+    def current_epoch(self) -> Epoch | None:
+        """The running epoch, or None between epochs."""
+        rows = self._table("epochs").read(match=pc.field("status") == "running").to_pylist()
+        epochs = sorted((epoch_from_row(row) for row in rows), key=lambda epoch: epoch.id)
+        return epochs[-1] if epochs else None
+
+    def latest_epoch(self) -> Epoch | None:
+        """The newest epoch, running or closed; None before the first one."""
+        epochs = self.epochs()
+        return epochs[-1] if epochs else None
+
+
+def _one_epoch(snapshot: Snapshot, epoch_id: int, where: str) -> Epoch:
+    rows = snapshot.read(pc.field("id") == epoch_id).to_pylist()
+    if not rows:
+        raise StateRecordNotFoundError(f"epoch {epoch_id} does not exist in {where}")
+    return epoch_from_row(rows[0])
+
+
+def _check_boundary(start: OffsetsMap, boundary: OffsetsMap) -> None:
+    for bucket in start:
+        if bucket not in boundary:
+            raise InvalidStateInputError(
+                f"epoch boundary: {offsets_to_dict(boundary)} lacks bucket {bucket} of the start"
+            )
+    for bucket, end in boundary.items():
+        if end < start.get(bucket, 0):
+            raise InvalidStateInputError(
+                f"epoch boundary: bucket {bucket} ends at {end}, below its start "
+                f"{start.get(bucket, 0)}"
+            )

@@ -1,0 +1,184 @@
+"""The ``progress`` table: one row per sink commit, following the sink's own log."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from collections.abc import Sequence
+from datetime import datetime
+
+import pendulum
+import pyarrow.compute as pc
+
+from modeswitch.errors import InvalidStateInputError, InvalidStateTransitionError
+from modeswitch.offsets import OffsetsMap, offsets_to_dict
+from modeswitch.sinks.commits import SinkCommit, rewind_txn_version, txn_version
+from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
+from modeswitch.state.base import ControlState
+from modeswitch.state.codec import progress_from_row, progress_to_row
+from modeswitch.state.records import (
+    MODES,
+    Progress,
+    check_choice,
+    check_int,
+    check_offsets,
+    check_text,
+    check_timestamp,
+    utc_now,
+)
+from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table
+
+log = logging.getLogger(__name__)
+
+
+class ProgressState(ControlState):
+    """Recording and reading the sink commits; what the sink holds."""
+
+    # --- progress ----------------------------------------------------------------------------
+
+    def record_progress(
+        self,
+        commit: SinkCommit,
+        *,
+        watermark: datetime | None = None,
+        recorded_by: str = "sink",
+    ) -> bool:
+        """Record one sink commit; True if recorded now, False if it already was.
+
+        Idempotent per ``(epoch, sequence)``; the same key with different offsets is refused
+        with :class:`~modeswitch.errors.InvalidStateTransitionError` (the sink log disagrees
+        with the state: a bug, never to be papered over).
+        """
+        return self.record_progress_many([commit], watermark=watermark, recorded_by=recorded_by) > 0
+
+    def record_progress_many(
+        self,
+        commits: Sequence[SinkCommit],
+        *,
+        watermark: datetime | None = None,
+        recorded_by: str = "sink",
+    ) -> int:
+        """Record several sink commits in one commit of the progress table (a stream records
+        its micro-batches this way, about once a second); returns how many were new. Same
+        idempotence and refusal as :meth:`record_progress`."""
+        rows = [self._progress_of(c, watermark=watermark, recorded_by=recorded_by) for c in commits]
+        if not rows:
+            return 0
+        # Only the files that may hold these keys are read (statistics prune the rest): a
+        # long stream adds a file a second, and its recording must not slow down with them.
+        where = functools.reduce(
+            operator.or_,
+            (
+                (pc.field("epoch") == epoch)
+                & (pc.field("sequence") >= min(p.sequence for p in rows if p.epoch == epoch))
+                & (pc.field("sequence") <= max(p.sequence for p in rows if p.epoch == epoch))
+                for epoch in sorted({p.epoch for p in rows})
+            ),
+        )
+        label = ", ".join(f"{p.epoch}/{p.sequence}" for p in rows[:3])
+
+        def plan(snapshot: Snapshot) -> Change[int]:
+            found = {
+                (old.epoch, old.sequence): old
+                for old in map(progress_from_row, snapshot.read(where).to_pylist())
+            }
+            new: list[Progress] = []
+            for progress in rows:
+                old = found.get((progress.epoch, progress.sequence))
+                if old is None:
+                    found[(progress.epoch, progress.sequence)] = progress
+                    new.append(progress)
+                elif (old.start, old.end) != (progress.start, progress.end):
+                    raise InvalidStateTransitionError(
+                        f"progress of epoch {progress.epoch} sequence {progress.sequence} is "
+                        f"recorded as {offsets_to_dict(old.start)} -> {offsets_to_dict(old.end)}"
+                        f"; refusing {offsets_to_dict(progress.start)} -> "
+                        f"{offsets_to_dict(progress.end)}"
+                    )
+            if not new:
+                return Change(0)
+            table = rows_table(SCHEMAS["progress"], [progress_to_row(p) for p in new])
+            return Change(len(new), insert(table))
+
+        return self._table("progress").transact(f"record_progress {label}", plan)
+
+    def progress(self, epoch: int | None = None) -> list[Progress]:
+        """Recorded sink commits (of one epoch, or all), by epoch and sequence."""
+        where = None
+        if epoch is not None:
+            where = pc.field("epoch") == check_int(epoch, what="epoch")
+        rows = self._table("progress").read(where).to_pylist()
+        return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
+
+    def committed_offsets(self) -> OffsetsMap:
+        """Per bucket, the end of what is in the sink, read from the sink's own Delta log."""
+        return sink_committed_offsets(
+            self.sink_table_uri, self.pipeline, storage_options=self.storage_options
+        )
+
+    def max_event_times(self) -> dict[int, int]:
+        """Per bucket, the max event time (µs) of what is in the sink, from ``progress``.
+
+        A bucket that a rewind moved back counts only commits after the newest rewind of it
+        (its later rows were deleted); until one lands it has none, and the policy treats it
+        as behind. Rewinds come from the applied ``rewind`` commands (cheap to read: no
+        sink history), whose epoch and id give the rewind commit's place among the commits.
+        """
+        cutoff: dict[int, int] = {}
+        for command in self.commands("applied"):
+            if command.kind != "rewind" or command.applied_epoch is None:
+                continue
+            version = rewind_txn_version(command.applied_epoch, command.id)
+            for bucket in command.args.get("offsets", {}):
+                cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
+        latest: dict[int, int] = {}
+        for row in self.progress():
+            version = txn_version(row.epoch, row.sequence)
+            for bucket, micros in row.max_event_time_us.items():
+                if version < cutoff.get(bucket, -1):
+                    continue
+                latest[bucket] = max(micros, latest.get(bucket, micros))
+        return latest
+
+    def _progress_of(
+        self,
+        commit: SinkCommit,
+        *,
+        watermark: datetime | None = None,
+        recorded_by: str,
+        now: pendulum.DateTime | None = None,
+    ) -> Progress:
+        if not isinstance(commit, SinkCommit):
+            raise InvalidStateInputError(f"sink commit: {commit!r} is not a SinkCommit")
+        if commit.pipeline != self.pipeline:
+            raise InvalidStateInputError(
+                f"sink commit: pipeline {commit.pipeline!r} is not this store's {self.pipeline!r}"
+            )
+        what = f"sink commit {commit.epoch}/{commit.sequence}"
+        committed_at = None
+        if commit.committed_at_ms is not None:
+            committed_at = pendulum.from_timestamp(commit.committed_at_ms / 1000, tz="UTC")
+        return Progress(
+            epoch=check_int(commit.epoch, what=f"{what} epoch"),
+            sequence=check_int(commit.sequence, what=f"{what} sequence"),
+            mode=check_choice(commit.mode, MODES, what=f"{what} mode"),
+            start=check_offsets(commit.start, what=f"{what} start"),
+            end=check_offsets(commit.end, what=f"{what} end"),
+            records=check_int(commit.records, what=f"{what} records"),
+            max_event_time_us={
+                check_int(b, what=f"{what} event-time bucket"): check_int(
+                    t, what=f"{what} max event time of bucket {b}", minimum=-(2**63)
+                )
+                for b, t in commit.max_event_time_us.items()
+            },
+            watermark=None
+            if watermark is None
+            else check_timestamp(watermark, what=f"{what} watermark"),
+            committed_at=committed_at,
+            sink_version=None
+            if commit.table_version is None
+            else check_int(commit.table_version, what=f"{what} sink table version"),
+            recorded_at=now or utc_now(),
+            recorded_by=check_text(recorded_by, what="recorded_by", allow_empty=False),
+        )
