@@ -5,7 +5,7 @@ Run: /work/main/.venv/bin/python bench/bench_planning.py [--repeat N] [--max-spl
 
 The log is skewed: bucket 0 holds half the backlog, the rest is spread unevenly over the
 other buckets; 1 in 10 buckets is already drained. Prints the best and median wall time of
-plan_batch, then of a re-plan after a failure halfway (replan_after_failure), and the plan's
+plan_batch, then of a re-plan after a failure halfway (plan_batch from there), and the plan's
 shape and balance.
 """
 
@@ -17,7 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from modeswitch.planning import BatchPlan, plan_batch, replan_after_failure
+from modeswitch.planning import BatchPlan, plan_batch
 
 BUCKETS = 10_000
 BACKLOG = 100_000_000
@@ -69,9 +69,12 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     halfway = plan.committed_after(plan.waves[len(plan.waves) // 2].index)
-    times, replan = timed(lambda: replan_after_failure(plan, halfway), args.repeat)
+    after = plan.waves[-1].index + 1
+    times, replan = timed(
+        lambda: plan_batch(halfway, latest, **sizes, first_wave_index=after), args.repeat
+    )
     print(
-        f"replan_after_failure (halfway, {replan.total_records:,} records left):\n"
+        f"re-plan after a failure halfway ({replan.total_records:,} records left):\n"
         f"  best {min(times):.3f} s, median {statistics.median(times):.3f} s"
     )
 

@@ -22,15 +22,16 @@ How a plan is cut (FLIP-537 / FLINK-31762 balance under skew, FLIP-309 large com
 A partition is a tuple of splits that one read task reads one after the other. Planning is
 deterministic: the same inputs give the same plan, so a retried task re-reads the same range.
 
-Recovery (FLIP-537's three cases): a new run after a failure re-plans only what is not
-committed (:func:`replan_after_failure`); a retried task reads an identical split; a wave that
-the sink committed but the ledger did not record is recognised from the sink's committed
-offsets and never planned again (:func:`reconcile_ledger`).
+Recovery (FLIP-537's three cases) plans with :func:`plan_batch` too: a new run after a failure
+plans only ``[sink's committed offsets, boundary)``, its waves numbered on after the ledger's
+(:func:`modeswitch.backlog.plan_remaining`); a retried task reads an identical split; a wave
+that the sink committed but the ledger did not record is marked committed from the sink's log
+(:meth:`modeswitch.state.StateStore.reconcile`) and, starting from the sink's offsets, is
+never planned again.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -192,16 +193,6 @@ class BatchPlan:
         return committed
 
 
-@dataclass(frozen=True)
-class LedgerReconciliation:
-    """What :func:`reconcile_ledger` found: the planned splits the sink already holds, and the
-    plan of what remains."""
-
-    committed_splits: tuple[Split, ...]
-    committed_waves: tuple[int, ...]
-    replan: BatchPlan
-
-
 def plan_splits(
     start: Mapping[int, int],
     boundary: Mapping[int, int],
@@ -275,91 +266,6 @@ def plan_batch(
         plan.ideal_makespan,
     )
     return plan
-
-
-def assign_partitions(splits: Iterable[Split], parallelism: int) -> tuple[Partition, ...]:
-    """Longest-processing-time-first: give each split, largest first, to the partition with
-    the fewest records so far. For a fixed set of splits that may not be cut further;
-    :func:`plan_batch` cuts ranges and does better. Returns the non-empty partitions, each in
-    ``(bucket, start)`` order; ties are broken by partition number, so the result is
-    deterministic."""
-    parallelism = PlannerSettings(parallelism=parallelism).parallelism
-    loads = [(0, slot) for slot in range(parallelism)]
-    assigned: list[list[Split]] = [[] for _ in range(parallelism)]
-    for split in sorted(splits, key=lambda s: (-s.records, s.bucket, s.start)):
-        load, slot = heapq.heappop(loads)
-        assigned[slot].append(split)
-        heapq.heappush(loads, (load + split.records, slot))
-    return tuple(tuple(sorted(p)) for p in assigned if p)
-
-
-def replan_after_failure(
-    previous: BatchPlan,
-    committed: Mapping[int, int],
-    *,
-    max_split_records: int | None = None,
-    wave_records: int | None = None,
-    parallelism: int | None = None,
-) -> BatchPlan:
-    """Global restore (FLIP-537 case 1): after a failed batch run, plan the new run.
-
-    The boundary stays the epoch's boundary (``previous.boundary``); only ``[committed,
-    boundary)`` is planned, rebalanced over the new ``parallelism``. Sizes default to the
-    previous plan's. Wave numbers continue after the previous plan's last wave.
-
-    Errors: a committed offset below ``previous.start`` (committed offsets never decrease; a
-    rewind is a new epoch) or above the boundary (:class:`OffsetOutOfRangeError`), a bucket the
-    boundary does not cover (:class:`UnknownBucketError`), each naming the bucket.
-    """
-    committed = offsets_from_dict(committed, source="committed")
-    _check_known(committed, previous.boundary.offsets)
-    for bucket, position in committed.items():
-        epoch_start = previous.start.get(bucket, 0)
-        if position < epoch_start:
-            raise OffsetOutOfRangeError(
-                f"bucket {bucket}: committed offset {position} is below the offset {epoch_start} "
-                "the epoch started from; committed offsets never decrease (a rewind is a new epoch)"
-            )
-    merged = {**previous.start, **committed}
-    old = previous.settings
-    return plan_batch(
-        merged,
-        previous.boundary.offsets,
-        max_split_records=old.max_split_records if max_split_records is None else max_split_records,
-        wave_records=old.wave_records if wave_records is None else wave_records,
-        parallelism=old.parallelism if parallelism is None else parallelism,
-        first_wave_index=previous.waves[-1].index + 1 if previous.waves else 0,
-    )
-
-
-def reconcile_ledger(
-    planned: BatchPlan,
-    sink_committed: Mapping[int, int],
-    *,
-    max_split_records: int | None = None,
-    wave_records: int | None = None,
-    parallelism: int | None = None,
-) -> LedgerReconciliation:
-    """FLIP-537 case 3: a wave the sink committed but the split ledger did not record.
-
-    The sink's committed offsets are the truth. Every planned split that ends at or below its
-    bucket's committed offset is committed; a wave is committed when all its splits are. The
-    remaining range, ``[sink_committed, boundary)``, is re-planned as in
-    :func:`replan_after_failure`, so no committed record is planned again.
-    """
-    committed = {**planned.start, **offsets_from_dict(sink_committed, source="sink committed")}
-    replan = replan_after_failure(
-        planned,
-        committed,
-        max_split_records=max_split_records,
-        wave_records=wave_records,
-        parallelism=parallelism,
-    )
-    done = tuple(s for s in planned.splits if s.end <= committed[s.bucket])
-    done_waves = tuple(
-        w.index for w in planned.waves if all(s.end <= committed[s.bucket] for s in w.splits)
-    )
-    return LedgerReconciliation(committed_splits=done, committed_waves=done_waves, replan=replan)
 
 
 def newly_finished_buckets(

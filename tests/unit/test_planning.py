@@ -14,13 +14,9 @@ from modeswitch.planning import (
     BacklogBoundary,
     BatchPlan,
     Split,
-    Wave,
-    assign_partitions,
     newly_finished_buckets,
     plan_batch,
     plan_splits,
-    reconcile_ledger,
-    replan_after_failure,
 )
 
 pytestmark = pytest.mark.unit
@@ -177,10 +173,11 @@ def test_skewed_backlog_is_balanced_within_ten_percent_of_ideal_and_naive_is_not
     assert plan.makespan <= 1.10 * plan.ideal_makespan
     assert [wave.makespan for wave in plan.waves] == [25_000] * 5
 
-    naive = Wave(0, assign_partitions(plan_splits({}, latest, max_split_records=10**12), 8))
-    assert len(naive.splits) == 64
-    assert naive.makespan == 500_000
-    assert naive.makespan / plan.ideal_makespan == 4.0
+    # One split per bucket: whatever the assignment, one task reads the largest bucket.
+    naive = plan_splits({}, latest, max_split_records=10**12)
+    assert len(naive) == 64
+    assert max(s.records for s in naive) == 500_000
+    assert max(s.records for s in naive) / plan.ideal_makespan == 4.0
 
 
 def test_skew_balance_holds_when_splits_are_large_relative_to_waves():
@@ -190,15 +187,6 @@ def test_skew_balance_holds_when_splits_are_large_relative_to_waves():
     plan = plan_batch({}, latest, max_split_records=10**9, wave_records=300_000, parallelism=8)
     # waves of 300k, 300k, 300k, 100k -> 37 500 * 3 + 12 500
     assert plan.makespan == 125_000 == plan.ideal_makespan
-
-
-def test_assign_partitions_is_longest_processing_time_first():
-    splits = [Split(b, 0, n) for b, n in enumerate([7, 5, 4, 3, 3, 2])]
-    partitions = assign_partitions(splits, 2)
-    loads = sorted(sum(s.records for s in p) for p in partitions)
-    assert loads == [12, 12]
-    assert assign_partitions(splits, 2) == partitions, "deterministic"
-    assert len(assign_partitions(splits[:1], 4)) == 1, "no empty partitions"
 
 
 def test_waves_commit_each_bucket_contiguously():
@@ -218,7 +206,15 @@ def test_global_restore_replans_only_uncommitted_ranges_rebalanced():
     first = plan_batch({}, latest, max_split_records=50_000, wave_records=200_000, parallelism=8)
     committed = first.committed_after(1)
 
-    second = replan_after_failure(first, committed, parallelism=4)
+    # As plan_remaining plans the new run: from the committed offsets, waves numbered on.
+    second = plan_batch(
+        committed,
+        latest,
+        max_split_records=50_000,
+        wave_records=200_000,
+        parallelism=4,
+        first_wave_index=first.waves[-1].index + 1,
+    )
 
     assert second.boundary == first.boundary
     assert second.start == committed
@@ -246,53 +242,47 @@ def test_task_retry_reads_the_same_split():
         committed, latest, max_split_records=50_000, wave_records=200_000, parallelism=8
     )
     assert one == two
-    assert replan_after_failure(one, one.committed_after(1)) == replan_after_failure(
-        two, two.committed_after(1)
+    again = {"max_split_records": 50_000, "wave_records": 200_000, "parallelism": 8}
+    assert plan_batch(one.committed_after(1), latest, **again) == plan_batch(
+        two.committed_after(1), latest, **again
     )
 
 
 def test_wave_committed_to_sink_but_not_in_ledger_is_never_processed_again():
     """FLIP-537 case 3: the sink committed wave 2, then the driver died before the ledger
-    recorded it. Reconciling from the sink's committed offsets marks wave 2's splits committed
-    and re-plans only what follows."""
+    recorded it. The new run plans from the sink's committed offsets (the truth), so only what
+    follows wave 2 is planned (the ledger's splits are marked committed by
+    StateStore.reconcile, tested with the store)."""
     plan = plan_batch({0: 0, 1: 0, 2: 0}, {0: 2_500, 1: 1_200, 2: 300}, **SIZES)
     sink_committed = plan.committed_after(2)  # the ledger only knows waves 0 and 1
 
-    result = reconcile_ledger(plan, sink_committed)
+    replan = plan_batch(
+        sink_committed, plan.boundary.offsets, **SIZES, first_wave_index=plan.waves[-1].index + 1
+    )
 
-    assert result.committed_waves == (0, 1, 2)
-    assert set(result.committed_splits) == {s for w in plan.waves[:3] for s in w.splits}
     wave_2 = set(plan.waves[2].splits)
-    assert wave_2 <= set(result.committed_splits)
-    for split in result.replan.splits:
+    for split in replan.splits:
         assert split.start >= sink_committed[split.bucket]
         assert all(split.bucket != done.bucket or split.start >= done.end for done in wave_2), (
             "a committed range is planned again"
         )
-    assert_covers_exactly(result.replan.splits, sink_committed, plan.boundary.offsets)
-    assert result.replan.waves[0].index == plan.waves[-1].index + 1
+    assert_covers_exactly(replan.splits, sink_committed, plan.boundary.offsets)
+    assert replan.waves[0].index == plan.waves[-1].index + 1
 
 
 def test_reconcile_when_sink_is_mid_split_replans_from_the_sink_offset():
-    plan = plan_batch({0: 0}, {0: 1_000}, max_split_records=100, wave_records=1_000, parallelism=1)
-    result = reconcile_ledger(plan, {0: 150})
-    assert [s.end for s in result.committed_splits] == [100]
-    assert result.committed_waves == ()
-    assert_covers_exactly(result.replan.splits, {0: 150}, {0: 1_000})
-
-
-def test_replan_refuses_committed_offsets_that_went_backwards():
-    plan = plan_batch({0: 500}, {0: 1_000}, **SIZES)
-    with pytest.raises(OffsetOutOfRangeError, match=r"bucket 0: committed offset 400 .* 500"):
-        replan_after_failure(plan, {0: 400})
+    sizes = {"max_split_records": 100, "wave_records": 1_000, "parallelism": 1}
+    replan = plan_batch({0: 150}, {0: 1_000}, **sizes)
+    assert_covers_exactly(replan.splits, {0: 150}, {0: 1_000})
+    assert replan.splits[0].start == 150
 
 
 def test_replan_refuses_committed_offsets_beyond_the_boundary():
     plan = plan_batch({0: 500}, {0: 1_000}, **SIZES)
-    with pytest.raises(OffsetOutOfRangeError, match="bucket 0: committed offset 1200"):
-        replan_after_failure(plan, {0: 1_200})
+    with pytest.raises(OffsetOutOfRangeError, match="bucket 0"):
+        plan_batch({0: 1_200}, plan.boundary.offsets, **SIZES)
     with pytest.raises(UnknownBucketError, match="bucket 4"):
-        reconcile_ledger(plan, {4: 1})
+        plan_batch({4: 1}, plan.boundary.offsets, **SIZES)
 
 
 # --- backlog finished ------------------------------------------------------------------------
@@ -362,8 +352,9 @@ def test_property_reconcile_never_replans_committed_records(pairs, sizes, data):
     done = data.draw(st.integers(-1, len(plan.waves) - 1), label="last committed wave")
     sink = plan.committed_after(plan.waves[done].index) if done >= 0 else dict(plan.start)
 
-    result = reconcile_ledger(plan, sink, parallelism=data.draw(st.integers(1, 8)))
+    again = {**sizes, "parallelism": data.draw(st.integers(1, 8))}
+    replan = plan_batch(sink, latest, **again)
 
-    assert set(result.committed_splits) == {s for w in plan.waves[: done + 1] for s in w.splits}
-    assert_covers_exactly(result.replan.splits, sink, latest)
-    assert_covers_exactly([*result.committed_splits, *result.replan.splits], committed, latest)
+    done_splits = [s for w in plan.waves[: done + 1] for s in w.splits]
+    assert_covers_exactly(replan.splits, sink, latest)
+    assert_covers_exactly([*done_splits, *replan.splits], committed, latest)
