@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +40,7 @@ from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
+from modeswitch.storage import filesystem
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -93,11 +93,7 @@ def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int)
 
 def remove_tree(location: str) -> None:
     """Delete a folder (a path or URI) and everything in it; nothing if it is not there."""
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(
-        location if "://" in location else os.path.abspath(location)
-    )
+    fs, path = filesystem(location)
     with contextlib.suppress(FileNotFoundError):
         fs.delete_dir(path)
 

@@ -529,12 +529,10 @@ class PipelineSettings:
 
 
 def _location(value: str) -> str:
-    import os
+    from modeswitch.storage import absolute_location
 
     value = value.strip()
-    if not value or "://" in value:
-        return value
-    return os.path.abspath(value)
+    return absolute_location(value) if value else value
 
 
 def read_settings_file(path: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 import pendulum
@@ -33,7 +33,7 @@ from modeswitch.errors import (
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
-from modeswitch.sinks.commits import latest_sink_commit
+from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
@@ -115,7 +115,7 @@ def observe(
         now=now,
         committed=committed,
         latest=latest,
-        max_event_time={b: datetime.fromtimestamp(us / 1e6, tz=UTC) for b, us in max_event.items()},
+        max_event_time={b: event_time_from_micros(us) for b, us in max_event.items()},
         # Unread data keeps a bucket from being idle; between epochs nothing else is known.
         last_data_at={b: now for b in latest if latest[b] > committed.get(b, 0)},
     )

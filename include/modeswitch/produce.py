@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modeswitch.errors import ConfigError
+from modeswitch.sinks.commits import event_time_to_micros
 from modeswitch.sources.segments import SegmentLog
 
 log = logging.getLogger(__name__)
@@ -206,7 +207,7 @@ def produce_backlog(
 ) -> ProduceReport:
     """Append ``records`` events as fast as possible, event times spread over ``span`` to now."""
     started = time.monotonic()
-    end_us = _micros(now or pendulum.now("UTC"))
+    end_us = event_time_to_micros(now or pendulum.now("UTC"))
     span_us = int(span.total_seconds() * 1e6)
     per_bucket: dict[int, int] = {}
     for at in range(0, records, chunk):
@@ -249,7 +250,7 @@ def produce_live(
             break
         count = int(min(due, limit)) - produced
         if count > 0:
-            times = np.full(count, _micros(clock()), dtype=np.int64)
+            times = np.full(count, event_time_to_micros(clock()), dtype=np.int64)
             events = generator.generate(first + produced, count, times)
             for bucket, n in append_events(log_, events, on_append=on_append).items():
                 per_bucket[bucket] = per_bucket.get(bucket, 0) + n
@@ -277,10 +278,6 @@ def _ticks(
         yield rate * (min(now, stop_at) - started)
         if now >= stop_at:
             return
-
-
-def _micros(moment: datetime) -> int:
-    return int(pendulum.instance(moment).float_timestamp * 1_000_000)
 
 
 __all__ = [

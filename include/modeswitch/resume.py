@@ -26,7 +26,6 @@ sequence a checkpoint's micro-batch 0 stands for.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 from modeswitch.errors import ModeswitchError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap, offsets_from_json, offsets_to_json
 from modeswitch.sinks.commits import SinkCommit, commit_entries
+from modeswitch.storage import filesystem
 
 FRESH_CHECKPOINT_SUFFIX = "-from-"
 
@@ -240,7 +240,7 @@ def read_checkpoints(root: str) -> list[CheckpointLogs]:
     what their logs hold."""
     import pyarrow.fs as pafs
 
-    fs, path = _filesystem(root)
+    fs, path = filesystem(root)
     parent, name = path.rsplit("/", 1)
     pattern = re.compile(re.escape(name) + rf"(?:{re.escape(FRESH_CHECKPOINT_SUFFIX)}(\d+))?")
     try:
@@ -277,15 +277,6 @@ def _batch_ids(fs: Any, folder: str) -> list[int]:
     return [int(e.base_name) for e in entries if e.base_name.isdigit()]
 
 
-def _filesystem(location: str) -> tuple[Any, str]:
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(
-        location if "://" in location else os.path.abspath(location)
-    )
-    return fs, path.rstrip("/")
-
-
 def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
     """The end offsets Spark's offsets log records for micro-batch ``batch_id`` of the stream
     whose checkpoint is at ``checkpoint`` (None if there is no such entry).
@@ -294,7 +285,7 @@ def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
     a line of metadata, then one line of end offsets per source. The exactly-once sink
     supports one source (the ``bucketlog`` stream), whose offsets are an offsets map.
     """
-    fs, root = _filesystem(checkpoint)
+    fs, root = filesystem(checkpoint)
     path = f"{root}/offsets/{batch_id}"
     try:
         with fs.open_input_stream(path) as src:
@@ -314,6 +305,6 @@ def remove_checkpoint(location: str) -> None:
     """Delete a checkpoint folder that is not to be resumed (nothing if it does not exist)."""
     import pyarrow.fs as pafs
 
-    fs, path = _filesystem(location)
+    fs, path = filesystem(location)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from modeswitch.errors import ConfigError
 
@@ -51,6 +52,21 @@ def storage_environment(options: Mapping[str, str]) -> dict[str, str]:
     if not options:
         return {}
     return {ENV_STORAGE_OPTIONS: json.dumps(dict(options), sort_keys=True)}
+
+
+def absolute_location(location: str) -> str:
+    """A location every process means the same by: a URI (``s3://...``, ``file:///...``) as it
+    is, a local path made absolute; without a trailing ``/`` either way."""
+    location = str(location).rstrip("/") or "/"
+    return location if "://" in location else os.path.abspath(location)
+
+
+def filesystem(location: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of a location (a path or URI) and the path on it."""
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(absolute_location(location))
+    return fs, path.rstrip("/") or "/"
 
 
 def is_local(location: str) -> bool:

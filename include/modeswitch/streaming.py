@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pendulum
 
@@ -45,7 +45,13 @@ from modeswitch.resume import (
     remove_checkpoint,
 )
 from modeswitch.session import session_conf
-from modeswitch.sinks.commits import SinkCommit, commits_after, committed_offsets, sink_version
+from modeswitch.sinks.commits import (
+    SinkCommit,
+    commits_after,
+    committed_offsets,
+    event_time_from_micros,
+    sink_version,
+)
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
@@ -121,7 +127,7 @@ def _epoch_max_event_times(store: StateStore) -> dict[int, datetime]:
     """Per bucket, the max event time of what the sink holds (a rewind drops the times of
     the buckets it moved back; see :meth:`StateStore.max_event_times`)."""
     latest = store.max_event_times()
-    return {b: datetime.fromtimestamp(us / 1e6, tz=UTC) for b, us in latest.items()}
+    return {b: event_time_from_micros(us) for b, us in latest.items()}
 
 
 class StreamSupervisor:
@@ -165,7 +171,7 @@ class StreamSupervisor:
             self.records += commit.records
             self.committed = dict(commit.end)
             for bucket, micros in commit.max_event_time_us.items():
-                moment = datetime.fromtimestamp(micros / 1e6, tz=UTC)
+                moment = event_time_from_micros(micros)
                 if bucket not in self.max_event_time or moment > self.max_event_time[bucket]:
                     self.max_event_time[bucket] = moment
         self.unrecorded.extend(mine)

@@ -23,9 +23,11 @@ Readers here use only ``deltalake``: no Spark.
 
 from __future__ import annotations
 
+import calendar
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from modeswitch.errors import ModeswitchError
@@ -36,6 +38,21 @@ SEQUENCE_BITS = 32
 REWIND_SEQUENCE_BASE = 2 ** (SEQUENCE_BITS - 1)
 """Sequences at and above this are rewinds (``base + command id``); data commits stay below."""
 Mode = Literal["batch", "stream", "rewind"]
+
+
+UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def event_time_from_micros(micros: int) -> datetime:
+    """An event time recorded in microseconds since the Unix epoch (``max_event_time_us``),
+    as an aware UTC datetime, exactly."""
+    return UNIX_EPOCH + timedelta(microseconds=int(micros))
+
+
+def event_time_to_micros(moment: datetime) -> int:
+    """Microseconds since the Unix epoch of ``moment`` (naive: taken as UTC), exactly."""
+    # Plain arithmetic on the UTC fields: a pendulum DateTime's difference is not a timedelta.
+    return calendar.timegm(moment.utctimetuple()) * 1_000_000 + moment.microsecond
 
 
 def txn_version(epoch: int, sequence: int) -> int:
@@ -213,10 +230,9 @@ def sink_version(table_uri: str) -> int:
 
 
 def _log_dir(table_uri: str) -> tuple[Any, str]:
-    import pyarrow.fs as pafs
+    from modeswitch.storage import filesystem
 
-    uri = str(table_uri).rstrip("/")
-    fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
+    fs, root = filesystem(table_uri)
     return fs, f"{root}/_delta_log"
 
 

@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import WriterCommitMessage
 
+from modeswitch.sinks.commits import event_time_to_micros
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON
 
@@ -42,7 +43,6 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 """The quarantine table: each malformed record with its bucket, offset, raw value and why."""
 ROW_GROUP_ROWS = 262_144
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # -- executors: files and their statistics ----------------------------------------------------
@@ -368,16 +368,10 @@ def _track_event_times(message: DeltaCommitMessage, batch: pa.RecordBatch, event
             continue
         latest = pc.max(pc.filter(times, pc.equal(buckets, bucket))).as_py()
         if latest is not None:
-            micros = _micros(latest)
+            micros = event_time_to_micros(latest)
             message.max_event_time_us[bucket] = max(
                 micros, message.max_event_time_us.get(bucket, micros)
             )
-
-
-def _micros(value: datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return (value - EPOCH) // timedelta(microseconds=1)
 
 
 def delete_message_files(

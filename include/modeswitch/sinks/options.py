@@ -5,12 +5,12 @@ the sink reads from them, checked on the driver before anything is written
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from modeswitch.config import PipelineSettings
 from modeswitch.offsets import OffsetsMap, offsets_from_json
+from modeswitch.storage import absolute_location
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class DeltaSinkOptions:
         if merge not in ("true", "false"):
             raise ValueError(f"option mergeSchema={merge!r}: expected 'true' or 'false'")
         return cls(
-            path=_absolute(path),
+            path=absolute_location(path),
             storage_options={
                 k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
             },
@@ -76,14 +76,10 @@ class DeltaSinkOptions:
             event_time_column=opts.get("eventtimecolumn", "event_time"),
             checkpoint_location=opts.get("checkpointlocation"),
             expected_records=_int_option(opts, "expectedRecords", minimum=0),
-            quarantine_path=_absolute(opts["quarantinepath"])
+            quarantine_path=absolute_location(opts["quarantinepath"])
             if opts.get("quarantinepath")
             else None,
         )
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _int_option(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:

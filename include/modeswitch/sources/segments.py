@@ -58,6 +58,7 @@ from modeswitch.errors import (
 )
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
+from modeswitch.storage import filesystem
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class SegmentLog:
         open_segment_records: int = OPEN_SEGMENT_RECORDS,
     ) -> None:
         self.root = str(root)
-        self._fs, self._base = pafs.FileSystem.from_uri(_as_uri(self.root))
+        self._fs, self._base = filesystem(self.root)
         self._local = isinstance(self._fs, pafs.LocalFileSystem)
         # Row counts by path and, on a local filesystem, file identity: the newest segment
         # may grow (see the module docstring), so a count is only good for the file it came from.
@@ -157,7 +158,7 @@ class SegmentLog:
         ``options`` are the constructor's keyword arguments."""
         if buckets < 1:
             raise ValueError(f"buckets must be at least 1, got {buckets}")
-        fs, base = pafs.FileSystem.from_uri(_as_uri(str(root)))
+        fs, base = filesystem(str(root))
         meta_path = f"{base}/{META_FILE}"
         info = fs.get_file_info(meta_path)
         if info.type == pafs.FileType.File:
@@ -378,7 +379,7 @@ class SegmentLog:
             if segment.base != newest:
                 paths.append(segment.path)
                 continue
-            fs, folder = pafs.FileSystem.from_uri(_as_uri(scratch))
+            fs, folder = filesystem(scratch)
             fs.create_dir(folder, recursive=True)
             if self._local and isinstance(fs, pafs.LocalFileSystem):
                 linked = self._link_snapshot(segment, min(end, seg_end), folder)
@@ -623,10 +624,6 @@ class SegmentLog:
                         self._fs.delete_file(segment.path)
                         dropped += 1
         return dropped
-
-
-def _as_uri(root: str) -> str:
-    return root if "://" in root else os.path.abspath(root)
 
 
 def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -65,6 +65,7 @@ from modeswitch.errors import (
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
+from modeswitch.storage import absolute_location
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class BucketLogOptions:
         if source not in ("segments",):
             raise ValueError(f"option source={source!r}: expected 'segments'")
         return cls(
-            path=_absolute(path),
+            path=absolute_location(path),
             source=source,
             starting=opts.get("startingoffsets"),
             ending=opts.get("endingoffsets"),
@@ -113,10 +114,6 @@ class BucketLogOptions:
         from modeswitch.sources import open_log
 
         return open_log(self.path)
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 def _partitions_option(raw: str | None) -> tuple | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -18,6 +17,7 @@ from typing import Any
 
 from modeswitch.state.records import check_choice, check_int, check_text, to_json
 from modeswitch.state.tables import SCHEMAS, ControlTable
+from modeswitch.storage import absolute_location
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,7 @@ class ControlState:
 
 
 def _normalise_uri(uri: str) -> str:
-    uri = uri.rstrip("/")
-    if "://" in uri:
-        return uri
-    return os.path.abspath(uri)
+    return absolute_location(uri)
 
 
 def _iso(value: datetime | None) -> str:
