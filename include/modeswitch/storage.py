@@ -13,11 +13,15 @@ Connection's id.
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from modeswitch.errors import ConfigError
+from modeswitch.errors import ConfigError, ModeswitchError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENV_STORAGE_OPTIONS = "MODESWITCH_STORAGE_OPTIONS"
 
@@ -72,3 +76,56 @@ def filesystem(location: str) -> tuple[Any, str]:
 def is_local(location: str) -> bool:
     """Whether a path or URI is on the local filesystem (no scheme, or ``file:``)."""
     return "://" not in location or location.lower().startswith("file:")
+
+
+class CommitRaceLost(ModeswitchError):
+    """An attempt's commit lost to another writer in a way deltalake does not report as
+    ``CommitFailedError`` (e.g. two writers creating the same table): the attempt is made again
+    from a fresh snapshot."""
+
+
+def retry_commit_races(
+    attempt: Callable[[int], T],
+    *,
+    attempts: int,
+    what: str,
+    error: type[Exception] = ModeswitchError,
+    backoff: float = 0.01,
+    max_backoff: float = 0.5,
+) -> T:
+    """The optimistic commit loop every Delta writer here uses: ``attempt(n)`` (n from 1)
+    checks a fresh snapshot and commits on top of it with no automatic retry (deltalake's
+    ``max_commit_retries=0``). If another commit landed in between, deltalake refuses it
+    (``CommitFailedError``) or the attempt raises :class:`CommitRaceLost`; then, after a random
+    exponential wait (up to ``backoff * 2**n``, at most ``max_backoff`` seconds), the check and
+    the commit are made again. After ``attempts`` lost races ``error`` is raised, naming
+    ``what``. Any other exception propagates at once."""
+    from deltalake.exceptions import CommitFailedError
+    from tenacity import (
+        RetryError,
+        Retrying,
+        retry_if_exception_type,
+        stop_after_attempt,
+        wait_random_exponential,
+    )
+
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_random_exponential(multiplier=backoff, max=max_backoff),
+        retry=retry_if_exception_type((CommitFailedError, CommitRaceLost)),
+        before_sleep=lambda state: log.info(
+            "%s: raced another commit (attempt %d of %d); checking again",
+            what,
+            state.attempt_number,
+            attempts,
+        ),
+    )
+    try:
+        for state in retrying:
+            with state:
+                return attempt(state.retry_state.attempt_number)
+    except RetryError as exc:
+        raise error(
+            f"{what}: gave up after {attempts} commit attempts, each raced by another commit"
+        ) from exc.last_attempt.exception()
+    raise AssertionError("unreachable: tenacity either returns or raises")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from modeswitch.sinks.files import (
 )
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.sinks.schema import _delta_schema, _merge_schema
+from modeswitch.storage import CommitRaceLost, retry_commit_races
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)
@@ -91,9 +91,11 @@ def commit_files(
         if options.quarantine_path and options.pipeline:
             # A crash may have come between the last commit and its quarantine commit.
             sync_quarantine(options, table)
-        for attempt in range(COMMIT_ATTEMPTS):
-            if attempt:
-                table = _open_table(options)
+        snapshots = [table]  # the first attempt commits on the snapshot just synced
+
+        def attempt(number: int) -> CommitOutcome:
+            nonlocal landed
+            table = snapshots.pop() if snapshots else _open_table(options)
             commit = None
             properties: dict[str, Any] = {"max_commit_retries": 0}
             if options.pipeline is not None:
@@ -141,12 +143,10 @@ def commit_files(
                         commit_properties=CommitProperties(**properties),
                     )
             except CommitFailedError:
-                log.info("sink commit raced another commit (attempt %d); checking again", attempt)
-                time.sleep(min(0.5, 0.01 * 2**attempt))
-                continue
+                raise  # lost the race: retry_commit_races checks again
             except Exception as exc:
                 if table is None and "exists" in str(exc).lower():
-                    continue  # another writer created the table first: check again
+                    raise CommitRaceLost("another writer created the table first") from exc
                 raise
             landed = True  # from here on, the files belong to the table: never delete them
             pause_point("sink.after_commit")
@@ -163,10 +163,8 @@ def commit_files(
                 version,
             )
             return CommitOutcome("committed", version, commit)
-        raise ModeswitchError(
-            f"sink {options.path}: gave up after {COMMIT_ATTEMPTS} commit attempts, each "
-            "raced by another commit"
-        )
+
+        return retry_commit_races(attempt, attempts=COMMIT_ATTEMPTS, what=f"sink {options.path}")
     except BaseException:
         if not landed:
             delete_message_files(options, parts)
@@ -255,7 +253,8 @@ def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], v
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
     ]
-    for attempt in range(COMMIT_ATTEMPTS):
+
+    def attempt(number: int) -> int:
         try:
             table = DeltaTable(options.quarantine_path, storage_options=options.storage_options)
         except TableNotFoundError:
@@ -281,16 +280,16 @@ def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], v
                     actions, "append", QUARANTINE_SCHEMA, commit_properties=properties
                 )
         except CommitFailedError:
-            time.sleep(min(0.5, 0.01 * 2**attempt))
-            continue
+            raise  # lost the race: retry_commit_races checks again
         except Exception as exc:
             if table is None and "exists" in str(exc).lower():
-                continue
+                raise CommitRaceLost("another writer created the table first") from exc
             raise
         log.info("quarantine commit %d: %d files", version, len(files))
         return len(files)
-    raise ModeswitchError(
-        f"quarantine {options.quarantine_path}: gave up after {COMMIT_ATTEMPTS} attempts"
+
+    return retry_commit_races(
+        attempt, attempts=COMMIT_ATTEMPTS, what=f"quarantine {options.quarantine_path}"
     )
 
 

@@ -31,12 +31,11 @@ forward), an offset below the source's earliest retained offset (those records a
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from modeswitch.errors import FencedError, ModeswitchError, RewindRefusedError
+from modeswitch.errors import FencedError, RewindRefusedError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import offsets_to_json
 from modeswitch.sinks.commits import (
@@ -47,6 +46,7 @@ from modeswitch.sinks.commits import (
     rewind_txn_version,
     split_txn_version,
 )
+from modeswitch.storage import retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,8 @@ def rewind_sink(
     options = dict(storage_options or {})
     buckets = list(buckets)
     version = rewind_txn_version(epoch, command)
-    for attempt in range(COMMIT_ATTEMPTS):
+
+    def attempt(number: int) -> RewindOutcome:
         try:
             table = DeltaTable(sink_uri, storage_options=options)
         except TableNotFoundError as exc:
@@ -195,9 +196,7 @@ def rewind_sink(
                 table, rewind_predicate(moved) if moved else None, properties
             )
         except CommitFailedError:
-            log.info("rewind commit raced another commit (attempt %d); checking again", attempt)
-            time.sleep(min(0.5, 0.01 * 2**attempt))
-            continue
+            raise  # lost the race: retry_commit_races checks again
         commit = replace(commit, table_version=landed)
         log.info(
             "rewind command #%d: sink %s moved back to %s (%d rows deleted), table version %d",
@@ -211,9 +210,9 @@ def rewind_sink(
         if quarantine_uri:
             rewind_quarantine(quarantine_uri, pipeline, commit, storage_options=options)
         return RewindOutcome("committed", commit, landed, deleted)
-    raise ModeswitchError(
-        f"sink {sink_uri}: rewind command #{command} gave up after {COMMIT_ATTEMPTS} attempts, "
-        "each raced by another commit"
+
+    return retry_commit_races(
+        attempt, attempts=COMMIT_ATTEMPTS, what=f"sink {sink_uri}: rewind command #{command}"
     )
 
 
@@ -253,7 +252,8 @@ def rewind_quarantine(
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
     assert rewind.is_rewind
-    for attempt in range(COMMIT_ATTEMPTS):
+
+    def attempt(number: int) -> bool:
         try:
             table = DeltaTable(quarantine_uri, storage_options=dict(storage_options or {}))
         except TableNotFoundError:
@@ -271,8 +271,7 @@ def rewind_quarantine(
                 table, rewind_predicate(rewind.start) if rewind.start else None, properties
             )
         except CommitFailedError:
-            time.sleep(min(0.5, 0.01 * 2**attempt))
-            continue
+            raise  # lost the race: retry_commit_races checks again
         log.info(
             "rewind command #%s: %d quarantined rows deleted from %s",
             rewind.command,
@@ -280,9 +279,11 @@ def rewind_quarantine(
             quarantine_uri,
         )
         return True
-    raise ModeswitchError(
-        f"quarantine {quarantine_uri}: rewind command #{rewind.command} gave up after "
-        f"{COMMIT_ATTEMPTS} attempts"
+
+    return retry_commit_races(
+        attempt,
+        attempts=COMMIT_ATTEMPTS,
+        what=f"quarantine {quarantine_uri}: rewind command #{rewind.command}",
     )
 
 

@@ -17,8 +17,6 @@ exist yet return no rows and create nothing.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -29,6 +27,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from modeswitch.errors import ModeswitchError, StateConflictError
+from modeswitch.storage import retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +249,8 @@ class ControlTable:
         since; on a lost race, reload and run ``plan`` again. Returns the committed plan's
         result. Errors ``plan`` raises (a refused transition) propagate unchanged.
         """
-        lost: CommitFailedError | None = None
-        for attempt in range(1, self.attempts + 1):
+
+        def attempt(number: int) -> T:
             snapshot = Snapshot(self._load_or_create())
             change = plan(snapshot)
             if change.write is None:
@@ -259,26 +258,18 @@ class ControlTable:
             properties = CommitProperties(
                 max_commit_retries=0, custom_metadata={METADATA_KEY: operation}
             )
-            try:
-                change.write(snapshot.table, properties)
-            except CommitFailedError as exc:
-                lost = exc
-                log.debug(
-                    "%s on %s: version %d moved on (attempt %d of %d); retrying",
-                    operation,
-                    self.uri,
-                    snapshot.version,
-                    attempt,
-                    self.attempts,
-                )
-                time.sleep(random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2**attempt)))
-                continue
+            change.write(snapshot.table, properties)  # CommitFailedError: the race was lost
             self._compact_if_due()
             return change.result
-        raise StateConflictError(
-            f"{operation} on control table {self.name!r} ({self.uri}): lost the commit race "
-            f"{self.attempts} times to concurrent writers"
-        ) from lost
+
+        return retry_commit_races(
+            attempt,
+            attempts=self.attempts,
+            what=f"{operation} on control table {self.name!r} ({self.uri})",
+            error=StateConflictError,
+            backoff=self.backoff_s,
+            max_backoff=self.max_backoff_s,
+        )
 
     def _compact_if_due(self) -> None:
         table = self.load()
