@@ -3,7 +3,7 @@ session, run the epoch, stop the session. ``jobs/backlog_batch.py`` and ``jobs/s
 are one line on top of this.
 
 The stream job can also start in standby (``--standby`` instead of ``--epoch``): it starts its
-session, warms it up (:func:`modeswitch.streaming.warm_up`) and then waits for one line on its
+session, warms it up (:func:`modeswitch.warmup.warm_up`) and then waits for one line on its
 standard input, :func:`standby_request`: the epoch to run and its settings. At the end of its
 input without a request it stops its session and exits 0. The local runner
 (:class:`modeswitch.local_runner.StreamStandby`) starts it while a batch epoch runs.
@@ -105,7 +105,7 @@ def _wait_in_standby(
     that epoch's settings, or None if released without one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from modeswitch.streaming import warm_up
+    from modeswitch.warmup import warm_up
 
     # The request is read while the warm-up runs: an epoch that comes early cuts it short.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standby-request") as reader:

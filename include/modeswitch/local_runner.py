@@ -74,7 +74,7 @@ class StreamStandby:
 
     A stream epoch's job spends most of its first seconds starting up: its JVM and session,
     then a Python process for each step of the source and the sink, all cold. Started while a
-    batch epoch runs, the standby does all that (:func:`modeswitch.streaming.warm_up`) and waits;
+    batch epoch runs, the standby does all that (:func:`modeswitch.warmup.warm_up`) and waits;
     when ``decide`` opens a stream epoch, :meth:`hand_over` gives it the epoch and its settings
     (one line on its standard input) and the epoch starts warm. :meth:`release` ends it
     unused. The standby runs in its own process group, killed when it ends, like any job.

@@ -20,6 +20,10 @@ back: stream -> batch only after the backlog signal has held for ``enter_dwell``
 lag above ``enter_threshold``; batch -> stream once the backlog is drained and watermark lag is
 at most ``exit_threshold``; never sooner than the minimum time in the current mode. An
 operator command overrides all of it, and the decision says so.
+
+Why one module of ~600 lines: the strategies, the watermark, the hysteresis and the decision
+record are one decision, read together when a threshold is tuned; every function is pure and
+tested one scenario at a time (tests/unit/test_policy.py), and none is used elsewhere alone.
 """
 
 from __future__ import annotations

@@ -24,9 +24,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,17 +41,14 @@ from modeswitch.resume import (
     read_checkpoints,
     remove_checkpoint,
 )
-from modeswitch.session import session_conf
 from modeswitch.sinks.commits import (
     SinkCommit,
     commits_after,
-    committed_offsets,
     event_time_from_micros,
     sink_version,
 )
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
-from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import Epoch, StateStore
 from modeswitch.storage import is_local
 from modeswitch.transforms import load_transform
@@ -83,9 +77,6 @@ aside and rename into place, refusing to replace an existing entry."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
-WARM_UP_RECORDS = 2_000
-WARM_UP_TIMEOUT = timedelta(minutes=5)
-WARM_UP_POLL = timedelta(milliseconds=200)
 
 
 @dataclass(frozen=True)
@@ -428,91 +419,6 @@ def run_stream_epoch(
         supervisor.records,
         command_id,
     )
-
-
-@dataclass(frozen=True)
-class WarmUp:
-    """What a warm-up did: the records its sink committed (data and quarantine) and how long
-    it took."""
-
-    records: int
-    seconds: float
-
-
-def warm_up(
-    spark,
-    settings: PipelineSettings,
-    *,
-    records: int = WARM_UP_RECORDS,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> WarmUp | None:
-    """Run a throwaway stream the way an epoch runs, so that the epoch that follows starts warm.
-
-    A stream's first micro-batch in a new session pays for everything that starts on first
-    use: a Python process for each step of the ``bucketlog`` source and the ``modeswitch_delta``
-    sink (lookup, schema, planning, reading and writing workers, the commit), the listener's
-    callback server, and the JVM's first compilations of the query. Measured here: a stream's
-    start to its first commit of 80 000 records took 9.3 s in a new session and 2.9 s in a
-    session that had run one stream before.
-
-    The warm-up stream reads ``records`` generated events from a two-bucket log in a temporary
-    local folder, applies the pipeline's transform with its watermark, and writes them with the
-    ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is removed after.
-    Nothing of the pipeline's is touched, and the session's settings are put back. It stops
-    early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
-    it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
-    epoch itself reports any real fault).
-    """
-    from modeswitch.produce import EventGenerator, produce_backlog
-
-    started = time.monotonic()
-    work = tempfile.mkdtemp(prefix="modeswitch-warm-up-")
-    listener = _ProgressListener(queue.Queue()).listener
-    try:
-        source = SegmentLog.create(f"{work}/log", buckets=2)
-        produce_backlog(source, EventGenerator(seed=1, buckets=2), records=records)
-        writer = sink_stream(
-            spark,
-            settings,
-            load_transform(settings.transform),
-            source=source.root,
-            start_json=offsets_to_json(source.earliest_offsets()),
-            options={
-                "pipeline": "warm-up",
-                "epoch": "1",
-                "mode": "stream",
-                "quarantinePath": f"{work}/quarantine",
-            },
-            checkpoint=f"{work}/checkpoint",
-        )
-        spark.streams.addListener(listener)
-        with session_conf(spark, checkpoint_conf(work)):
-            query = writer.trigger(availableNow=True).start(f"{work}/sink")
-            deadline = started + WARM_UP_TIMEOUT.total_seconds()
-            try:
-                while not query.awaitTermination(WARM_UP_POLL.total_seconds()):
-                    if should_stop() or time.monotonic() > deadline:
-                        break
-            finally:
-                query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        done = WarmUp(
-            sum(committed_offsets(f"{work}/sink", "warm-up").values()),
-            time.monotonic() - started,
-        )
-    except Exception as exc:  # a warm-up that fails only means a cold start
-        log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
-        return None
-    finally:
-        spark.streams.removeListener(listener)
-        shutil.rmtree(work, ignore_errors=True)
-    log.info(
-        "stream warm-up: %d records through source, transform and sink in %.1f s",
-        done.records,
-        done.seconds,
-    )
-    return done
 
 
 def _stop_command(store: StateStore) -> tuple[int, str] | None:

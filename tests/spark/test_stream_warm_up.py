@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from modeswitch.config import PipelineSettings
-from modeswitch.streaming import LOCAL_CHECKPOINT_CONF, warm_up
+from modeswitch.streaming import LOCAL_CHECKPOINT_CONF
+from modeswitch.warmup import warm_up
 
 CHECKPOINT_MANAGER = next(iter(LOCAL_CHECKPOINT_CONF))
 

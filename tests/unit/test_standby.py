@@ -93,7 +93,7 @@ class StandIns:
             self.runs.append((kind, args.epoch, settings))
 
         monkeypatch.setattr("modeswitch.session.create_spark_session", create_spark_session)
-        monkeypatch.setattr("modeswitch.streaming.warm_up", warm_up)
+        monkeypatch.setattr("modeswitch.warmup.warm_up", warm_up)
         monkeypatch.setattr(jobrunner, "run", run)
 
 
