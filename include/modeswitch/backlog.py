@@ -24,7 +24,6 @@ docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
-from modeswitch.storage import filesystem
+from modeswitch.storage import remove_tree
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -89,13 +88,6 @@ def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int)
         plan.ideal_makespan,
     )
     return plan
-
-
-def remove_tree(location: str) -> None:
-    """Delete a folder (a path or URI) and everything in it; nothing if it is not there."""
-    fs, path = filesystem(location)
-    with contextlib.suppress(FileNotFoundError):
-        fs.delete_dir(path)
 
 
 def scratch_folder(settings: PipelineSettings, name: str = "") -> str:

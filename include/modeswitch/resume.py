@@ -299,12 +299,3 @@ def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
             "queries with exactly one bucketlog source"
         )
     return offsets_from_json(sources[0], source=path)
-
-
-def remove_checkpoint(location: str) -> None:
-    """Delete a checkpoint folder that is not to be resumed (nothing if it does not exist)."""
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(location)
-    if fs.get_file_info(path).type != pafs.FileType.NotFound:
-        fs.delete_dir(path)

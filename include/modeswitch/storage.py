@@ -12,6 +12,7 @@ Connection's id.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,6 +72,13 @@ def filesystem(location: str) -> tuple[Any, str]:
 
     fs, path = pafs.FileSystem.from_uri(absolute_location(location))
     return fs, path.rstrip("/") or "/"
+
+
+def remove_tree(location: str) -> None:
+    """Delete a folder (a path or URI) and everything in it; nothing if it is not there."""
+    fs, path = filesystem(location)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir(path)
 
 
 def is_local(location: str) -> bool:

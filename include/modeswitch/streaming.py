@@ -39,7 +39,6 @@ from modeswitch.resume import (
     epoch_commits,
     plan_resume,
     read_checkpoints,
-    remove_checkpoint,
 )
 from modeswitch.sinks.commits import (
     SinkCommit,
@@ -50,7 +49,7 @@ from modeswitch.sinks.commits import (
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
 from modeswitch.state import Epoch, StateStore
-from modeswitch.storage import is_local
+from modeswitch.storage import is_local, remove_tree
 from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -306,7 +305,7 @@ def run_stream_epoch(
     point = resume_point(store, settings, epoch)
     log.info("stream epoch %d %s", epoch_id, point.describe())
     if not point.resumed:
-        remove_checkpoint(point.checkpoint)
+        remove_tree(point.checkpoint)  # not to be resumed
     start_json = offsets_to_json(point.start)
     options = sink_options(settings, epoch_id, "stream", storage_options=store.storage_options)
     options["sequence"] = str(point.sequence_base)

@@ -66,8 +66,7 @@ def commit_files(
     pipeline). On refusal or replay the files are deleted and nothing becomes visible.
     """
     from deltalake import CommitProperties, Transaction
-    from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.transaction import AddAction
 
     parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
     files = [f for m in parts for f in m.files]
@@ -122,32 +121,15 @@ def commit_files(
             elif not actions:
                 return CommitOutcome("empty", table.version() if table else None, None)
             pause_point("sink.between_check_and_commit")
-            try:
-                if table is None:
-                    create_table_with_add_actions(
-                        options.path,
-                        _delta_schema(data_schema),
-                        actions,
-                        mode="error",
-                        partition_by=list(options.partition_by) or None,
-                        storage_options=options.storage_options,
-                        commit_properties=CommitProperties(**properties),
-                    )
-                else:
-                    table_schema = _merge_schema(table, data_schema, options)
-                    table.create_write_transaction(
-                        actions,
-                        "append",
-                        table_schema,
-                        partition_by=list(options.partition_by) or None,
-                        commit_properties=CommitProperties(**properties),
-                    )
-            except CommitFailedError:
-                raise  # lost the race: retry_commit_races checks again
-            except Exception as exc:
-                if table is None and "exists" in str(exc).lower():
-                    raise CommitRaceLost("another writer created the table first") from exc
-                raise
+            _create_or_append(
+                table,
+                options.path,
+                actions,
+                schema=data_schema if table is None else _merge_schema(table, data_schema, options),
+                partition_by=list(options.partition_by) or None,
+                storage_options=options.storage_options,
+                properties=CommitProperties(**properties),
+            )
             landed = True  # from here on, the files belong to the table: never delete them
             pause_point("sink.after_commit")
             # No automatic retry: the commit landed exactly on top of the checked snapshot.
@@ -245,8 +227,8 @@ def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
 def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], version: int) -> int:
     """One quarantine commit for the sink commit with app-transaction ``version``."""
     from deltalake import CommitProperties, DeltaTable, Transaction
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
-    from deltalake.transaction import AddAction, create_table_with_add_actions
+    from deltalake.exceptions import TableNotFoundError
+    from deltalake.transaction import AddAction
 
     assert options.pipeline is not None and options.quarantine_path is not None
     actions = [
@@ -265,32 +247,61 @@ def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], v
         properties = CommitProperties(
             max_commit_retries=0, app_transactions=[Transaction(options.pipeline, version)]
         )
-        try:
-            if table is None:
-                create_table_with_add_actions(
-                    options.quarantine_path,
-                    _delta_schema(QUARANTINE_SCHEMA),
-                    actions,
-                    mode="error",
-                    storage_options=options.storage_options,
-                    commit_properties=properties,
-                )
-            else:
-                table.create_write_transaction(
-                    actions, "append", QUARANTINE_SCHEMA, commit_properties=properties
-                )
-        except CommitFailedError:
-            raise  # lost the race: retry_commit_races checks again
-        except Exception as exc:
-            if table is None and "exists" in str(exc).lower():
-                raise CommitRaceLost("another writer created the table first") from exc
-            raise
+        _create_or_append(
+            table,
+            options.quarantine_path,
+            actions,
+            schema=QUARANTINE_SCHEMA,
+            partition_by=None,
+            storage_options=options.storage_options,
+            properties=properties,
+        )
         log.info("quarantine commit %d: %d files", version, len(files))
         return len(files)
 
     return retry_commit_races(
         attempt, attempts=COMMIT_ATTEMPTS, what=f"quarantine {options.quarantine_path}"
     )
+
+
+def _create_or_append(
+    table: Any,
+    uri: str,
+    actions: Sequence[Any],
+    *,
+    schema: pa.Schema,
+    partition_by: list[str] | None,
+    storage_options: dict[str, str],
+    properties: Any,
+) -> None:
+    """One commit of ``actions``: the table's first (created with ``schema``) when ``table``
+    is None, else an append on top of that snapshot. A lost race raises deltalake's
+    ``CommitFailedError``, or :class:`CommitRaceLost` when another writer created the table
+    first; :func:`retry_commit_races` then checks again."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import create_table_with_add_actions
+
+    try:
+        if table is None:
+            create_table_with_add_actions(
+                uri,
+                _delta_schema(schema),
+                actions,
+                mode="error",
+                partition_by=partition_by,
+                storage_options=storage_options,
+                commit_properties=properties,
+            )
+        else:
+            table.create_write_transaction(
+                actions, "append", schema, partition_by=partition_by, commit_properties=properties
+            )
+    except CommitFailedError:
+        raise
+    except Exception as exc:
+        if table is None and "exists" in str(exc).lower():
+            raise CommitRaceLost("another writer created the table first") from exc
+        raise
 
 
 def _check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:
