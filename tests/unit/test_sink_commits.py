@@ -128,6 +128,20 @@ def test_a_replayed_commit_is_skipped_and_its_files_removed(tmp_path: Path) -> N
     assert data_files(sink) == before
 
 
+def test_a_replay_that_covers_other_offsets_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    # Two runs of an epoch that planned sequence 0 differently: the second cannot pass for a
+    # replay, or its next commit would start where the sink does not end.
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 50)})
+    before = data_files(sink)
+    with pytest.raises(OffsetsContinuityError, match="sequence 0 is already committed"):
+        write_wave(sink, 1, 0, {0: (0, 60)})
+    assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 50
+    assert data_files(sink) == before
+
+
 def test_a_zombie_epoch_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
     sink = tmp_path / "sink"
     write_wave(sink, 1, 0, {0: (0, 50)})
