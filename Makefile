@@ -62,10 +62,15 @@ clean:
 # .demo/airflow; `make demo-local` is the same cycle without Airflow (modeswitch.demo).
 # `make airflow` starts `airflow standalone` (SQLite under .airflow/) with these DAGs in its
 # own process group; Ctrl-C stops the whole group.
-.PHONY: demo-local airflow
+.PHONY: demo-local demo-kafka airflow
 
 demo-local: install
 	$(VENV)/bin/modeswitch demo --dir .demo
+
+# The same cycle reading a Kafka topic of 16 partitions, in a broker on loopback that the demo
+# starts and stops itself (librdkafka's mock cluster, modeswitch.sources.kafka_mock).
+demo-kafka: install
+	$(VENV)/bin/modeswitch demo --kafka --buckets 16 --records 600000 --dir .demo-kafka
 
 airflow: install
 	$(PY) -m modeswitch.airflow.local .airflow

@@ -37,6 +37,7 @@ from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_ba
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
+from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
@@ -144,7 +145,11 @@ def run_batch_epoch(
         finished |= plan.finished_buckets
     committed = dict(plan.start)
     records = 0
-    native_read = settings.batch_reader == "native" and settings.batch_writer == "native"
+    native_read = (
+        settings.batch_reader == "native"
+        and settings.batch_writer == "native"
+        and not is_kafka_source(settings.source)  # only the embedded log has files to read
+    )
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
         end = wave.end_offsets()

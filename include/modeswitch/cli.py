@@ -30,7 +30,15 @@ def _add_produce(sub: argparse._SubParsersAction) -> None:
             "events are written live until --duration has passed or --records were written."
         ),
     )
-    p.add_argument("--log", required=True, help="the log's root folder or URI")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--log", help="the embedded log's root folder or URI")
+    where.add_argument(
+        "--kafka",
+        metavar="BOOTSTRAP",
+        help="produce to Kafka at these bootstrap servers (other client settings, such as "
+        "credentials, from MODESWITCH_KAFKA_CONFIG); needs --topic",
+    )
+    p.add_argument("--topic", help="the Kafka topic (it must exist: partitions are buckets)")
     p.add_argument("--buckets", type=int, help="bucket count (required to create a new log)")
     p.add_argument("--records", type=int, help="how many events to write")
     p.add_argument("--skew", default="uniform", help="'uniform' or 'zipf:S' (bucket 0 heaviest)")
@@ -56,7 +64,7 @@ def _produce(args: argparse.Namespace) -> int:
         raise ModeswitchError("produce: --duration needs --rate (a backlog stops at --records)")
     if args.records is not None and args.records < 0:
         raise ModeswitchError(f"produce: --records {args.records} is negative")
-    log_ = _open_or_create(args.log, args.buckets)
+    log_ = _producer_log(args)
     generator = EventGenerator(
         seed=args.seed,
         buckets=len(log_.buckets()),
@@ -99,7 +107,7 @@ def _produce(args: argparse.Namespace) -> int:
                 on_progress=advance,
             )
     latest = log_.latest_offsets()
-    table = Table(title=f"produced into {log_.root}")
+    table = Table(title=f"produced into {args.log or log_}")
     table.add_column("bucket", justify="right")
     table.add_column("appended", justify="right")
     table.add_column("latest offset", justify="right")
@@ -146,6 +154,25 @@ class _progress:
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
+
+
+def _producer_log(args: argparse.Namespace):
+    """The log ``produce`` writes to: a Kafka topic (``--kafka``, ``--topic``) or the embedded
+    log (``--log``, created with ``--buckets``)."""
+    if args.kafka is None:
+        if args.topic is not None:
+            raise ModeswitchError("produce: --topic goes with --kafka, not --log")
+        return _open_or_create(args.log, args.buckets)
+    from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_config
+
+    if not args.topic:
+        raise ModeswitchError("produce: --kafka needs --topic")
+    if args.buckets is not None:
+        raise ModeswitchError(
+            "produce: --buckets creates an embedded log; a Kafka topic's partitions are its "
+            "buckets (create the topic with them)"
+        )
+    return KafkaLog(f"{SCHEME}{args.topic}", {**kafka_config(), "bootstrap.servers": args.kafka})
 
 
 def _open_or_create(root: str, buckets: int | None):
@@ -201,12 +228,61 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", default=".demo", help="where the demo's data lives")
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--buckets", type=int, default=16)
+    p.add_argument(
+        "--kafka",
+        action="store_true",
+        help="read a Kafka topic (buckets = partitions) of a broker the demo starts and stops",
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
     from modeswitch.demo import run_demo
 
-    return run_demo(args.dir, records=args.records, buckets=args.buckets, console=console)
+    return run_demo(
+        args.dir, records=args.records, buckets=args.buckets, console=console, kafka=args.kafka
+    )
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a pipeline without Airflow: decide, run the epoch's job, close, in a loop",
+        description=(
+            "Run your pipeline with the local runner, as the Airflow DAG would: the settings "
+            "file holds what the Airflow Variables hold (pipeline, source, warehouse, "
+            "thresholds). Stops on Ctrl-C, or at --until / --for. Credentials come from the "
+            "environment: MODESWITCH_KAFKA_CONFIG for a kafka:// source, "
+            "MODESWITCH_STORAGE_OPTIONS for the tables."
+        ),
+    )
+    p.add_argument("--config", required=True, help="a TOML or JSON file of settings")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument(
+        "--until",
+        choices=["caught-up"],
+        help="caught-up: stop once a stream epoch has committed up to the latest offsets it "
+        "saw when it started",
+    )
+    stop.add_argument("--for", dest="duration", help="stop after this long, e.g. 10m or PT1H")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from modeswitch.config import layer_settings, read_settings_file
+    from modeswitch.local_runner import run_pipeline
+
+    settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
+    duration = parse_duration(args.duration, setting="--for") if args.duration else None
+    stop = _StopFlag()
+
+    def report(plan, status, end) -> None:
+        console.print(
+            f"epoch {plan.epoch}: {plan.mode} ({plan.reason}) -> {status} at "
+            f"{sum(end.values()):,} records committed"
+        )
+
+    console.print(f"pipeline {settings.pipeline}: source {settings.source}, sink {settings.sink}")
+    run_pipeline(settings, until=args.until, duration=duration, should_stop=stop, on_epoch=report)
+    return 0
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
@@ -332,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_produce, _add_offsets, _add_retain, _add_demo, _add_verify):
+    for add in (_add_produce, _add_offsets, _add_retain, _add_demo, _add_run, _add_verify):
         add(sub)
     return parser
 
@@ -342,6 +418,7 @@ COMMANDS = {
     "offsets": _offsets,
     "retain": _retain,
     "demo": _demo,
+    "run": _run,
     "verify": _verify,
 }
 

@@ -331,6 +331,7 @@ _TEXT_SETTINGS = (
     "checkpoint_root",
     "transform",
     "storage_connection",
+    "kafka_connection",
 )
 
 
@@ -340,7 +341,9 @@ class PipelineSettings:
 
     Locations (local paths are made absolute; URIs are kept):
 
-    - ``source``: the bucketed log's root; ``warehouse``: where tables live by default;
+    - ``source``: the bucketed log: the embedded log's root, or ``kafka://<topic>`` (the
+      client configuration is not a setting: ``kafka_connection``); ``warehouse``: where
+      tables live by default;
     - ``sink`` (default ``<warehouse>/<pipeline>``), ``quarantine``
       (``<warehouse>/<pipeline>_quarantine``), ``state_root``
       (``<warehouse>/_modeswitch/<pipeline>``), ``checkpoint_root``
@@ -364,13 +367,17 @@ class PipelineSettings:
     worker in the path, a bucket's newest segment from a snapshot (a hard link; a copy of the range
     the wave needs where no link can be made), and the native writer checks the wave's record count
     before committing; ``bucketlog``: the Python data source, which the ``python`` writer always
-    uses); ``batch_driver_memory`` (``1g``; ``none``: Spark's default, a quarter of the machine's
+    uses, and every read of a Kafka source, which has no files); ``batch_driver_memory``
+    (``1g``; ``none``: Spark's default, a quarter of the machine's
     memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and the same initial
     size). On a local master the driver runs the tasks too, so this bounds the job's memory whatever
     the backlog: a wave is streamed through, never held.
     ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
-    options travel in the environment (:mod:`modeswitch.storage`). ``policy`` and ``planner``
+    options travel in the environment (:mod:`modeswitch.storage`). ``kafka_connection``
+    (``kafka_default``) names the Airflow Connection whose extras are a Kafka source's client
+    configuration (librdkafka settings); outside Airflow it is ``MODESWITCH_KAFKA_CONFIG``
+    (:mod:`modeswitch.sources.kafka`). ``policy`` and ``planner``
     hold the switching and planning settings.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
@@ -395,6 +402,7 @@ class PipelineSettings:
     batch_driver_memory: str = "1g"
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""
+    kafka_connection: str = "kafka_default"
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
 
@@ -440,6 +448,10 @@ class PipelineSettings:
             )
         if ":" not in self.transform:
             raise ConfigError(f"transform: {self.transform!r} is not 'module:function'")
+        from modeswitch.sources.kafka import KafkaLocation, is_kafka_source
+
+        if is_kafka_source(self.source):
+            KafkaLocation.parse(self.source)  # a ConfigError naming the setting
         warehouse = _location(self.warehouse)
         state_root = _location(self.state_root) or f"{warehouse}/_modeswitch/{self.pipeline}"
         resolved = {

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -26,7 +27,8 @@ from rich.table import Table
 from modeswitch.config import PipelineSettings
 from modeswitch.local_runner import LocalRunner
 from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.produce import EventGenerator, EventLog, produce_backlog, produce_live
+from modeswitch.sources.kafka import KafkaLog, is_kafka_source
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.verify import audit
@@ -59,39 +61,84 @@ DEMO_SETTINGS = {
 }
 
 
-def run_demo(directory: str, *, records: int, buckets: int, console: Console) -> int:
+def run_demo(
+    directory: str, *, records: int, buckets: int, console: Console, kafka: bool = False
+) -> int:
+    """The demo on the embedded log, or with ``kafka`` on a Kafka topic of ``buckets``
+    partitions in a broker the demo starts and stops itself (librdkafka's mock cluster,
+    :mod:`modeswitch.sources.kafka_mock`)."""
     root = Path(directory).resolve()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    settings = PipelineSettings.from_mapping(
-        {**DEMO_SETTINGS, "source": str(root / "log"), "warehouse": str(root / "warehouse")}
-    )
-    console.rule("1. a skewed backlog and a live producer")
-    with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
-        _cycle(settings, log, buckets, console)
-    return _summary(settings, console)
+    with contextlib.ExitStack() as stack:
+        source = str(root / "log")
+        if kafka:
+            source = stack.enter_context(demo_broker(buckets, console))
+        settings = PipelineSettings.from_mapping(
+            {**DEMO_SETTINGS, "source": source, "warehouse": str(root / "warehouse")}
+        )
+        console.rule("1. a skewed backlog and a live producer")
+        # The mock broker keeps ~200 000 records per partition: a milder skew there.
+        skew = "zipf:0.8" if kafka else "zipf:1.1"
+        with demo_sources(
+            settings, records=records, buckets=buckets, console=console, skew=skew
+        ) as log:
+            _cycle(settings, log, buckets, console)
+        return _summary(settings, console)
+
+
+DEMO_TOPIC = "demo-events"
+
+
+@contextlib.contextmanager
+def demo_broker(partitions: int, console: Console) -> Iterator[str]:
+    """A Kafka broker on loopback with the demo's topic, for the block: yields the source
+    setting. Its address goes to this process's environment (``MODESWITCH_KAFKA_CONFIG``),
+    where the jobs started here find it; both are removed when the block ends."""
+    from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
+    from modeswitch.sources.kafka_mock import MockKafkaCluster
+
+    with MockKafkaCluster() as cluster:
+        cluster.create_topic(DEMO_TOPIC, partitions)
+        console.print(
+            f"Kafka broker (librdkafka's mock cluster) at {cluster.bootstrap}, topic "
+            f"{DEMO_TOPIC} with {partitions} partitions"
+        )
+        os.environ.update(kafka_environment(cluster.config))
+        try:
+            yield f"{SCHEME}{DEMO_TOPIC}"
+        finally:
+            os.environ.pop(ENV_KAFKA_CONFIG, None)
 
 
 @contextlib.contextmanager
 def demo_sources(
-    settings: PipelineSettings, *, records: int, buckets: int, console: Console
-) -> Iterator[SegmentLog]:
+    settings: PipelineSettings,
+    *,
+    records: int,
+    buckets: int,
+    console: Console,
+    skew: str = "zipf:1.1",
+) -> Iterator[EventLog]:
     """The demo's skewed backlog (an hour of event time), then a live producer thread that is
     stopped and joined when the block ends."""
-    log = SegmentLog.create(settings.source, buckets=buckets)
+    if is_kafka_source(settings.source):
+        log = KafkaLog(settings.source)
+    else:
+        log = SegmentLog.create(settings.source, buckets=buckets)
     generator = EventGenerator(
-        seed=7, buckets=buckets, skew="zipf:1.1", late_fraction=0.01, malformed_fraction=0.001
+        seed=7, buckets=buckets, skew=skew, late_fraction=0.01, malformed_fraction=0.001
     )
     report = produce_backlog(log, generator, records=records, span=timedelta(hours=1))
     console.print(
-        f"{report.records:,} events in {buckets} buckets (Zipf 1.1: bucket 0 holds "
+        f"{report.records:,} events in {buckets} buckets ({skew}: bucket 0 holds "
         f"{report.per_bucket.get(0, 0):,}), event times over the last hour, "
         f"{report.seconds:.1f} s; live producer at {LIVE_RATE:,.0f} events/s"
     )
     stop_live = threading.Event()
     live = threading.Thread(
         target=produce_live,
-        args=(log, EventGenerator(seed=8, buckets=buckets, skew="zipf:1.1")),
+        args=(log, EventGenerator(seed=8, buckets=buckets, skew=skew)),
         kwargs={
             "rate": LIVE_RATE,
             "duration": timedelta(hours=1),
@@ -110,7 +157,7 @@ def demo_sources(
 
 @contextlib.contextmanager
 def burst_later(
-    log: SegmentLog,
+    log: EventLog,
     buckets: int,
     console: Console,
     *,
@@ -150,7 +197,7 @@ def _epoch(runner: LocalRunner, settings: PipelineSettings, console: Console, no
     )
 
 
-def _cycle(settings: PipelineSettings, log: SegmentLog, buckets: int, console: Console) -> None:
+def _cycle(settings: PipelineSettings, log: EventLog, buckets: int, console: Console) -> None:
     console.rule("2. the pipeline: decide, run, close, decide again")
     logs = Path(settings.warehouse).parent / "logs"
     with LocalRunner(log_dir=logs, timeout=900) as runner:

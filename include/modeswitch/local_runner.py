@@ -20,7 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from modeswitch.config import PipelineSettings
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.jobrunner import job_script, job_spark_conf, standby_request
 from modeswitch.offsets import OffsetsMap
 from modeswitch.orchestration import EpochPlan, close_epoch, decide
@@ -360,3 +360,64 @@ def run_locally(
             if on_epoch:
                 on_epoch(plan, status, end)
         return done
+
+
+UNTIL_CAUGHT_UP = "caught-up"
+
+
+def run_pipeline(
+    settings: PipelineSettings,
+    *,
+    until: str | None = None,
+    duration: timedelta | None = None,
+    runner: JobRunner | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
+    idle_wait: float = 5.0,
+) -> list[tuple[EpochPlan, str, OffsetsMap]]:
+    """``modeswitch run``: decide, run and close epochs in a loop, as the Airflow DAG does,
+    until a condition holds (or ``should_stop()``, checked between epochs).
+
+    - ``until="caught-up"``: stream epochs read what the log holds when they start and then
+      end (``stream_trigger = available_now``); the run stops once one has closed having
+      committed up to those offsets.
+    - ``duration``: the run stops when it has lasted that long; a stream epoch's
+      ``max_stream_runtime`` is cut to the time left, a batch epoch runs to its boundary.
+    - neither: until ``should_stop()`` (Ctrl-C).
+
+    A paused pipeline (no epoch to run) is asked again every ``idle_wait`` seconds.
+    """
+    if until not in (None, UNTIL_CAUGHT_UP):
+        raise ConfigError(f"--until {until!r}: expected {UNTIL_CAUGHT_UP!r}")
+    deadline = None if duration is None else time.monotonic() + duration.total_seconds()
+    stream = settings
+    if until == UNTIL_CAUGHT_UP:
+        stream = _with(settings, stream_trigger="available_now")
+    done: list[tuple[EpochPlan, str, OffsetsMap]] = []
+    with contextlib.ExitStack() as stack:
+        if runner is None:
+            runner = stack.enter_context(LocalRunner())
+        while not should_stop():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            plan = decide(settings, decided_by="modeswitch run")
+            if plan.epoch is None:
+                time.sleep(idle_wait if left is None else min(idle_wait, left))
+                continue
+            chosen = stream if plan.mode == "stream" else settings
+            if plan.mode == "stream" and left is not None:
+                runtime = min(chosen.max_stream_runtime, timedelta(seconds=max(1.0, left)))
+                chosen = _with(chosen, max_stream_runtime=f"{runtime.total_seconds():g}s")
+            runner(plan.mode, chosen, plan.epoch)
+            status, end = close_epoch(settings, plan.epoch)
+            done.append((plan, status, end))
+            if on_epoch:
+                on_epoch(plan, status, end)
+            if until == UNTIL_CAUGHT_UP and plan.mode == "stream" and status == "completed":
+                break
+    return done
+
+
+def _with(settings: PipelineSettings, **changes: str) -> PipelineSettings:
+    return PipelineSettings.from_mapping({**settings.to_mapping(), **changes})

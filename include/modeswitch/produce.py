@@ -1,4 +1,4 @@
-"""Synthetic events for the embedded log: a backlog, a live stream at a rate, or both.
+"""Synthetic events for the embedded log or a Kafka topic: a backlog, a live stream at a rate.
 
 Record ``i`` of a run depends only on the seed and ``i`` (records are generated in fixed
 blocks, each from its own seeded generator), so the same seed gives the same buckets, keys
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pendulum
@@ -25,9 +26,12 @@ import pyarrow.compute as pc
 
 from modeswitch.errors import ConfigError
 from modeswitch.sinks.commits import event_time_to_micros
+from modeswitch.sources.kafka import KafkaLog
 from modeswitch.sources.segments import SegmentLog
 
 log = logging.getLogger(__name__)
+
+EventLog = SegmentLog | KafkaLog
 
 BLOCK = 4096
 APPEND_THREADS = 4
@@ -186,6 +190,14 @@ def append_events(
     return {bucket: part.num_rows for bucket, part in parts.items()}
 
 
+def _write(log_: EventLog, events: pa.Table, **options: Any) -> dict[int, int]:
+    """Events to a log: a Kafka topic produces them (one message each, partition = bucket,
+    timestamp = event time), the embedded log appends them as segments."""
+    if isinstance(log_, SegmentLog):
+        return append_events(log_, events, **options)
+    return log_.write_events(events)
+
+
 @dataclass
 class ProduceReport:
     records: int
@@ -194,7 +206,7 @@ class ProduceReport:
 
 
 def produce_backlog(
-    log_: SegmentLog,
+    log_: EventLog,
     generator: EventGenerator,
     *,
     records: int,
@@ -215,7 +227,7 @@ def produce_backlog(
         idx = np.arange(at, at + count, dtype=np.int64)
         times = end_us - span_us + (idx * span_us) // max(1, records)
         events = generator.generate(first + at, count, times)
-        for bucket, n in append_events(log_, events, segment_records=segment_records).items():
+        for bucket, n in _write(log_, events, segment_records=segment_records).items():
             per_bucket[bucket] = per_bucket.get(bucket, 0) + n
         if on_progress:
             on_progress(count)
@@ -223,7 +235,7 @@ def produce_backlog(
 
 
 def produce_live(
-    log_: SegmentLog,
+    log_: EventLog,
     generator: EventGenerator,
     *,
     rate: float,
@@ -252,7 +264,7 @@ def produce_live(
         if count > 0:
             times = np.full(count, event_time_to_micros(clock()), dtype=np.int64)
             events = generator.generate(first + produced, count, times)
-            for bucket, n in append_events(log_, events, on_append=on_append).items():
+            for bucket, n in _write(log_, events, on_append=on_append).items():
                 per_bucket[bucket] = per_bucket.get(bucket, 0) + n
             produced += count
             if on_progress:

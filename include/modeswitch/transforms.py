@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from modeswitch.errors import ConfigError
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,9 @@ def parse_json_values(
     all of them); a missing optional field is just null. Keeps every input column and row;
     on a row with a reason, every added field is null. Pure Spark SQL, streaming-safe.
 
-    The reason is the first of: ``value is null``, ``value is empty``, ``value is not valid
+    The reason is the first of: ``value is null``, ``value is not UTF-8`` (a source kept
+    undecodable bytes as :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` + base64),
+    ``value is empty``, ``value is not valid
     JSON``, ``value is not a JSON object``, ``field F is missing or not <type>`` (the first
     required field, in schema order, that did not parse).
     """
@@ -128,6 +131,7 @@ def parse_json_values(
     # parse (get_json_object / json_object_keys) runs on malformed records only.
     reason: Column = (
         F.when(value.isNull(), F.lit("value is null"))
+        .when(value.startswith(NOT_UTF8_PREFIX), F.lit("value is not UTF-8"))
         .when(parsed.isNull(), F.lit("value is empty"))
         .when(
             corrupt.isNotNull() & F.get_json_object(value, "$").isNull(),

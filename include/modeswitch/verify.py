@@ -204,12 +204,18 @@ def audit(
     quarantine_rows = _read(quarantine, "quarantine", quarantine_uri, columns)
     quarantine_positions = _position_arrays(quarantine_rows)
 
+    held = (
+        None
+        if getattr(source, "contiguous", True)
+        else _held_offsets(source, starts, committed, sink_positions, quarantine_positions)
+    )
     buckets = count_positions(
         sink_positions,
         quarantine_positions,
         starts=starts,
         committed=committed,
         known_buckets=source.buckets(),
+        held=held,
     )
     problems = _source_problems(source, source_root, committed) + offset_regressions(commits)
     checked = _spot_check(source, quarantine_rows, spot_check) if spot_check > 0 else None
@@ -270,12 +276,18 @@ def count_positions(
     starts: Mapping[int, int],
     committed: Mapping[int, int],
     known_buckets: Sequence[int] = (),
+    held: Mapping[int, np.ndarray] | None = None,
 ) -> list[BucketAudit]:
     """Per-bucket counts from ``(buckets, offsets)`` arrays of the two tables.
 
     Buckets reported: ``known_buckets`` (the log's), the committed ones, and any found in the
     tables, ascending. Pure numpy: a sort of the in-range positions and a diff.
+
+    ``held``: for a log with gaps (Kafka), per bucket the sorted offsets of its committed range
+    that hold a record. Those are what is expected; a table row at an offset that holds no
+    record counts as out of range. Without it a range ``[start, committed)`` is contiguous.
     """
+    held = dict(held or {})
     sink_b, sink_o = sink
     q_b, q_o = quarantine
     b = np.concatenate([sink_b, q_b]).astype(np.int64, copy=False)
@@ -289,6 +301,9 @@ def count_positions(
     hi = np.array([committed.get(int(i), 0) for i in ids], np.int64)
     idx = np.searchsorted(ids, b)
     in_range = (o >= lo[idx]) & (o < hi[idx])
+    for bucket, offsets in held.items():  # a position on a gap is no record of the log
+        at = np.flatnonzero(in_range & (ids[idx] == bucket))
+        in_range[at] = np.isin(o[at], offsets)
 
     in_sink = np.bincount(idx[:n_sink], minlength=n)
     in_quarantine = np.bincount(idx[n_sink:], minlength=n)
@@ -312,6 +327,9 @@ def count_positions(
     distinct = np.bincount(key_idx[first], minlength=n)
     duplicated = np.bincount(key_idx, minlength=n) - distinct
     expected = hi - lo
+    for i, bucket in enumerate(ids.tolist()):
+        if bucket in held:
+            expected[i] = len(held[bucket])
     missing = expected - distinct
     # Out-of-range positions sorted by (bucket index, offset), for the examples.
     order = np.lexsort((o[outside], idx[outside]))
@@ -334,7 +352,13 @@ def count_positions(
                 missing=int(missing[i]),
                 duplicated=int(duplicated[i]),
                 out_of_range=int(out_of_range[i]),
-                missing_ranges=_gaps(present[copies], int(lo[i]), int(hi[i])) if missing[i] else (),
+                missing_ranges=(
+                    ()
+                    if not missing[i]
+                    else _unheld(held[bucket], present[copies])
+                    if bucket in held
+                    else _gaps(present[copies], int(lo[i]), int(hi[i]))
+                ),
                 duplicated_offsets=_lowest(present[~copies]),
                 out_of_range_offsets=_lowest(out_off[out_left:out_right]),
             )
@@ -347,6 +371,19 @@ def _gaps(present: np.ndarray, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
     edges = np.concatenate([[lo - 1], present, [hi]])
     gaps = np.flatnonzero(np.diff(edges) > 1)[:SAMPLE]
     return tuple((int(edges[g] + 1), int(edges[g + 1])) for g in gaps)
+
+
+def _unheld(held: np.ndarray, present: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The first :data:`SAMPLE` runs of ``held`` offsets not in ``present``, as ``[a, b)``
+    (a run is consecutive offsets; a log's gap ends a run)."""
+    absent = np.setdiff1d(held, present)
+    if len(absent) == 0:
+        return ()
+    breaks = np.flatnonzero(np.diff(absent) > 1) + 1
+    starts = np.concatenate([[0], breaks])[:SAMPLE]
+    ends = np.concatenate([breaks, [len(absent)]])[:SAMPLE]
+    pairs = zip(starts, ends, strict=True)
+    return tuple((int(absent[a]), int(absent[b - 1]) + 1) for a, b in pairs)
 
 
 def _lowest(sorted_offsets: np.ndarray) -> tuple[int, ...]:
@@ -382,6 +419,30 @@ def _position_arrays(rows: pa.Table | None) -> tuple[np.ndarray, np.ndarray]:
     buckets = pc.fill_null(rows.column("bucket").cast(pa.int64()), -1)
     offsets = pc.fill_null(rows.column("offset").cast(pa.int64()), -1)
     return buckets.to_numpy(), offsets.to_numpy()
+
+
+def _held_offsets(
+    source: BucketedLog,
+    starts: Mapping[int, int],
+    committed: Mapping[int, int],
+    *tables: tuple[np.ndarray, np.ndarray],
+) -> dict[int, np.ndarray]:
+    """Per committed bucket, the offsets of ``[start, committed)`` that hold a record in a log
+    with gaps (read from the log). Below the log's retention nothing can be read: there the
+    tables' own positions are taken as held (what retention dropped cannot be checked)."""
+    earliest, latest = source.earliest_offsets(), source.latest_offsets()
+    held = {}
+    for bucket, end in committed.items():
+        if bucket not in latest or end > latest[bucket]:
+            continue  # reported by _source_problems
+        start = starts.get(bucket, 0)
+        first = min(max(start, earliest[bucket]), end)
+        parts = [source.held_offsets(bucket, first, end)]
+        if start < first:
+            below = [o[(b == bucket) & (o >= start) & (o < first)] for b, o in tables]
+            parts.insert(0, np.unique(np.concatenate(below)).astype(np.int64))
+        held[bucket] = np.concatenate(parts)
+    return held
 
 
 def _source_problems(source: BucketedLog, name: str, committed: Mapping[int, int]) -> list[str]:

@@ -10,7 +10,10 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from modeswitch.airflow.settings import connection_storage_environment
+from modeswitch.airflow.settings import (
+    connection_kafka_environment,
+    connection_storage_environment,
+)
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError
@@ -97,7 +100,14 @@ class EpochJobOperator(SparkSubmitOperator):
             "--config",
             plan["settings"],
         ]
-        self.env_vars = {**job_environment(), **storage_env, **(self.env_vars or {})}
+        kafka_env = connection_kafka_environment(settings)
+        if kafka_env and (master.startswith("yarn") or master.startswith("k8s")):
+            raise ConfigError(
+                f"kafka_connection: spark-submit to {spark.host!r} would put the Kafka client "
+                "configuration on its command line (the Spark provider passes environment "
+                "variables there as --conf)"
+            )
+        self.env_vars = {**job_environment(), **storage_env, **kafka_env, **(self.env_vars or {})}
         own = dict(self.conf or {})
         # spark-submit starts the driver JVM, so the settings that size it go here, unless
         # the deployment's own conf sizes it.

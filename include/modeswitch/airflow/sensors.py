@@ -13,6 +13,7 @@ from modeswitch.airflow.lag import measure_lag
 from modeswitch.airflow.settings import (
     connection_storage_options,
     settings_from_airflow,
+    source_credentials,
 )
 from modeswitch.airflow.triggers import LagThresholdTrigger
 from modeswitch.errors import ModeswitchError
@@ -47,7 +48,8 @@ class LagThresholdSensor(BaseSensorOperator):
 
     def _check(self) -> dict[str, Any] | None:
         settings = settings_from_airflow(self.settings)
-        reading = measure_lag(settings, storage_options=connection_storage_options(settings))
+        with source_credentials(settings):
+            reading = measure_lag(settings, storage_options=connection_storage_options(settings))
         reason = reading.crosses(
             watermark_lag_threshold=self.watermark_lag_threshold,
             offset_lag_threshold=self.offset_lag_threshold,

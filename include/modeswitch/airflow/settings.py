@@ -9,6 +9,7 @@ A bad value raises :class:`ConfigError` naming the Variable (or the param) and t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -120,3 +121,74 @@ def connection_storage_environment(settings: PipelineSettings) -> dict[str, str]
     """The environment of a child process (spark-submit) that hands it the tables' storage
     options (:func:`connection_storage_options`) as ``MODESWITCH_STORAGE_OPTIONS``."""
     return storage_environment(connection_storage_options(settings))
+
+
+def connection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None:
+    """A Kafka source's client configuration: the extras of the Airflow Connection named by
+    the ``kafka_connection`` setting (the Kafka provider's connection type keeps librdkafka
+    settings there). None for any other source. Never logged."""
+    from modeswitch.sources.kafka import is_kafka_source
+
+    if not is_kafka_source(settings.source):
+        return None
+    conn_id = settings.kafka_connection
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise _kafka_undefined(conn_id) from exc
+    return _kafka_extras(conn_id, connection)
+
+
+async def aconnection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None:
+    """:func:`connection_kafka_config` for a trigger, in the triggerer's event loop."""
+    from modeswitch.sources.kafka import is_kafka_source
+
+    if not is_kafka_source(settings.source):
+        return None
+    conn_id = settings.kafka_connection
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise _kafka_undefined(conn_id) from exc
+    return _kafka_extras(conn_id, connection)
+
+
+def _kafka_undefined(conn_id: str) -> ConfigError:
+    return ConfigError(
+        f"kafka_connection: Airflow connection {conn_id!r} is not defined; define it (type "
+        'kafka) with the librdkafka settings as its extras, e.g. {"bootstrap.servers": '
+        '"broker:9092"}'
+    )
+
+
+def _kafka_extras(conn_id: str, connection: Any) -> dict[str, str]:
+    extras = connection.extra_dejson
+    if not isinstance(extras, dict) or not extras.get("bootstrap.servers"):
+        raise ConfigError(
+            f"kafka_connection: Airflow connection {conn_id!r} has no bootstrap.servers in "
+            'its extras; its extras are librdkafka settings, e.g. {"bootstrap.servers": '
+            '"broker:9092"}'
+        )
+    return {str(key): str(value) for key, value in extras.items()}
+
+
+def source_credentials(settings: PipelineSettings) -> contextlib.AbstractContextManager:
+    """The block in which this process opens ``settings.source`` with the credentials of its
+    Connection (a Kafka source); nothing for other sources."""
+    from modeswitch.sources.kafka import kafka_config_scope
+
+    return kafka_config_scope(connection_kafka_config(settings))
+
+
+def connection_kafka_environment(settings: PipelineSettings) -> dict[str, str]:
+    """The environment of a child process (spark-submit) that hands it a Kafka source's client
+    configuration as ``MODESWITCH_KAFKA_CONFIG`` (``{}`` for other sources)."""
+    from modeswitch.sources.kafka import kafka_environment
+
+    return kafka_environment(connection_kafka_config(settings) or {})

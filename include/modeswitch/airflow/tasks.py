@@ -22,6 +22,7 @@ from modeswitch.airflow.settings import (
     VariableGetter,
     connection_storage_options,
     settings_from_airflow,
+    source_credentials,
 )
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
@@ -62,13 +63,14 @@ def decide_task(
     if not isinstance(dry_run, bool):
         raise ConfigError(f"run param dry_run: {dry_run!r} is not true or false")
     settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
-    plan = decide(
-        settings,
-        force_mode=force_mode,
-        dry_run=dry_run,
-        decided_by=f"airflow {run_id}",
-        storage_options=connection_storage_options(settings),
-    )
+    with source_credentials(settings):
+        plan = decide(
+            settings,
+            force_mode=force_mode,
+            dry_run=dry_run,
+            decided_by=f"airflow {run_id}",
+            storage_options=connection_storage_options(settings),
+        )
     log.info(
         "pipeline %s: %s%s epoch %s (%s); start %s; boundary %s",
         settings.pipeline,
@@ -113,7 +115,8 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
     settings = PipelineSettings.from_json(plan["settings"])
     epoch_id = int(plan["epoch"])
     options = connection_storage_options(settings)
-    status, end = close_epoch(settings, epoch_id, storage_options=options)
+    with source_credentials(settings):
+        status, end = close_epoch(settings, epoch_id, storage_options=options)
     epoch = StateStore.from_settings(settings, storage_options=options).epoch(epoch_id)
     log.info(
         "epoch %d (%s) closed %s at %s: %s",
@@ -193,7 +196,8 @@ def submit_control_command(
     """Queue the command a control DAG run asks for; the running job applies it at its next
     commit boundary, or the next ``decide`` does. Returns the command's id and args."""
     settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
-    args = command_args(params, settings)
+    with source_credentials(settings):  # a rewind to an event time asks the source
+        args = command_args(params, settings)
     kind = params["command"]
     try:
         store = StateStore.from_settings(

@@ -14,8 +14,9 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from modeswitch.airflow.lag import measure_lag
-from modeswitch.airflow.settings import aconnection_storage_options
+from modeswitch.airflow.settings import aconnection_kafka_config, aconnection_storage_options
 from modeswitch.config import PipelineSettings
+from modeswitch.sources.kafka import kafka_config_scope
 
 
 class LagThresholdTrigger(BaseTrigger):
@@ -67,6 +68,7 @@ class LagThresholdTrigger(BaseTrigger):
             # The settings carry the Connection's id only: its extras are read here, in the
             # triggerer, and handed to each reading (never put in the shared environment).
             options = await aconnection_storage_options(settings)
+            kafka = await aconnection_kafka_config(settings)
         except Exception as exc:  # reported to the sensor, which fails with it
             yield TriggerEvent({"status": "error", "reason": f"{type(exc).__name__}: {exc}"})
             return
@@ -77,7 +79,10 @@ class LagThresholdTrigger(BaseTrigger):
         )
         while True:
             try:
-                reading = await asyncio.to_thread(measure_lag, settings, storage_options=options)
+                with kafka_config_scope(kafka):  # to_thread runs in a copy of this context
+                    reading = await asyncio.to_thread(
+                        measure_lag, settings, storage_options=options
+                    )
             except Exception as exc:  # reported to the sensor, which fails with it
                 yield TriggerEvent({"status": "error", "reason": f"{type(exc).__name__}: {exc}"})
                 return

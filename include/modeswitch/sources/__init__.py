@@ -11,8 +11,13 @@ from modeswitch.sources.base import BucketedLog
 
 
 def open_log(source: str) -> BucketedLog:
-    """The log that ``source`` (the ``source`` setting: a path or a URI pyarrow can address)
-    names: the embedded segment log. Cheap: nothing is read until the log is asked."""
+    """The log that ``source`` (the ``source`` setting) names: ``kafka://<topic>`` a Kafka
+    topic (:mod:`modeswitch.sources.kafka`), anything else (a path or a URI pyarrow can
+    address) the embedded segment log. Cheap: nothing is read until the log is asked."""
+    from modeswitch.sources.kafka import KafkaLog, is_kafka_source
+
+    if is_kafka_source(source):
+        return KafkaLog(source)
     from modeswitch.sources.segments import SegmentLog
 
     return SegmentLog(source)

@@ -1,8 +1,15 @@
-"""The contract every source log honours: buckets of contiguous offsets, read as Arrow batches.
+"""The contract every source log honours: buckets of ordered offsets, read as Arrow batches.
 
 A *bucketed log* is a set of buckets (Kafka partitions, Fluss buckets), each an append-only
-sequence of records addressed by contiguous offsets. Offsets maps always mean "next offset to
+sequence of records addressed by increasing offsets. Offsets maps always mean "next offset to
 read" (exclusive ends). Every record has the columns of :data:`RECORD_SCHEMA`.
+
+**Offsets may have gaps.** Kafka's transaction markers, aborted transactions and compaction
+leave offsets that hold no record. So nothing may count ``end - start`` as the number of
+records of a range: a read of ``[start, end)`` is complete when the reader has passed
+``end - 1``, and what a range holds is :meth:`BucketedLog.held_offsets`. ``end - start`` is
+only an upper bound (the planner sizes splits with it). A log whose ``contiguous`` is true
+(the embedded segment log) promises no gaps, and its readers may count.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 
 from modeswitch.errors import OffsetOutOfRangeError, UnknownBucketError
@@ -33,7 +41,10 @@ SPARK_RECORD_DDL = "bucket int, offset bigint, event_time timestamp, key string,
 
 @runtime_checkable
 class BucketedLog(Protocol):
-    """A log of buckets with contiguous offsets (the embedded segment log, Kafka)."""
+    """A log of buckets of ordered offsets (the embedded segment log, Kafka)."""
+
+    contiguous: bool
+    """True when every offset of ``[earliest, latest)`` holds a record (no gaps)."""
 
     def buckets(self) -> list[int]:
         """Bucket ids, ascending."""
@@ -60,6 +71,11 @@ class BucketedLog(Protocol):
         Raises :class:`OffsetOutOfRangeError` if the range is not entirely retained and
         published, :class:`UnknownBucketError` for a bucket the log does not have.
         """
+        ...
+
+    def held_offsets(self, bucket: int, start: int, end: int) -> np.ndarray:
+        """The offsets of ``[start, end)`` that hold a record, ascending (int64): all of
+        them for a contiguous log, fewer where there are gaps. Same errors as :meth:`read`."""
         ...
 
 

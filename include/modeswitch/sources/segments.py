@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -130,6 +131,8 @@ class SegmentLog:
     this appender keeps extending the newest segment it published (local filesystems only; 0
     publishes every append as its own segment).
     """
+
+    contiguous = True  # segments of a bucket are contiguous: no offset without a record
 
     def __init__(
         self,
@@ -332,6 +335,11 @@ class SegmentLog:
                 break
             covered.append((segment, seg_end))
         return covered, newest
+
+    def held_offsets(self, bucket: int, start: int, end: int) -> np.ndarray:
+        """Every offset of ``[start, end)`` (the log has no gaps), after the range checks."""
+        self._covering(bucket, start, end)
+        return np.arange(start, end, dtype=np.int64)
 
     def read(
         self, bucket: int, start: int, end: int, *, batch_rows: int = DEFAULT_BATCH_ROWS

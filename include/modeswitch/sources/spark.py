@@ -12,7 +12,10 @@ Usage::
 Options (validated on the driver; an error names the option and its value):
 
 - ``path`` (or the ``load()`` argument): the log's root.
-- ``source``: ``segments`` (the embedded log, default).
+- ``source``: ``segments`` (the embedded log) or ``kafka``; by default ``kafka`` for a
+  ``kafka://<topic>`` path, ``segments`` otherwise. A Kafka log's client configuration is
+  read from ``MODESWITCH_KAFKA_CONFIG`` in the driver's and the Python workers' environment,
+  never from an option (options show in the plan and the Spark UI).
 - ``startingOffsets``: ``earliest``, ``latest`` or an offsets map as JSON. Buckets missing
   from a map start at their earliest offset. Default: ``earliest`` for batch reads,
   ``latest`` for streaming reads (as Spark's Kafka source does).
@@ -94,9 +97,17 @@ class BucketLogOptions:
             raise ValueError(
                 "option path: the log's root is required (pass it to load() or .option('path'))"
             )
-        source = opts.get("source", "segments").lower()
-        if source not in ("segments",):
-            raise ValueError(f"option source={source!r}: expected 'segments'")
+        from modeswitch.sources.kafka import is_kafka_source
+
+        kafka = is_kafka_source(path)
+        source = opts.get("source", "kafka" if kafka else "segments").lower()
+        if source not in ("segments", "kafka"):
+            raise ValueError(f"option source={source!r}: expected 'segments' or 'kafka'")
+        if (source == "kafka") != kafka:
+            raise ValueError(
+                f"option source={source!r}: does not match path {path!r} (a Kafka log's path "
+                "is kafka://<topic>)"
+            )
         return cls(
             path=absolute_location(path),
             source=source,

@@ -1,0 +1,551 @@
+"""A Kafka topic as a bucketed log: partitions are buckets, Kafka offsets are offsets.
+
+The source setting ``kafka://<topic>`` names it; the client configuration (librdkafka
+settings: ``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ...) comes from the
+environment variable ``MODESWITCH_KAFKA_CONFIG`` (a JSON object), or from
+:func:`kafka_config_scope` (what the Airflow tasks do with the ``kafka_connection``
+setting's Connection). The configuration is never part of a setting, an option, a command
+line or a log line: it holds secrets.
+
+What this log promises, and what it does not:
+
+- **Offsets have gaps.** Transaction markers, aborted transactions (read with
+  ``isolation.level=read_committed``, the default here) and compaction leave offsets with no
+  record. ``read(bucket, start, end)`` yields the records the topic holds in ``[start, end)``
+  and is complete once the consumer's position has passed ``end - 1``, not once it has counted
+  ``end - start`` records; :meth:`KafkaLog.held_offsets` lists what a range actually holds.
+- **No consumer-group commits**: ranges are read with ``assign()`` at exact offsets, and the
+  offsets that count live in the Delta sink.
+- **Event time** is the message's timestamp, or with ``kafka://<topic>?event_time=<field>``
+  a top-level field of the JSON value (epoch milliseconds or an ISO-8601 string); a record
+  whose field is missing or unreadable keeps its message timestamp. ``offset_at`` always
+  answers by message timestamp (Kafka's time index).
+- **Undecodable bytes are kept, not dropped**: a key or value that is not UTF-8 becomes
+  :data:`NOT_UTF8_PREFIX` followed by the bytes in base64, which the transform quarantines
+  with the reason ``value is not UTF-8``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import numpy as np
+import pyarrow as pa
+
+from modeswitch.errors import ConfigError, ModeswitchError, OffsetOutOfRangeError
+from modeswitch.offsets import OffsetsMap
+from modeswitch.sources.base import RECORD_SCHEMA, check_range
+
+log = logging.getLogger(__name__)
+
+SCHEME = "kafka://"
+ENV_KAFKA_CONFIG = "MODESWITCH_KAFKA_CONFIG"
+NOT_UTF8_PREFIX = "\ufffdbase64:"
+"""What an undecodable key or value starts with; the base64 of its bytes follows. U+FFFD
+cannot begin JSON, so such a value never parses as a record."""
+BATCH_RECORDS = 65_536
+CONSUME_BATCH = 10_000
+METADATA_TIMEOUT = 10.0
+"""Seconds a metadata or offsets request may take before the broker counts as unreachable."""
+READ_IDLE_TIMEOUT = 30.0
+"""Seconds a range read may go without a message before it gives up."""
+SECRET_WORDS = ("password", "secret", "token", "key", "jaas", "credential")
+
+_config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "modeswitch_kafka_config", default=None
+)
+
+
+def is_kafka_source(source: str) -> bool:
+    return source.lower().startswith(SCHEME)
+
+
+@dataclass(frozen=True)
+class KafkaLocation:
+    """``kafka://<topic>[?event_time=<field>]``, parsed."""
+
+    topic: str
+    event_time_field: str | None = None
+
+    @classmethod
+    def parse(cls, source: str) -> KafkaLocation:
+        if not is_kafka_source(source):
+            raise ConfigError(f"source: {source!r} is not kafka://<topic>")
+        parts = urlsplit(source)
+        topic = unquote(parts.netloc + parts.path).strip("/")
+        if not topic or "/" in topic:
+            raise ConfigError(
+                f"source: {source!r} names no topic; expected kafka://<topic>"
+                "[?event_time=<JSON field>]"
+            )
+        params = parse_qs(parts.query, keep_blank_values=True)
+        unknown = sorted(set(params) - {"event_time"})
+        if unknown:
+            raise ConfigError(
+                f"source: {source!r}: unknown parameter(s) {', '.join(unknown)}; the only one "
+                "is event_time=<JSON field> (default: the message timestamp)"
+            )
+        field = (params.get("event_time") or [""])[-1].strip()
+        return cls(topic=topic, event_time_field=field or None)
+
+
+def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The librdkafka settings in force: :func:`kafka_config_scope`'s, else
+    ``MODESWITCH_KAFKA_CONFIG``'s. A malformed variable is refused without repeating it."""
+    scoped = _config_scope.get()
+    if scoped is not None and environ is None:
+        return dict(scoped)
+    raw = (os.environ if environ is None else environ).get(ENV_KAFKA_CONFIG, "")
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(
+            f"environment variable {ENV_KAFKA_CONFIG}: not valid JSON (value not shown: it may "
+            "hold secrets)"
+        ) from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(
+            f"environment variable {ENV_KAFKA_CONFIG}: expected a JSON object of librdkafka "
+            'settings, e.g. {"bootstrap.servers": "broker:9092"}'
+        )
+    return {key: str(item) for key, item in value.items()}
+
+
+@contextlib.contextmanager
+def kafka_config_scope(config: Mapping[str, str] | None) -> Iterator[None]:
+    """Within the block, logs opened in this context use ``config`` (None: no change). Not
+    the process environment: child processes get it only through :func:`kafka_environment`."""
+    if config is None:
+        yield
+        return
+    token = _config_scope.set(dict(config))
+    try:
+        yield
+    finally:
+        _config_scope.reset(token)
+
+
+def kafka_environment(config: Mapping[str, str]) -> dict[str, str]:
+    """The environment entry that hands ``config`` to a child process (``{}`` for none)."""
+    if not config:
+        return {}
+    return {ENV_KAFKA_CONFIG: json.dumps(dict(config), sort_keys=True)}
+
+
+def redacted(config: Mapping[str, str]) -> dict[str, str]:
+    """``config`` safe to show: values of secret-looking keys replaced."""
+    return {
+        k: ("*****" if any(w in k.lower() for w in SECRET_WORDS) else v) for k, v in config.items()
+    }
+
+
+def _confluent() -> Any:
+    import confluent_kafka
+
+    return confluent_kafka
+
+
+class KafkaLog:
+    """A topic, read by partition and exact offsets; see the module docstring."""
+
+    contiguous = False  # transaction markers, aborted transactions and compaction leave gaps
+
+    def __init__(self, source: str, config: Mapping[str, str] | None = None) -> None:
+        self.location = KafkaLocation.parse(source)
+        self.topic = self.location.topic
+        self.config = dict(kafka_config() if config is None else config)
+        if not self.config.get("bootstrap.servers"):
+            raise ConfigError(
+                f"source {source!r}: no Kafka bootstrap.servers; set {ENV_KAFKA_CONFIG} (a "
+                'JSON object such as {"bootstrap.servers": "broker:9092"}) or, under Airflow, '
+                "the kafka_connection setting's Connection"
+            )
+        self._consumer: Any = None
+        self._writer: Any = None
+        self._partitions: list[int] | None = None
+
+    def __repr__(self) -> str:
+        return f"KafkaLog({SCHEME}{self.topic} at {self.config['bootstrap.servers']})"
+
+    @property
+    def servers(self) -> str:
+        return self.config["bootstrap.servers"]
+
+    def _client_config(self, **extra: Any) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "group.id": f"modeswitch-{self.topic}",  # required by librdkafka; never committed
+            "isolation.level": "read_committed",
+            **self.config,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "socket.connection.setup.timeout.ms": int(METADATA_TIMEOUT * 1000),
+            "fetch.wait.max.ms": 50,  # a range ending in a transaction marker ends at EOF
+            **extra,
+        }
+        config.setdefault("logger", log)
+        return config
+
+    def _metadata_consumer(self) -> Any:
+        if self._consumer is None:
+            self._consumer = _confluent().Consumer(self._client_config())
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._writer is not None:
+            self._writer.flush(10)
+            self._writer = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _unreachable(self, what: str, exc: BaseException) -> ModeswitchError:
+        self.close()  # a client left to retry would log each failed connection, for ever
+        return ModeswitchError(
+            f"kafka {self.servers}: {what} of topic {self.topic!r} failed within "
+            f"{METADATA_TIMEOUT:.0f} s ({exc}); is the broker reachable and the topic there?"
+        )
+
+    # -- BucketedLog ------------------------------------------------------------------------
+
+    def buckets(self) -> list[int]:
+        """The topic's partitions, asked each time: a partition added to a running topic is
+        a new bucket at the next plan."""
+        kafka = _confluent()
+        try:
+            meta = self._metadata_consumer().list_topics(self.topic, timeout=METADATA_TIMEOUT)
+        except kafka.KafkaException as exc:
+            raise self._unreachable("metadata", exc) from exc
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            why = f" ({topic.error.str()})" if topic is not None and topic.error else ""
+            raise ModeswitchError(
+                f"kafka {self.servers}: topic {self.topic!r} does not exist{why}; topics there: "
+                f"{sorted(t for t in meta.topics if not t.startswith('__'))[:20]}"
+            )
+        self._partitions = sorted(topic.partitions)
+        return list(self._partitions)
+
+    def _watermarks(self) -> dict[int, tuple[int, int]]:
+        kafka = _confluent()
+        consumer = self._metadata_consumer()
+        marks = {}
+        for partition in self.buckets():
+            tp = kafka.TopicPartition(self.topic, partition)
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=METADATA_TIMEOUT)
+            except kafka.KafkaException as exc:
+                raise self._unreachable(f"offsets of partition {partition}", exc) from exc
+            marks[partition] = (low, high)
+        return marks
+
+    def earliest_offsets(self) -> OffsetsMap:
+        return {b: low for b, (low, _) in self._watermarks().items()}
+
+    def latest_offsets(self) -> OffsetsMap:
+        return {b: high for b, (_, high) in self._watermarks().items()}
+
+    def offset_at(self, event_time: datetime) -> OffsetsMap:
+        """Per partition, the first offset whose message timestamp is at or after
+        ``event_time``: Kafka's ``offsets_for_times``. A broker that answers "none" while
+        the partition's newest message is newer (librdkafka's mock cluster does) is answered
+        by a binary search over message timestamps instead."""
+        kafka = _confluent()
+        millis = int(event_time.timestamp() * 1000)
+        marks = self._watermarks()
+        consumer = self._metadata_consumer()
+        asked = [kafka.TopicPartition(self.topic, b, millis) for b in marks]
+        try:
+            found = consumer.offsets_for_times(asked, timeout=METADATA_TIMEOUT)
+        except kafka.KafkaException as exc:
+            raise self._unreachable("offsets_for_times", exc) from exc
+        result = {}
+        for tp in found:
+            low, high = marks[tp.partition]
+            if tp.offset >= 0:
+                result[tp.partition] = max(low, min(tp.offset, high))
+            else:
+                result[tp.partition] = self._search_time(tp.partition, low, high, millis)
+        return result
+
+    def _search_time(self, partition: int, low: int, high: int, millis: int) -> int:
+        """The first position in ``[low, high]`` from which the next record's timestamp is
+        >= ``millis`` (``high`` if none): a binary search, one probe read per step, assuming
+        timestamps grow with offsets as Kafka's time index does."""
+        kafka = _confluent()
+        consumer = kafka.Consumer(self._client_config())
+        try:
+            lo, hi = low, high
+            while lo < hi:
+                mid = (lo + hi) // 2
+                consumer.assign([kafka.TopicPartition(self.topic, partition, mid)])
+                found = self._probe(consumer, partition, mid)
+                if found is None or found[1] >= millis:
+                    hi = mid
+                else:
+                    lo = found[0] + 1
+            return lo
+        finally:
+            consumer.close()
+
+    def _probe(self, consumer: Any, partition: int, start: int) -> tuple[int, int] | None:
+        """(offset, timestamp in ms) of the first record at or after ``start``, or None."""
+        kafka = _confluent()
+        deadline = time.monotonic() + METADATA_TIMEOUT
+        while time.monotonic() < deadline:
+            for message in consumer.consume(1, timeout=1.0):
+                error = message.error()
+                if error is None:
+                    return message.offset(), message.timestamp()[1]
+                if error.code() == kafka.KafkaError._PARTITION_EOF:
+                    return None
+                raise ModeswitchError(
+                    f"kafka {self.servers}: topic {self.topic!r} partition {partition}: read "
+                    f"at {start} failed: {error.str()}"
+                )
+        raise ModeswitchError(
+            f"kafka {self.servers}: topic {self.topic!r} partition {partition}: no answer in "
+            f"{METADATA_TIMEOUT:.0f} s reading at offset {start}"
+        )
+
+    def held_offsets(self, bucket: int, start: int, end: int) -> np.ndarray:
+        """The offsets in ``[start, end)`` that hold a record (gaps left out), ascending."""
+        parts = [b.column("offset").to_numpy() for b in self.read(bucket, start, end)]
+        return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
+
+    def read(self, bucket: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        marks = self._watermarks()
+        check_range(
+            bucket,
+            start,
+            end,
+            earliest={b: low for b, (low, _) in marks.items()},
+            latest={b: high for b, (_, high) in marks.items()},
+            what=f"kafka topic {self.topic!r}",
+        )
+        yield from self._read(bucket, start, end)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _read(self, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """The records of ``[start, end)``: done when the position passes ``end - 1``."""
+        if start >= end:
+            return
+        kafka = _confluent()
+        consumer = kafka.Consumer(
+            self._client_config(**{"fetch.max.bytes": 52_428_800, "queued.min.messages": 200_000})
+        )
+        field = self.location.event_time_field
+        columns = _Columns()
+        try:
+            consumer.assign([kafka.TopicPartition(self.topic, partition, start)])
+            idle_since = time.monotonic()
+            done = False
+            while not done:
+                # consume(n) waits for n messages or the timeout: keep the wait short, so a
+                # range that ends in a transaction marker ends as soon as EOF arrives.
+                messages = consumer.consume(CONSUME_BATCH, timeout=0.1)
+                if not messages:
+                    position = consumer.position([kafka.TopicPartition(self.topic, partition)])
+                    if position[0].offset >= end:
+                        break
+                    if time.monotonic() - idle_since > READ_IDLE_TIMEOUT:
+                        raise ModeswitchError(
+                            f"kafka {self.servers}: topic {self.topic!r} partition {partition}: "
+                            f"no record for {READ_IDLE_TIMEOUT:.0f} s while reading offsets "
+                            f"[{start}, {end}) (at {position[0].offset}); an open transaction "
+                            "holds the read back, or the broker is unreachable"
+                        )
+                    continue
+                idle_since = time.monotonic()
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == kafka.KafkaError._PARTITION_EOF:
+                            if message.offset() >= end:
+                                done = True
+                                break
+                            continue
+                        if error.code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
+                            raise OffsetOutOfRangeError(
+                                f"kafka topic {self.topic!r} partition {partition}: offsets "
+                                f"[{start}, {end}) are no longer retained ({error.str()}); "
+                                "rewind the pipeline to the earliest offsets to go on"
+                            )
+                        raise ModeswitchError(
+                            f"kafka {self.servers}: topic {self.topic!r} partition "
+                            f"{partition}: read of [{start}, {end}) failed: {error.str()}"
+                        )
+                    offset = message.offset()
+                    if offset >= end:
+                        done = True
+                        break
+                    stamp = message.timestamp()[1]
+                    columns.add(offset, stamp, message.key(), message.value(), field)
+                    if offset == end - 1:
+                        done = True
+                        break
+                    if len(columns) >= BATCH_RECORDS:
+                        yield columns.batch(partition)
+            if len(columns):
+                yield columns.batch(partition)
+        finally:
+            consumer.close()
+
+    # -- writing (the producer CLI, demos, tests) -------------------------------------------
+
+    def _producer(self) -> Any:
+        if self._writer is None:
+            self._writer = _confluent().Producer(
+                {
+                    "compression.type": "zstd",
+                    "linger.ms": 20,
+                    "batch.num.messages": 10_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                    **self.config,
+                    "logger": log,
+                }
+            )
+        return self._writer
+
+    def write_events(self, events: pa.Table) -> dict[int, int]:
+        """Produce ``events`` (columns bucket, event_time, key, value): each to the partition
+        its bucket names, timestamped with its event time. Returns the count per partition;
+        waits until every message is acknowledged."""
+        producer = self._producer()
+        buckets = events.column("bucket").to_pylist()
+        stamps = (events.column("event_time").cast(pa.int64()).to_numpy() // 1000).tolist()
+        keys = events.column("key").to_pylist()
+        values = events.column("value").to_pylist()
+        counts: dict[int, int] = {}
+        failures: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        produce = producer.produce
+        for bucket, stamp, key, value in zip(buckets, stamps, keys, values, strict=True):
+            while True:
+                try:
+                    produce(
+                        self.topic,
+                        value=value,
+                        key=key,
+                        partition=bucket,
+                        timestamp=stamp,
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            counts[bucket] = counts.get(bucket, 0) + 1
+        left = producer.flush(60)
+        if left or failures:
+            raise ModeswitchError(
+                f"kafka {self.servers}: {left} messages to topic {self.topic!r} not delivered "
+                f"in 60 s; errors: {failures[:3]}"
+            )
+        return counts
+
+
+class _Columns:
+    """Record columns being gathered for one Arrow batch."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.stamps: list[int] = []
+        self.keys: list[str | None] = []
+        self.values: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(
+        self, offset: int, stamp: int, key: bytes | None, value: bytes | None, field: str | None
+    ) -> None:
+        text = _text(value)
+        micros = stamp * 1000
+        if field is not None and text is not None:
+            micros = _field_micros(text, field, micros)
+        self.offsets.append(offset)
+        self.stamps.append(micros)
+        self.keys.append(_text(key))
+        self.values.append(text)
+
+    def batch(self, partition: int) -> pa.RecordBatch:
+        n = len(self.offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.full(n, partition, dtype=np.int32)),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.stamps, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(self.keys, pa.string()),
+                pa.array(self.values, pa.string()),
+            ],
+            schema=RECORD_SCHEMA,
+        )
+        self.__init__()
+        return batch
+
+
+def _text(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8_PREFIX + base64.b64encode(raw).decode("ascii")
+
+
+def _field_micros(value: str, field: str, default: int) -> int:
+    """Event time from a JSON value's top-level ``field`` (epoch ms or ISO-8601)."""
+    try:
+        found = json.loads(value).get(field)
+    except (ValueError, AttributeError):
+        return default
+    if isinstance(found, bool) or found is None:
+        return default
+    if isinstance(found, int | float):
+        return int(found * 1000)
+    if isinstance(found, str):
+        try:
+            parsed = datetime.fromisoformat(found.replace("Z", "+00:00"))
+        except ValueError:
+            return default
+        if parsed.tzinfo is None:
+            return default
+        return int(parsed.timestamp() * 1_000_000)
+    return default
+
+
+__all__ = [
+    "ENV_KAFKA_CONFIG",
+    "NOT_UTF8_PREFIX",
+    "SCHEME",
+    "KafkaLocation",
+    "KafkaLog",
+    "is_kafka_source",
+    "kafka_config",
+    "kafka_config_scope",
+    "kafka_environment",
+    "redacted",
+]

@@ -1,0 +1,111 @@
+"""The kafka tier: a real Kafka-protocol broker on loopback, owned by this session.
+
+The broker is librdkafka's mock cluster (:mod:`modeswitch.sources.kafka_mock`), started in
+this process: its brokers serve real TCP connections, from this process and from the Spark
+jobs and Python workers it starts. Its address reaches them through
+``MODESWITCH_KAFKA_CONFIG``, set for the session before any Spark JVM starts (the workers
+inherit it) and removed at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
+from modeswitch.sources.kafka_mock import MockKafkaCluster
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[MockKafkaCluster]:
+    with MockKafkaCluster() as cluster:
+        before = os.environ.get(ENV_KAFKA_CONFIG)
+        os.environ.update(kafka_environment(cluster.config))
+        try:
+            yield cluster
+        finally:
+            if before is None:
+                os.environ.pop(ENV_KAFKA_CONFIG, None)
+            else:
+                os.environ[ENV_KAFKA_CONFIG] = before
+
+
+@pytest.fixture(scope="session")
+def new_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
+    """Creates a fresh topic of N partitions; returns its source setting, kafka://<topic>."""
+
+    def create(partitions: int = 4) -> str:
+        name = f"t{os.getpid()}-{next(_names)}"
+        kafka_cluster.create_topic(name, partitions)
+        return f"{SCHEME}{name}"
+
+    return create
+
+
+@pytest.fixture(scope="session")
+def spark(kafka_cluster: MockKafkaCluster) -> Iterator[object]:
+    """A local Spark session started after the broker's address is in the environment."""
+    from modeswitch.session import create_spark_session
+
+    session = create_spark_session(
+        "modeswitch-kafka-tests", master="local[2]", conf={"spark.ui.enabled": "false"}
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()
+        session.stop()
+
+
+BASE_MS = 1_700_000_000_000
+"""Message timestamps of :func:`transactions` start here and grow by 1 s a record."""
+
+
+def _produce_transactions(
+    cluster: MockKafkaCluster, topic: str, *, partitions: int, transactions: int, seed: int = 0
+) -> None:
+    """Transactions of 1-20 records to random partitions, about a third aborted (after a
+    flush, so that their records and markers reach the broker)."""
+    import json
+    import random
+
+    from confluent_kafka import Producer
+
+    rng = random.Random(seed)
+    producer = Producer({**cluster.config, "transactional.id": f"{topic}-tx"})
+    producer.init_transactions(10)
+    n = 0
+    for _ in range(transactions):
+        producer.begin_transaction()
+        for _ in range(rng.randint(1, 20)):
+            value = json.dumps({"n": n, "ts": BASE_MS + n * 1000})
+            producer.produce(
+                topic,
+                value.encode(),
+                key=f"k{n}".encode(),
+                partition=rng.randrange(partitions),
+                timestamp=BASE_MS + n * 1000,
+            )
+            n += 1
+        producer.flush(10)
+        if rng.random() < 0.33:
+            producer.abort_transaction(10)
+        else:
+            producer.commit_transaction(10)
+
+
+@pytest.fixture(scope="session")
+def transactions(kafka_cluster: MockKafkaCluster) -> Callable[..., None]:
+    """``transactions(topic, partitions=, transactions=, seed=)``: see _produce_transactions."""
+
+    def produce(topic: str, **kwargs: int) -> None:
+        _produce_transactions(kafka_cluster, topic, **kwargs)
+
+    return produce
