@@ -83,7 +83,7 @@ def run_demo(
         with demo_sources(
             settings, records=records, buckets=buckets, console=console, skew=skew
         ) as log:
-            _cycle(settings, log, buckets, console)
+            demo_cycle(settings, log, buckets, console)
         return _summary(settings, console)
 
 
@@ -197,7 +197,7 @@ def _epoch(runner: LocalRunner, settings: PipelineSettings, console: Console, no
     )
 
 
-def _cycle(settings: PipelineSettings, log: EventLog, buckets: int, console: Console) -> None:
+def demo_cycle(settings: PipelineSettings, log: EventLog, buckets: int, console: Console) -> None:
     console.rule("2. the pipeline: decide, run, close, decide again")
     logs = Path(settings.warehouse).parent / "logs"
     with LocalRunner(log_dir=logs, timeout=900) as runner:

@@ -69,10 +69,17 @@ BASE_MS = 1_700_000_000_000
 
 
 def _produce_transactions(
-    cluster: MockKafkaCluster, topic: str, *, partitions: int, transactions: int, seed: int = 0
+    cluster: MockKafkaCluster,
+    topic: str,
+    *,
+    partitions: int,
+    transactions: int,
+    seed: int = 0,
+    base_ms: int = BASE_MS,
 ) -> None:
     """Transactions of 1-20 records to random partitions, about a third aborted (after a
-    flush, so that their records and markers reach the broker)."""
+    flush, so that their records and markers reach the broker). Timestamps from ``base_ms``,
+    1 s apart."""
     import json
     import random
 
@@ -85,13 +92,13 @@ def _produce_transactions(
     for _ in range(transactions):
         producer.begin_transaction()
         for _ in range(rng.randint(1, 20)):
-            value = json.dumps({"n": n, "ts": BASE_MS + n * 1000})
+            value = json.dumps({"n": n, "ts": base_ms + n * 1000})
             producer.produce(
                 topic,
                 value.encode(),
                 key=f"k{n}".encode(),
                 partition=rng.randrange(partitions),
-                timestamp=BASE_MS + n * 1000,
+                timestamp=base_ms + n * 1000,
             )
             n += 1
         producer.flush(10)

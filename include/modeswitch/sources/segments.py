@@ -188,6 +188,29 @@ class SegmentLog:
         log.info("created bucketed log at %s with %d buckets", root, buckets)
         return cls(root, **options)
 
+    def add_buckets(self, count: int) -> list[int]:
+        """Add ``count`` empty buckets after the existing ones (as a partition is added to a
+        Kafka topic); returns the new bucket ids. Readers see them at their next
+        :meth:`buckets` call."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, got {count}")
+        first = self._refresh_bucket_count()
+        for bucket in range(first, first + count):
+            self._fs.create_dir(f"{self._base}/{bucket}", recursive=True)
+        meta = {**(self._read_meta() or {}), "buckets": first + count}
+        tmp = f"{self._base}/.{META_FILE}.{uuid.uuid4().hex}"
+        with self._fs.open_output_stream(tmp) as out:
+            out.write(json.dumps(meta).encode())
+        self._fs.move(tmp, f"{self._base}/{META_FILE}")
+        self._bucket_count = first + count
+        return list(range(first, first + count))
+
+    def _refresh_bucket_count(self) -> int:
+        meta = self._read_meta()
+        if meta is not None:
+            self._bucket_count = int(meta["buckets"])
+        return self._bucket_count
+
     def _read_meta(self) -> dict | None:
         path = f"{self._base}/{META_FILE}"
         try:
@@ -201,9 +224,12 @@ class SegmentLog:
 
     # -- reading --------------------------------------------------------------------------
     def buckets(self) -> list[int]:
-        return list(range(self._bucket_count))
+        """Bucket ids, read from the log's metadata each time: buckets can be added."""
+        return list(range(self._refresh_bucket_count()))
 
     def _check_bucket(self, bucket: int) -> None:
+        if bucket >= self._bucket_count:
+            self._refresh_bucket_count()
         if not 0 <= bucket < self._bucket_count:
             raise UnknownBucketError(
                 f"log {self.root!r}: bucket {bucket} does not exist "

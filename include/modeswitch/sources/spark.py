@@ -365,7 +365,12 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin = offsets_from_dict(start, source="stream start offset")
         latest = self._latest()
         self._reported = latest
-        begin = {b: begin.get(b, 0) for b in latest}
+        if set(latest) - set(begin):
+            # A bucket added while the query runs (a partition added to a Kafka topic) is
+            # read from its earliest offset, like a bucket the epoch started with.
+            earliest = self._open().earliest_offsets()
+            begin = {**{b: earliest[b] for b in latest if b not in begin}, **begin}
+        begin = {b: begin[b] for b in latest}
         if isinstance(limit, ReadMaxRows):
             end = limit_by_rows(begin, latest, limit.max_rows)
         elif isinstance(limit, ReadMinRows):

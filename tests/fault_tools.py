@@ -1,0 +1,81 @@
+"""What the fault tests share: kill a job at a fault point, stop a stream once caught up,
+audit exactly once. (Imported by tests of the faults and kafka tiers; pytest puts this
+folder on the import path.)"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
+from modeswitch.local_runner import job_command
+from modeswitch.sinks.commits import committed_offsets, sink_commits
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+
+def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:
+    """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""
+    point, _, hit = fault.partition("@")  # "name@3": the point's third call
+    spec = f"{point}=120@{hit}" if hit else f"{point}=120"
+    env = {**os.environ, ENV_FAULTS: spec, ENV_MARKERS: str(markers)}
+    process = subprocess.Popen(
+        job_command(kind, settings, epoch),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (markers.exists() and any(markers.glob(f"{point}.*"))):
+            if process.poll() is not None:
+                pytest.fail(f"{kind} job exited first: {process.stderr.read().decode()[-3000:]}")
+            assert time.monotonic() < deadline, f"the {kind} job never reached {fault}"
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
+@contextlib.contextmanager
+def pause_when_caught_up(settings: PipelineSettings, target: dict[int, int]) -> Iterator[None]:
+    """Submit a pause command once the sink holds ``target``: the stream then stops at its
+    next micro-batch boundary, however slow the machine (no fixed runtime to outlast)."""
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            if committed_offsets(settings.sink, settings.pipeline) == target:
+                store.submit_command("pause", {"note": "caught up"}, issuer="test")
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+
+
+def assert_exactly_once(settings: PipelineSettings) -> None:
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    assert report.totals.missing == 0, report
+    assert report.totals.duplicated == 0, report
+    assert report.totals.out_of_range == 0, report
+    assert report.ok
+    sequences = [(c.epoch, c.sequence) for c in sink_commits(settings.sink, settings.pipeline)]
+    assert len(sequences) == len(set(sequences)), "a wave or micro-batch was committed twice"
