@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -74,6 +75,15 @@ def test_batch_read_defaults_to_earliest_through_latest(spark, log: SegmentLog) 
         for r in spark.read.format("bucketlog").load(log.root).groupBy("bucket").count().collect()
     }
     assert counts == log.latest_offsets()
+
+
+def test_a_batch_read_of_nothing_is_empty(spark, log: SegmentLog, tmp_path: Path) -> None:
+    # No partitions to read: Spark still calls read() once, with a partition of its own.
+    empty = SegmentLog.create(str(tmp_path / "empty"), buckets=2)
+    assert spark.read.format("bucketlog").load(empty.root).count() == 0
+    latest = json.dumps({str(b): o for b, o in log.latest_offsets().items()})
+    frame = spark.read.format("bucketlog").option("startingOffsets", latest).load(log.root)
+    assert frame.count() == 0
 
 
 def error_text(exc: BaseException) -> str:

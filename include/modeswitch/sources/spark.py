@@ -245,7 +245,10 @@ def plan_partitions(
 
 def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one partition's ranges, each in offset order."""
-    assert isinstance(partition, BucketRanges)
+    if not isinstance(partition, BucketRanges):
+        # With no partitions to read, Spark still calls read() once, with a partition of
+        # its own: nothing to read.
+        return
     source = options.open_log()
     for bucket, start, end in partition.ranges:
         yield from source.read(bucket, start, end)
