@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -178,18 +177,7 @@ def run_latency(scratch: Path, source: str, seconds: float) -> dict:
     if not latencies:
         raise RuntimeError("no stream commit after the warm-up")
 
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
-
-    return {
-        "records": len(latencies),
-        "p50": pct(0.50),
-        "p95": pct(0.95),
-        "p99": pct(0.99),
-        "max": latencies[-1],
-        "mean": statistics.fmean(latencies),
-        "handoff": (first_stream - last_batch) / 1000,
-    }
+    return {**modes.latency_summary(latencies), "handoff": (first_stream - last_batch) / 1000}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -338,6 +338,17 @@ def run_latency(scratch: Path, seconds: float) -> dict:
             f"{stream.epoch}: {[(c.epoch, c.sequence, c.records) for c in commits][-5:]}"
         )
 
+    return {
+        **latency_summary(latencies),
+        "handoff": (first_stream - last_batch) / 1000,
+        "standby": settings.stream_standby,
+        "batch_epoch_seconds": batch_seconds,
+    }
+
+
+def latency_summary(latencies: list[float]) -> dict[str, float]:
+    """Count, percentiles, max and mean of sorted latencies (seconds)."""
+
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))]
 
@@ -348,9 +359,6 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         "p99": pct(0.99),
         "max": latencies[-1],
         "mean": statistics.fmean(latencies),
-        "handoff": (first_stream - last_batch) / 1000,
-        "standby": settings.stream_standby,
-        "batch_epoch_seconds": batch_seconds,
     }
 
 

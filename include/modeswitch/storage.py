@@ -33,21 +33,28 @@ def storage_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     A malformed value is refused with :class:`ConfigError` naming the variable; the value
     itself is never repeated (it holds secrets).
     """
-    raw = (os.environ if environ is None else environ).get(ENV_STORAGE_OPTIONS, "")
+    return environment_json(ENV_STORAGE_OPTIONS, environ, what="option names to values")
+
+
+def environment_json(
+    variable: str, environ: Mapping[str, str] | None = None, *, what: str
+) -> dict[str, str]:
+    """The JSON object of strings in environment variable ``variable`` (``{}`` when unset or
+    blank): how credentials reach a process. A malformed value is refused with
+    :class:`ConfigError` naming the variable and ``what`` it should map, never repeating the
+    value (it may hold secrets)."""
+    raw = (os.environ if environ is None else environ).get(variable, "")
     if not raw.strip():
         return {}
     try:
         value = json.loads(raw)
     except json.JSONDecodeError:
         raise ConfigError(
-            f"environment variable {ENV_STORAGE_OPTIONS}: not valid JSON (value not shown: it "
-            "may hold secrets)"
+            f"environment variable {variable}: not valid JSON (value not shown: it may hold "
+            "secrets)"
         ) from None
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        raise ConfigError(
-            f"environment variable {ENV_STORAGE_OPTIONS}: expected a JSON object of option "
-            "names to values"
-        )
+        raise ConfigError(f"environment variable {variable}: expected a JSON object of {what}")
     return {key: str(item) for key, item in value.items()}
 
 

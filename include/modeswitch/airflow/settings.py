@@ -72,47 +72,59 @@ def connection_storage_options(settings: PipelineSettings) -> dict[str, str]:
     """The tables' storage options: the extras of the Airflow Connection named by the
     ``storage_connection`` setting (``{}`` when the setting is empty). Read at run time;
     never logged; passed to what needs them, never put in this process's environment."""
-    conn_id = settings.storage_connection
-    if not conn_id:
+    if not settings.storage_connection:
         return {}
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException as exc:
-        raise _undefined(conn_id) from exc
-    return _extras(conn_id, connection)
+    return _storage_extras(_connection(settings.storage_connection, _STORAGE))
 
 
 async def aconnection_storage_options(settings: PipelineSettings) -> dict[str, str]:
     """:func:`connection_storage_options` for a trigger, in the triggerer's event loop."""
-    conn_id = settings.storage_connection
-    if not conn_id:
+    if not settings.storage_connection:
         return {}
+    return _storage_extras(await _aconnection(settings.storage_connection, _STORAGE))
+
+
+_STORAGE = ("storage_connection", "with the storage options (credentials) as its extras")
+_KAFKA = (
+    "kafka_connection",
+    '(type kafka) with the librdkafka settings as its extras, e.g. {"bootstrap.servers": '
+    '"broker:9092"}',
+)
+
+
+def _connection(conn_id: str, what: tuple[str, str]) -> Any:
+    """The Connection ``conn_id``; a ConfigError naming the setting when it is undefined."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
-        connection = await BaseHook.aget_connection(conn_id)
+        return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException as exc:
-        raise _undefined(conn_id) from exc
-    return _extras(conn_id, connection)
+        raise _undefined(conn_id, what) from exc
 
 
-def _undefined(conn_id: str) -> ConfigError:
-    return ConfigError(
-        f"storage_connection: Airflow connection {conn_id!r} is not defined; define it "
-        "with the storage options (credentials) as its extras"
-    )
+async def _aconnection(conn_id: str, what: tuple[str, str]) -> Any:
+    """:func:`_connection` in the triggerer's event loop."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return await BaseHook.aget_connection(conn_id)
+    except AirflowNotFoundException as exc:
+        raise _undefined(conn_id, what) from exc
 
 
-def _extras(conn_id: str, connection: Any) -> dict[str, str]:
+def _undefined(conn_id: str, what: tuple[str, str]) -> ConfigError:
+    setting, how = what
+    return ConfigError(f"{setting}: Airflow connection {conn_id!r} is not defined; define it {how}")
+
+
+def _storage_extras(connection: Any) -> dict[str, str]:
     extras = connection.extra_dejson
     if not isinstance(extras, dict) or not extras:
         raise ConfigError(
-            f"storage_connection: Airflow connection {conn_id!r} has no extras; its extras "
-            'are the storage options, e.g. {"AWS_REGION": "eu-west-1"}'
+            f"storage_connection: Airflow connection {connection.conn_id!r} has no extras; its "
+            'extras are the storage options, e.g. {"AWS_REGION": "eu-west-1"}'
         )
     return {str(key): str(value) for key, value in extras.items()}
 
@@ -131,15 +143,7 @@ def connection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None
 
     if not is_kafka_source(settings.source):
         return None
-    conn_id = settings.kafka_connection
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException as exc:
-        raise _kafka_undefined(conn_id) from exc
-    return _kafka_extras(conn_id, connection)
+    return _kafka_extras(_connection(settings.kafka_connection, _KAFKA))
 
 
 async def aconnection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None:
@@ -148,32 +152,16 @@ async def aconnection_kafka_config(settings: PipelineSettings) -> dict[str, str]
 
     if not is_kafka_source(settings.source):
         return None
-    conn_id = settings.kafka_connection
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        connection = await BaseHook.aget_connection(conn_id)
-    except AirflowNotFoundException as exc:
-        raise _kafka_undefined(conn_id) from exc
-    return _kafka_extras(conn_id, connection)
+    return _kafka_extras(await _aconnection(settings.kafka_connection, _KAFKA))
 
 
-def _kafka_undefined(conn_id: str) -> ConfigError:
-    return ConfigError(
-        f"kafka_connection: Airflow connection {conn_id!r} is not defined; define it (type "
-        'kafka) with the librdkafka settings as its extras, e.g. {"bootstrap.servers": '
-        '"broker:9092"}'
-    )
-
-
-def _kafka_extras(conn_id: str, connection: Any) -> dict[str, str]:
+def _kafka_extras(connection: Any) -> dict[str, str]:
     extras = connection.extra_dejson
     if not isinstance(extras, dict) or not extras.get("bootstrap.servers"):
         raise ConfigError(
-            f"kafka_connection: Airflow connection {conn_id!r} has no bootstrap.servers in "
-            'its extras; its extras are librdkafka settings, e.g. {"bootstrap.servers": '
-            '"broker:9092"}'
+            f"kafka_connection: Airflow connection {connection.conn_id!r} has no "
+            "bootstrap.servers in its extras; its extras are librdkafka settings, e.g. "
+            '{"bootstrap.servers": "broker:9092"}'
         )
     return {str(key): str(value) for key, value in extras.items()}
 

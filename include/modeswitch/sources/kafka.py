@@ -32,7 +32,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ import pyarrow as pa
 from modeswitch.errors import ConfigError, ModeswitchError, OffsetOutOfRangeError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
+from modeswitch.storage import environment_json
 
 log = logging.getLogger(__name__)
 
@@ -106,22 +106,11 @@ def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     scoped = _config_scope.get()
     if scoped is not None and environ is None:
         return dict(scoped)
-    raw = (os.environ if environ is None else environ).get(ENV_KAFKA_CONFIG, "")
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        raise ConfigError(
-            f"environment variable {ENV_KAFKA_CONFIG}: not valid JSON (value not shown: it may "
-            "hold secrets)"
-        ) from None
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(
-            f"environment variable {ENV_KAFKA_CONFIG}: expected a JSON object of librdkafka "
-            'settings, e.g. {"bootstrap.servers": "broker:9092"}'
-        )
-    return {key: str(item) for key, item in value.items()}
+    return environment_json(
+        ENV_KAFKA_CONFIG,
+        environ,
+        what='librdkafka settings, e.g. {"bootstrap.servers": "broker:9092"}',
+    )
 
 
 @contextlib.contextmanager
