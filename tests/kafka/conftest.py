@@ -20,12 +20,18 @@ from modeswitch.sources.kafka_mock import MockKafkaCluster
 
 _names = itertools.count()
 
+KAFKA_SECRET = "kafka-tier-s3cr3t"
+"""In the session's client configuration as ``sasl.password`` (librdkafka takes it and, on a
+plaintext connection, does not use it): tests check that no file the pipeline writes holds
+it."""
+
 
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[MockKafkaCluster]:
+    """The broker; its address (and :data:`KAFKA_SECRET`) in ``MODESWITCH_KAFKA_CONFIG``."""
     with MockKafkaCluster() as cluster:
         before = os.environ.get(ENV_KAFKA_CONFIG)
-        os.environ.update(kafka_environment(cluster.config))
+        os.environ.update(kafka_environment({**cluster.config, "sasl.password": KAFKA_SECRET}))
         try:
             yield cluster
         finally:
@@ -33,6 +39,11 @@ def kafka_cluster() -> Iterator[MockKafkaCluster]:
                 os.environ.pop(ENV_KAFKA_CONFIG, None)
             else:
                 os.environ[ENV_KAFKA_CONFIG] = before
+
+
+@pytest.fixture(scope="session")
+def kafka_secret() -> str:
+    return KAFKA_SECRET
 
 
 @pytest.fixture(scope="session")

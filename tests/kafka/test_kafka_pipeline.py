@@ -39,7 +39,7 @@ def _gaps(source: str) -> int:
 
 
 def test_the_demo_cycle_on_kafka_is_exactly_once(
-    new_topic: Callable[[int], str], transactions, tmp_path: Path
+    new_topic: Callable[[int], str], transactions, kafka_secret: str, tmp_path: Path
 ) -> None:
     source = new_topic(PARTITIONS)
     settings = PipelineSettings.from_mapping(
@@ -75,6 +75,15 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
     assert report.totals.expected < committed  # the gaps are not counted as records
     assert report.totals.expected >= 500_000
     assert _gaps(source) >= 60
+    # The client configuration's secret is in no file the pipeline wrote: job logs, Spark's
+    # checkpoints, the sink's and the control tables' logs and files.
+    holding = [
+        str(path)
+        for path in tmp_path.rglob("*")
+        if path.is_file() and kafka_secret.encode() in path.read_bytes()
+    ]
+    assert holding == []
+    assert any(tmp_path.rglob("*.log")), "the jobs' logs are among the files checked"
 
 
 @pytest.fixture
