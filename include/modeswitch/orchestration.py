@@ -29,6 +29,7 @@ from modeswitch.errors import (
     InvalidOffsetsError,
     InvalidStateTransitionError,
     ModeswitchError,
+    OffsetOutOfRangeError,
     RewindRefusedError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
@@ -110,6 +111,7 @@ def observe(
     source = open_log(settings.source)
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
     committed = {**earliest, **store.committed_offsets()}
+    check_retained(settings.source, committed, earliest)
     max_event = store.max_event_times()
     observation = Observation(
         now=now,
@@ -120,6 +122,23 @@ def observe(
         last_data_at={b: now for b in latest if latest[b] > committed.get(b, 0)},
     )
     return observation, committed
+
+
+def check_retained(source: str, committed: Mapping[int, int], earliest: Mapping[int, int]) -> None:
+    """Refuse to go on from offsets the source no longer holds (retention dropped records
+    the pipeline never read): an error naming each bucket and the offsets lost, and what the
+    operator can do. Raised before an epoch opens, so nothing is written."""
+    dropped = {b: (o, earliest[b]) for b, o in sorted(committed.items()) if o < earliest.get(b, o)}
+    if not dropped:
+        return
+    lost = ", ".join(f"bucket {b}: [{o}, {e})" for b, (o, e) in dropped.items())
+    raise OffsetOutOfRangeError(
+        f"source {source}: the pipeline has committed up to offsets the source no longer "
+        f"holds: retention dropped records it never read ({lost}). Nothing was written, "
+        "and those records cannot be read again. To go on, start afresh with a new sink (the "
+        "pipeline or sink setting), which starts from the earliest offsets, and make the "
+        "source keep records longer (the topic's retention) than the pipeline can fall behind"
+    )
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from fault_tools import assert_exactly_once, kill_at, pause_when_caught_up
 from rich.console import Console
 
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS, demo_cycle, demo_sources
+from modeswitch.errors import OffsetOutOfRangeError
 from modeswitch.local_runner import run_job_process, run_pipeline
 from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog
@@ -159,3 +161,24 @@ def test_modeswitch_run_until_caught_up(kafka_settings: PipelineSettings) -> Non
     assert done[-1][1] == "completed"
     assert done[-1][2] == open_log(settings.source).latest_offsets()
     assert_exactly_once(settings)
+
+
+def test_offsets_dropped_by_retention_stop_the_next_epoch_before_anything_is_written(
+    kafka_cluster, kafka_settings: PipelineSettings
+) -> None:
+    settings = kafka_settings
+    run_pipeline(settings, until="caught-up")
+    log = open_log(settings.source)
+    produce_backlog(log, EventGenerator(seed=5, buckets=4), records=8_000, first=2_000_000)
+    committed = StateStore.from_settings(settings).committed_offsets()
+    kafka_cluster.delete_records(KafkaLocation.parse(settings.source).topic, 2, committed[2] + 5)
+    store = StateStore.from_settings(settings)
+    epochs, version = len(store.epochs()), DeltaTable(settings.sink).version()
+    with pytest.raises(
+        OffsetOutOfRangeError,
+        match=rf"retention dropped records it never read \(bucket 2: \[{committed[2]}, "
+        rf"{committed[2] + 5}\)\)\. Nothing was written.*start afresh with a new sink",
+    ):
+        decide(settings)
+    assert len(store.epochs()) == epochs
+    assert DeltaTable(settings.sink).version() == version
