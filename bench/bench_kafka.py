@@ -1,6 +1,6 @@
 """Benchmark: reading Kafka, from Python alone, through Spark, batch and stream; live latency.
 
-    .venv/bin/python bench/bench_kafka.py [--records 1600000] [--only k1,read,k2,k3,latency]
+    .venv/bin/python bench/bench_kafka.py [--records 1600000] [--only k1,reader,read,k2,k3,latency]
 
 A topic of 8 partitions in a broker on loopback (librdkafka's mock cluster, started and
 stopped here; it keeps about 5 MB of zstd batches, ~200 000 of these records, per partition,
@@ -10,6 +10,7 @@ of the whole process tree (bench_modes.PeakMemory).
 
 (k1) a plain confluent-kafka consumer reading every partition into Arrow arrays, one process:
      the floor for reading Kafka from Python here;
+(reader) ``KafkaLog.read`` of every partition in this process: what each Spark task runs;
 (read) Spark reading the topic through ``bucketlog`` to the ``noop`` sink: the Spark read
      alone; also less the same job on an empty topic (Spark's start and stop); target:
      records per CPU-second >= 0.8 x (k1)'s;
@@ -89,6 +90,17 @@ def plain_consumer(bootstrap: str, topic: str, latest: dict[int, int]) -> modes.
     seconds = time.perf_counter() - began
     cpu = sum(me.cpu_times()[:2]) - cpu_before
     return modes.Run("(k1) plain confluent-kafka consumer into Arrow", records, seconds, 0, cpu)
+
+
+def log_reader(log, latest: dict[int, int]) -> modes.Run:
+    """What each Spark task runs, without Spark: ``KafkaLog.read`` of every partition."""
+    me = psutil.Process()
+    cpu_before = sum(me.cpu_times()[:2])
+    began = time.perf_counter()
+    records = sum(batch.num_rows for p in latest for batch in log.read(p, 0, latest[p]))
+    seconds = time.perf_counter() - began
+    cpu = sum(me.cpu_times()[:2]) - cpu_before
+    return modes.Run("KafkaLog.read of every partition, one process", records, seconds, 0, cpu)
 
 
 READ_ONLY = """
@@ -183,7 +195,7 @@ def run_latency(scratch: Path, source: str, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=1_600_000)
-    parser.add_argument("--only", default="k1,read,k2,k3,latency")
+    parser.add_argument("--only", default="k1,reader,read,k2,k3,latency")
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--logs", help="keep the job processes' output in this folder")
     args = parser.parse_args(argv)
@@ -204,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"produced {report.records:,} records in {report.seconds:.1f} s", flush=True)
             if "k1" in only:
                 runs.append(plain_consumer(cluster.bootstrap, "bench", latest))
+            if "reader" in only:
+                runs.append(log_reader(log, latest))
             if "read" in only:
                 # The same job on an empty topic: Spark's start and stop, paid once per job.
                 cluster.create_topic("empty", PARTITIONS)
