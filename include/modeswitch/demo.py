@@ -252,6 +252,11 @@ def _summary(settings: PipelineSettings, console: Console) -> int:
         f"data: log {settings.source}\n      sink {settings.sink}\n"
         f"      quarantine {settings.quarantine}\n      control tables {settings.state_root}"
     )
+    if is_kafka_source(settings.source):
+        console.print(
+            "(the demo's broker stops with the demo: on your own broker, verify with its "
+            "address in MODESWITCH_KAFKA_CONFIG)"
+        )
     console.print(
         "check it yourself: .venv/bin/modeswitch verify "
         f"--log {settings.source} --sink {settings.sink} "
