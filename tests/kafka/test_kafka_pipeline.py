@@ -182,3 +182,18 @@ def test_offsets_dropped_by_retention_stop_the_next_epoch_before_anything_is_wri
         decide(settings)
     assert len(store.epochs()) == epochs
     assert DeltaTable(settings.sink).version() == version
+
+
+def test_modeswitch_run_for_a_duration_ends_its_stream_epoch_in_time(
+    kafka_settings: PipelineSettings,
+) -> None:
+    settings = kafka_settings
+    began = time.monotonic()
+    done = run_pipeline(settings, duration=timedelta(seconds=45))
+    took = time.monotonic() - began
+    assert [plan.mode for plan, _, _ in done][:2] == ["batch", "stream"]
+    assert all(status == "completed" for _, status, _ in done)
+    # The stream epoch was cut to the time left (its max_stream_runtime is 10 minutes); a
+    # stream job stops at a micro-batch boundary, and its process then ends.
+    assert took < 45 + 30, took
+    assert_exactly_once(settings)
