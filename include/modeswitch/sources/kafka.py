@@ -42,7 +42,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import numpy as np
 import pyarrow as pa
 
-from modeswitch.errors import ConfigError, ModeswitchError, OffsetOutOfRangeError
+from modeswitch.errors import (
+    ConfigError,
+    ModeswitchError,
+    OffsetOutOfRangeError,
+    UnknownBucketError,
+)
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
 from modeswitch.storage import environment_json
@@ -60,7 +65,6 @@ METADATA_TIMEOUT = 10.0
 """Seconds a metadata or offsets request may take before the broker counts as unreachable."""
 READ_IDLE_TIMEOUT = 30.0
 """Seconds a range read may go without a message before it gives up."""
-SECRET_WORDS = ("password", "secret", "token", "key", "jaas", "credential")
 
 _config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "modeswitch_kafka_config", default=None
@@ -134,13 +138,6 @@ def kafka_environment(config: Mapping[str, str]) -> dict[str, str]:
     return {ENV_KAFKA_CONFIG: json.dumps(dict(config), sort_keys=True)}
 
 
-def redacted(config: Mapping[str, str]) -> dict[str, str]:
-    """``config`` safe to show: values of secret-looking keys replaced."""
-    return {
-        k: ("*****" if any(w in k.lower() for w in SECRET_WORDS) else v) for k, v in config.items()
-    }
-
-
 def _confluent() -> Any:
     import confluent_kafka
 
@@ -164,7 +161,6 @@ class KafkaLog:
             )
         self._consumer: Any = None
         self._writer: Any = None
-        self._partitions: list[int] | None = None
 
     def __repr__(self) -> str:
         return f"KafkaLog({SCHEME}{self.topic} at {self.config['bootstrap.servers']})"
@@ -230,21 +226,19 @@ class KafkaLog:
                 f"kafka {self.servers}: topic {self.topic!r} does not exist{why}; topics there: "
                 f"{sorted(t for t in meta.topics if not t.startswith('__'))[:20]}"
             )
-        self._partitions = sorted(topic.partitions)
-        return list(self._partitions)
+        return sorted(topic.partitions)
 
     def _watermarks(self) -> dict[int, tuple[int, int]]:
+        return {partition: self._watermark(partition) for partition in self.buckets()}
+
+    def _watermark(self, partition: int) -> tuple[int, int]:
+        """``(earliest, latest)`` of one partition: one request to its leader."""
         kafka = _confluent()
-        consumer = self._metadata_consumer()
-        marks = {}
-        for partition in self.buckets():
-            tp = kafka.TopicPartition(self.topic, partition)
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=METADATA_TIMEOUT)
-            except kafka.KafkaException as exc:
-                raise self._unreachable(f"offsets of partition {partition}", exc) from exc
-            marks[partition] = (low, high)
-        return marks
+        tp = kafka.TopicPartition(self.topic, partition)
+        try:
+            return self._metadata_consumer().get_watermark_offsets(tp, timeout=METADATA_TIMEOUT)
+        except kafka.KafkaException as exc:
+            raise self._unreachable(f"offsets of partition {partition}", exc) from exc
 
     def earliest_offsets(self) -> OffsetsMap:
         return {b: low for b, (low, _) in self._watermarks().items()}
@@ -321,15 +315,15 @@ class KafkaLog:
         return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
 
     def read(self, bucket: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        marks = self._watermarks()
-        check_range(
-            bucket,
-            start,
-            end,
-            earliest={b: low for b, (low, _) in marks.items()},
-            latest={b: high for b, (_, high) in marks.items()},
-            what=f"kafka topic {self.topic!r}",
-        )
+        # Each Spark task reads a few ranges: ask for this partition's offsets only.
+        what = f"kafka topic {self.topic!r}"
+        known = self.buckets()
+        if bucket not in known:
+            raise UnknownBucketError(
+                f"{what}: bucket {bucket} does not exist (buckets are {known})"
+            )
+        low, high = self._watermark(bucket)
+        check_range(bucket, start, end, earliest={bucket: low}, latest={bucket: high}, what=what)
         yield from self._read(bucket, start, end)
 
     # -- reading ----------------------------------------------------------------------------
@@ -546,5 +540,4 @@ __all__ = [
     "kafka_config",
     "kafka_config_scope",
     "kafka_environment",
-    "redacted",
 ]

@@ -28,9 +28,10 @@ publish still refuses an existing segment name, but check-then-move is not atomi
 ``latest_offsets()`` lists each bucket's folder and reads the footer of its newest segment
 only; its cost does not depend on the number of records.
 
-Why one module of ~600 lines: the reader, the appender (with its open segment) and retention
-share one layout's invariants (contiguous offsets, atomic publish, only the newest segment
-grows); each relies on how the others touch the files, so they are read and changed together.
+Why one module of ~670 lines: the reader, the appender (with its open segment), retention and
+the bucket count share one layout's invariants (contiguous offsets, atomic publish, only the
+newest segment grows); each relies on how the others touch the files, so they are read and
+changed together.
 """
 
 from __future__ import annotations
