@@ -151,6 +151,11 @@ def start(command: list[str]) -> subprocess.Popen:
     return start_group(command, output=output)
 
 
+def start_piped(command: list[str]) -> subprocess.Popen:
+    """Like :func:`start`, with the output (standard output and error) piped to the caller."""
+    return start_group(command, output=subprocess.PIPE)
+
+
 def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
     return wait_group(process, timeout)
 
