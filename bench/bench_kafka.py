@@ -1,7 +1,7 @@
 """Benchmark: reading Kafka, from Python alone, through Spark, batch and stream; live latency.
 
     .venv/bin/python bench/bench_kafka.py [--records 2000000]
-        [--only k1,reader,read,warm,k2,k3,latency]
+        [--only k1,reader,read,warm,handover,k2,k3,latency]
 
 A topic of 8 partitions in a broker on loopback (librdkafka's mock cluster, started and
 stopped here). The broker keeps 5 MB of record batches per partition and drops older ones as
@@ -20,6 +20,8 @@ is in this process and counts in no figure (it is small: 0.02 s while (k1) read 
 (warm) the same read three more times in the job's session, after the first: the read's
      steady cost, without the start, the JIT's warm-up or the workers' imports; target:
      records per CPU-second >= 0.8 x (k1)'s;
+(handover) the same, from a data source that yields the same batches from memory: what
+     Spark's hand-over of the batches costs without Kafka;
 (k2) the batch path, Kafka to the Delta sink (jobs/backlog_batch.py on a batch epoch);
 (k3) the stream job catching up at the live trigger (100 ms, maxRecordsPerTrigger 100 000);
      target (k2) >= 2.5 x (k3);
@@ -47,12 +49,14 @@ import bench_modes as modes
 import numpy as np
 import psutil
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from modeswitch.local_runner import LocalRunner
 from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
+from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_environment
 from modeswitch.sources.kafka_mock import MockKafkaCluster
 from modeswitch.state import StateStore
@@ -163,30 +167,80 @@ def tree_cpu():
     return total
 
 
-for i in range(int(sys.argv[2])):
+source, reads, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if kind == "memory":
+    from bench_kafka import MemorySource
+    spark.dataSource.register(MemorySource)
+    frame = lambda: spark.read.format("memory").load(source)
+else:
+    frame = lambda: spark.read.format("bucketlog").load(source)
+for i in range(reads):
     cpu, began = tree_cpu(), time.perf_counter()
-    spark.read.format("bucketlog").load(sys.argv[1]).write.format("noop").mode("overwrite").save()
+    frame().write.format("noop").mode("overwrite").save()
     print("READ " + json.dumps([time.perf_counter() - began, tree_cpu() - cpu]), flush=True)
 spark.stop()
 """
 WARM_READS = 3
 
 
-def spark_read(source: str, records: int, reads: int = 1) -> tuple[modes.Run, list[modes.Run]]:
-    """A job reading ``source`` ``reads`` times in one session: the whole job, and each read
-    after the first (wall and CPU of the job's process tree from the read's start to end)."""
+class MemorySource(DataSource):
+    """``memory``: the same records as the topic's (load path), in the same Arrow batches,
+    made from a sample held in memory: no Kafka while Spark reads. A read of it costs what
+    Spark's hand-over of the batches (Python worker to JVM, rows to ``noop``) costs alone.
+    The sample (the first batch of partition 0) and the topic's record count per partition
+    travel with the pickled reader."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "memory"
+
+    def schema(self) -> str:
+        return SPARK_RECORD_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        log = open_log(self.options["path"])
+        counts = log.latest_offsets()
+        return MemoryReader(next(iter(log.read(0, 0, counts[0]))), counts)
+
+
+class MemoryReader(DataSourceReader):
+    def __init__(self, sample: pa.RecordBatch, counts: dict[int, int]) -> None:
+        self.sample, self.counts = sample, counts
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(count) for count in self.counts.values()]
+
+    def read(self, partition: InputPartition) -> Any:
+        left = partition.value
+        while left > 0:
+            batch = self.sample.slice(0, left)
+            left -= batch.num_rows
+            yield batch
+
+
+def spark_read(
+    source: str, records: int, reads: int = 1, kind: str = "bucketlog"
+) -> tuple[modes.Run, list[modes.Run]]:
+    """A job reading ``source`` (``kind`` ``memory``: :class:`MemorySource` made from it)
+    ``reads`` times in one session: the whole job, and each read after the first (wall and CPU
+    of the job's process tree from the read's start to its end)."""
     began = time.perf_counter()
-    process = modes.start_piped([sys.executable, "-c", READ_ONLY, source, str(reads)])
+    here = str(Path(__file__).parent)
+    command = [sys.executable, "-c", READ_ONLY, source, str(reads), kind]
+    # The Python workers import MemorySource from here.
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+    process = modes.start_piped(command, env={"PYTHONPATH": path})
     memory = modes.PeakMemory(process.pid)
     output = process.communicate()[0].decode()
     seconds = time.perf_counter() - began
     run = memory.result("Spark read alone (bucketlog -> noop)", records, seconds)
-    assert process.returncode == 0, f"read job exited {process.returncode}"
+    assert process.returncode == 0, f"read job exited {process.returncode}: {output[-3000:]}"
     measured = [json.loads(line[5:]) for line in output.splitlines() if line.startswith("READ ")]
-    warm = [
-        modes.Run("the same read, warm: each read after the first", records, wall, 0, cpu)
-        for wall, cpu in measured[1:]
-    ]
+    label = {
+        "bucketlog": "the same read, warm: each read after the first",
+        "memory": "the same batches from memory, no Kafka (Spark's hand-over alone), warm",
+    }[kind]
+    warm = [modes.Run(label, records, wall, 0, cpu) for wall, cpu in measured[1:]]
     return run, warm
 
 
@@ -260,7 +314,7 @@ def run_latency(scratch: Path, source: str, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--only", default="k1,reader,read,warm,k2,k3,latency")
+    parser.add_argument("--only", default="k1,reader,read,warm,handover,k2,k3,latency")
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--logs", help="keep the job processes' output in this folder")
     args = parser.parse_args(argv)
@@ -286,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(in_own_process("reader", source))
             if "warm" in only:
                 runs.extend(spark_read(source, report.records, 1 + WARM_READS)[1])
+            if "handover" in only:
+                runs.extend(spark_read(source, report.records, 1 + WARM_READS, "memory")[1])
             if "read" in only:
                 # The same job on an empty topic: Spark's start and stop, paid once per job.
                 cluster.create_topic("empty", PARTITIONS)
@@ -319,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 cores = run.cpu_seconds / run.seconds if run.seconds else 0
                 print(
                     f"| {run.name} | {run.records:,} | {run.seconds:.1f} s | {run.rate:,.0f}/s "
-                    f"| {run.cpu_seconds:.0f} s CPU ({cores:.2f} cores) | "
+                    f"| {run.cpu_seconds:.1f} s CPU ({cores:.2f} cores) | "
                     f"{run.records / max(run.cpu_seconds, 1e-9):,.0f} per CPU-s | "
                     f"{run.peak_mb:.0f} MB |",
                     flush=True,

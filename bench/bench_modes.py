@@ -151,9 +151,10 @@ def start(command: list[str]) -> subprocess.Popen:
     return start_group(command, output=output)
 
 
-def start_piped(command: list[str]) -> subprocess.Popen:
-    """Like :func:`start`, with the output (standard output and error) piped to the caller."""
-    return start_group(command, output=subprocess.PIPE)
+def start_piped(command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Like :func:`start`, with the output (standard output and error) piped to the caller
+    and ``env`` on top of this process's environment."""
+    return start_group(command, env=env, output=subprocess.PIPE)
 
 
 def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
