@@ -1,4 +1,5 @@
-"""The ``modeswitch`` command line: produce synthetic events, inspect a log, run the demo."""
+"""The ``modeswitch`` command line: produce synthetic events, inspect a log, run the demo or a
+pipeline, show a pipeline's status, audit it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import logging
 import signal
 import sys
+import time
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -132,6 +134,13 @@ class _StopFlag:
         self.stopped = True
 
     def __call__(self) -> bool:
+        return self.stopped
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, less if a stop comes; True when stopped."""
+        until = time.monotonic() + seconds
+        while not self.stopped and time.monotonic() < until:
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
         return self.stopped
 
 
@@ -285,6 +294,79 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="what a pipeline is doing and why: mode, lag against thresholds, decisions",
+        description=(
+            "Show a pipeline's mode and why, the next decision's inputs evaluated now, each "
+            "bucket's offsets and lags, and the newest epochs, decisions and commands, from "
+            "its control tables. Nothing is written. Give the settings file of `modeswitch "
+            "run`, or --pipeline and --warehouse (and --source for the lags)."
+        ),
+    )
+    p.add_argument("--config", help="a TOML or JSON file of pipeline settings")
+    p.add_argument("--pipeline", help="the pipeline's name (overrides the file's)")
+    p.add_argument("--warehouse", help="where its tables live (overrides the file's)")
+    p.add_argument("--source", help="its source log or kafka://<topic> (overrides the file's)")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const="5s",
+        metavar="EVERY",
+        help="refresh every EVERY (default 5s) until Ctrl-C",
+    )
+    p.add_argument("--rows", type=int, default=20, help="epochs, decisions, commands shown")
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.live import Live
+
+    from modeswitch.config import layer_settings, read_settings_file, setting_origins
+    from modeswitch.status import pipeline_status
+    from modeswitch.status_view import render_status
+
+    given = {
+        name: getattr(args, name)
+        for name in ("pipeline", "warehouse", "source")
+        if getattr(args, name) is not None
+    }
+    if args.config is None and "pipeline" not in given:
+        raise ModeswitchError("status: give --config FILE, or --pipeline (and --warehouse)")
+    if args.rows < 1:
+        raise ModeswitchError(f"status: --rows {args.rows} must be at least 1")
+    layers = [
+        (f"config file {args.config}:", read_settings_file(args.config) if args.config else None),
+        ("command line:", given),
+    ]
+    settings = layer_settings(*layers)
+    origins = setting_origins(*layers)
+
+    def status() -> dict:
+        return pipeline_status(settings, origins=origins, rows=args.rows)
+
+    if args.watch is None:
+        if args.json:
+            print(json.dumps(status(), indent=1))
+        else:
+            console.print(render_status(status()))
+        return 0
+    every = parse_duration(args.watch, setting="--watch").total_seconds()
+    stop = _StopFlag()
+    if args.json:
+        while True:
+            print(json.dumps(status()), flush=True)
+            if stop.wait(every):
+                return 0
+    with Live(render_status(status()), console=console, auto_refresh=False) as live:
+        while not stop.wait(every):
+            live.update(render_status(status()), refresh=True)
+    return 0
+
+
 def _add_verify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
@@ -408,7 +490,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_produce, _add_offsets, _add_retain, _add_demo, _add_run, _add_verify):
+    for add in (
+        _add_produce,
+        _add_offsets,
+        _add_retain,
+        _add_demo,
+        _add_run,
+        _add_status,
+        _add_verify,
+    ):
         add(sub)
     return parser
 
@@ -419,6 +509,7 @@ COMMANDS = {
     "retain": _retain,
     "demo": _demo,
     "run": _run,
+    "status": _status,
     "verify": _verify,
 }
 

@@ -579,11 +579,9 @@ def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSet
     reported as ``<where> <setting>: ...`` so the operator knows what to fix.
     """
     merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for where, mapping in layers:
-        for name, value in (mapping or {}).items():
-            merged[name] = value
-            origin[name] = where
+    for _, mapping in layers:
+        merged.update(mapping or {})
+    origin = setting_origins(*layers)
     try:
         return PipelineSettings.from_mapping(merged)
     except ConfigError as exc:
@@ -591,6 +589,16 @@ def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSet
         setting = message.split(":", 1)[0]
         where = origin.get(setting)
         raise ConfigError(f"{where} {message}" if where else message) from exc
+
+
+def setting_origins(*layers: tuple[str, Mapping[str, Any] | None]) -> dict[str, str]:
+    """Where each setting that a layer sets got its value: the last layer that sets it, as
+    :func:`layer_settings` names it (``config file pipeline.toml:``); settings no layer sets
+    have their code default."""
+    origin: dict[str, str] = {}
+    for where, mapping in layers:
+        origin.update(dict.fromkeys(mapping or {}, where))
+    return origin
 
 
 def load_job_settings(config: str, *, pipeline: str) -> PipelineSettings:

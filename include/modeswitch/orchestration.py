@@ -90,7 +90,8 @@ def operator_override(
     return command, applied
 
 
-def _previous_state(store: StateStore) -> PolicyState | None:
+def previous_state(store: StateStore) -> PolicyState | None:
+    """What the policy remembers from the newest decision (None before the first)."""
     latest = store.latest_decision()
     if latest is None:
         return None
@@ -264,7 +265,7 @@ def decide(
     pending = [(c.id, c.kind) for c in store.pending_commands()]
     command, applied = operator_override(pending, force_mode)
     decision: Decision = decide_mode(
-        observation, settings=settings.policy, previous=_previous_state(store), command=command
+        observation, settings=settings.policy, previous=previous_state(store), command=command
     )
     record = decision.to_record()
     reason = "; ".join([*(r.describe() for r in rewinds), decision.reason])

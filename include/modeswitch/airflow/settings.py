@@ -53,6 +53,16 @@ def settings_from_airflow(
 ) -> PipelineSettings:
     """Resolve and validate the pipeline's settings: defaults < ``modeswitch_config_file`` <
     ``modeswitch_<setting>`` Variables < ``overrides`` (the run's ``settings`` param)."""
+    return layer_settings(*airflow_setting_layers(overrides, get_variable=get_variable))
+
+
+def airflow_setting_layers(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    get_variable: VariableGetter | None = None,
+) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """The layers :func:`settings_from_airflow` resolves, in order, each named for errors and
+    for :func:`~modeswitch.config.setting_origins`."""
     get = get_variable or airflow_variable
     config_file = get(CONFIG_FILE_VARIABLE)
     file_layer = read_settings_file(str(config_file)) if config_file else None
@@ -65,7 +75,7 @@ def settings_from_airflow(
     # One layer per Variable, so that an error names the Variable itself.
     layers += [(f"Airflow Variable {variable_name(k)!r}:", {k: v}) for k, v in variables.items()]
     layers.append(("run param settings:", dict(overrides or {})))
-    return layer_settings(*layers)
+    return layers
 
 
 def connection_storage_options(settings: PipelineSettings) -> dict[str, str]:

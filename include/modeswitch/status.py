@@ -1,0 +1,283 @@
+"""What a pipeline is doing and why, from its control tables: the facts behind
+``modeswitch status`` and the Airflow page's JSON API (``plugins/modeswitch_plugin.py``).
+
+:func:`pipeline_status` gathers, in one JSON-safe mapping:
+
+- ``mode``: the running epoch (or the last one, closed), since when, and the reason of the
+  decision that opened it; ``paused`` when the newest decision paused the pipeline;
+- ``next``: the policy evaluated now on a fresh observation, as the next ``decide`` would see
+  it (unless a command overrides it): each strategy's signal, the watermark lag, and how long
+  the dwell and the mode's minimum time still hold a switch back;
+- ``buckets``: per bucket, committed / boundary / latest offsets, offset lag, event-time lag
+  and whether the running batch epoch has finished the bucket's backlog;
+- ``thresholds``: the policy's thresholds, in seconds and records;
+- ``epochs``, ``decisions``, ``commands``: the newest of each, newest first;
+- ``settings``: every effective setting and where its value came from.
+
+Nothing here writes: the policy is evaluated with :func:`~modeswitch.policy.decide_mode`, a
+pure function, and no decision is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import pendulum
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import ModeswitchError
+from modeswitch.offsets import offsets_to_dict
+from modeswitch.orchestration import observe, operator_override, previous_state
+from modeswitch.policy import PolicySettings, decide_mode
+from modeswitch.sinks.commits import event_time_from_micros
+from modeswitch.state import StateStore
+from modeswitch.state.records import Command, Epoch, Progress, RecordedDecision
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROWS = 20
+"""Decisions, commands and epochs shown by default."""
+
+
+def pipeline_status(
+    settings: PipelineSettings,
+    *,
+    origins: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    rows: int = DEFAULT_ROWS,
+) -> dict[str, Any]:
+    """The pipeline's state now, JSON-safe (module docstring). ``origins``: where each set
+    setting came from (:func:`~modeswitch.config.setting_origins`); the others are defaults.
+    The source is asked for its latest offsets; if it cannot answer, ``next`` and the lags
+    say why instead, and the rest is still shown."""
+    now = now or pendulum.now("UTC")
+    store = StateStore.from_settings(settings, storage_options=storage_options)
+    epochs = store.epochs()
+    decisions = store.decisions()
+    if not epochs and not decisions:
+        raise ModeswitchError(
+            f"pipeline {settings.pipeline!r}: no epochs or decisions under {settings.state_root} "
+            "(it has not run yet, or its warehouse / state_root is elsewhere)"
+        )
+    current = next((e for e in reversed(epochs) if e.running), None)
+    shown = current or (epochs[-1] if epochs else None)
+    commands = sorted(store.commands(), key=lambda c: c.id, reverse=True)
+    progress = store.progress()
+    latest_decision = decisions[0] if decisions else None
+
+    evaluation: dict[str, Any]
+    latest: dict[int, int] | None = None
+    committed: dict[int, int] = dict(store.committed_offsets())
+    try:
+        observation, committed = observe(settings, store, now)
+        latest = dict(observation.latest)
+        pending = [(c.id, c.kind) for c in store.pending_commands()]
+        command, _ = operator_override(pending, "auto")
+        decision = decide_mode(
+            observation, settings=settings.policy, previous=previous_state(store), command=command
+        )
+        evaluation = _next(decision.to_record(), settings.policy, now)
+    except ModeswitchError as exc:  # the source is unreachable, or retention passed us
+        log.warning("status of %s: %s", settings.pipeline, exc)
+        evaluation = {"error": str(exc)}
+
+    return {
+        "pipeline": settings.pipeline,
+        "at": now.isoformat(),
+        "source": settings.source,
+        "sink": settings.sink,
+        "mode": _mode(shown, latest_decision, decisions),
+        "next": evaluation,
+        "buckets": _buckets(settings, store, current, committed, latest, now),
+        "thresholds": _thresholds(settings.policy),
+        "epochs": _epochs(epochs[-rows - 1 :], progress)[-rows:][::-1],
+        "decisions": [_decision(d) for d in decisions[:rows]],
+        "commands": [_command(c) for c in commands[:rows]],
+        "settings": {
+            name: {"value": value, "from": (origins or {}).get(name, "default")}
+            for name, value in sorted(settings.to_mapping().items())
+        },
+    }
+
+
+def _mode(
+    epoch: Epoch | None, decision: RecordedDecision | None, decisions: list[RecordedDecision]
+) -> dict[str, Any]:
+    if decision is not None and decision.inputs.get("mode") == "paused":
+        return {
+            "mode": "paused",
+            "epoch": None,
+            "running": False,
+            "since": decision.at.isoformat(),
+            "reason": decision.reason,
+            "decided_by": decision.decided_by,
+        }
+    if epoch is None:
+        return {"mode": "none", "epoch": None, "running": False, "since": None, "reason": None}
+    return {
+        "mode": epoch.mode,
+        "epoch": epoch.id,
+        "running": epoch.running,
+        "since": epoch.started_at.isoformat(),
+        "reason": epoch.reason,
+        # The decision that opened it: the newest one made before it started.
+        "decided_by": next((d.decided_by for d in decisions if d.at <= epoch.started_at), None),
+        "ended_at": None if epoch.ended_at is None else epoch.ended_at.isoformat(),
+        "end_reason": epoch.end_reason,
+    }
+
+
+def _next(record: Mapping[str, Any], policy: PolicySettings, now: datetime) -> dict[str, Any]:
+    """The policy's answer now, with what still holds a switch back."""
+    state = record["state"]
+    mode = state["mode"]
+    since = pendulum.parse(state["mode_since"])
+    minimum = policy.min_time_in_batch if mode == "batch" else policy.min_time_in_stream
+    backlog_since = state.get("backlog_since")
+    dwell_left = None
+    if mode == "stream" and backlog_since:
+        dwell_left = _left(pendulum.parse(backlog_since) + policy.enter_dwell, now)
+    return {
+        "mode": record["mode"],
+        "switch": record["switched"],
+        "reason": record["reason"],
+        "signals": record["signals"],
+        "watermark": record["watermark"],
+        "backlog_since": backlog_since,
+        "dwell_left_seconds": dwell_left,
+        "min_time_left_seconds": _left(since + minimum, now),
+        "command": record["command"],
+    }
+
+
+def _left(until: datetime, now: datetime) -> float:
+    return max(0.0, (until - now).total_seconds())
+
+
+def _buckets(
+    settings: PipelineSettings,
+    store: StateStore,
+    current: Epoch | None,
+    committed: Mapping[int, int],
+    latest: Mapping[int, int] | None,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    boundary = current.boundary if current is not None and current.boundary else {}
+    finished = store.finished_buckets(current.id) if current and current.mode == "batch" else {}
+    event_times = store.max_event_times()
+    buckets = sorted({*committed, *(latest or {}), *boundary})
+    out = []
+    for bucket in buckets:
+        done = committed.get(bucket, 0)
+        micros = event_times.get(bucket)
+        event_time = None if micros is None else event_time_from_micros(micros)
+        out.append(
+            {
+                "bucket": bucket,
+                "committed": done,
+                "boundary": boundary.get(bucket),
+                "latest": None if latest is None else latest.get(bucket, 0),
+                "offset_lag": None if latest is None else max(0, latest.get(bucket, 0) - done),
+                "max_event_time": None if event_time is None else event_time.isoformat(),
+                "event_time_lag_seconds": None
+                if event_time is None
+                else max(0.0, (now - event_time).total_seconds()),
+                "finished": bucket in finished if current and current.mode == "batch" else None,
+            }
+        )
+    return out
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _thresholds(policy: PolicySettings) -> dict[str, Any]:
+    return {
+        "watermark_lag_seconds": _seconds(policy.watermark_lag_threshold),
+        "enter_seconds": _seconds(policy.enter_threshold),
+        "exit_seconds": _seconds(policy.exit_threshold),
+        "offset_lag_records": policy.offset_lag_threshold,
+        "offset_lag_measure": policy.offset_lag_measure,
+        "enter_dwell_seconds": policy.enter_dwell.total_seconds(),
+        "min_time_in_stream_seconds": policy.min_time_in_stream.total_seconds(),
+        "min_time_in_batch_seconds": policy.min_time_in_batch.total_seconds(),
+    }
+
+
+def _epochs(epochs: list[Epoch], progress: list[Progress]) -> list[dict[str, Any]]:
+    """Each epoch's figures, oldest first, with the handoff before it: from the previous
+    epoch's last sink commit to this one's first (None where either has none)."""
+    out: list[dict[str, Any]] = []
+    for epoch in epochs:
+        figures = _epoch(epoch, progress)
+        before = out[-1]["last_commit_at"] if out else None
+        first = figures["first_commit_at"]
+        figures["handoff_seconds"] = (
+            (pendulum.parse(first) - pendulum.parse(before)).total_seconds()
+            if before and first
+            else None
+        )
+        out.append(figures)
+    return out
+
+
+def _epoch(epoch: Epoch, progress: list[Progress]) -> dict[str, Any]:
+    commits = [p for p in progress if p.epoch == epoch.id]
+    records = sum(p.records for p in commits)
+    stamps = [p.committed_at for p in commits if p.committed_at is not None]
+    end = epoch.ended_at or (max(stamps) if stamps else None)
+    seconds = (end - epoch.started_at).total_seconds() if end is not None else None
+    return {
+        "epoch": epoch.id,
+        "mode": epoch.mode,
+        "status": epoch.status,
+        "reason": epoch.reason,
+        "started_at": epoch.started_at.isoformat(),
+        "ended_at": None if epoch.ended_at is None else epoch.ended_at.isoformat(),
+        "end_reason": epoch.end_reason,
+        "commits": len(commits),
+        "records": records,
+        "first_commit_at": min(stamps).isoformat() if stamps else None,
+        "last_commit_at": max(stamps).isoformat() if stamps else None,
+        "records_per_second": records / seconds if seconds else None,
+        "start": offsets_to_dict(epoch.start),
+        "boundary": None if epoch.boundary is None else offsets_to_dict(epoch.boundary),
+        "end": None if epoch.end is None else offsets_to_dict(epoch.end),
+    }
+
+
+def _decision(decision: RecordedDecision) -> dict[str, Any]:
+    return {
+        "at": decision.at.isoformat(),
+        "mode": decision.inputs.get("mode", decision.mode),
+        "switched": decision.switched,
+        "reason": decision.reason,
+        "decided_by": decision.decided_by,
+        "epoch": decision.epoch,
+    }
+
+
+def _command(command: Command) -> dict[str, Any]:
+    return {
+        "id": command.id,
+        "kind": command.kind,
+        "args": command.args,
+        "issuer": command.issuer,
+        "status": command.status,
+        "created_at": command.created_at.isoformat(),
+        "applied_at": None if command.applied_at is None else command.applied_at.isoformat(),
+        "applied_epoch": command.applied_epoch,
+        "applied_offsets": None
+        if command.applied_offsets is None
+        else offsets_to_dict(command.applied_offsets),
+        "rejected_at": None if command.rejected_at is None else command.rejected_at.isoformat(),
+        "reason": command.reason,
+    }
+
+
+__all__ = ["DEFAULT_ROWS", "pipeline_status"]
