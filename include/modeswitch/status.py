@@ -95,7 +95,7 @@ def pipeline_status(
         "buckets": _buckets(settings, store, current, committed, latest, now),
         "thresholds": _thresholds(settings.policy),
         "epochs": _epochs(epochs[-rows - 1 :], progress)[-rows:][::-1],
-        "decisions": [_decision(d) for d in decisions[:rows]],
+        "decisions": [decision_summary(d) for d in decisions[:rows]],
         "commands": [_command(c) for c in commands[:rows]],
         "settings": {
             name: {"value": value, "from": (origins or {}).get(name, "default")}
@@ -251,7 +251,8 @@ def _epoch(epoch: Epoch, progress: list[Progress]) -> dict[str, Any]:
     }
 
 
-def _decision(decision: RecordedDecision) -> dict[str, Any]:
+def decision_summary(decision: RecordedDecision) -> dict[str, Any]:
+    """A decision as the status and the API show it (its inputs left out)."""
     return {
         "at": decision.at.isoformat(),
         "mode": decision.inputs.get("mode", decision.mode),
@@ -280,4 +281,4 @@ def _command(command: Command) -> dict[str, Any]:
     }
 
 
-__all__ = ["DEFAULT_ROWS", "pipeline_status"]
+__all__ = ["DEFAULT_ROWS", "decision_summary", "pipeline_status"]

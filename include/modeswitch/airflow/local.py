@@ -1,5 +1,5 @@
 """A local Airflow for the demo and for exploring the UI: SQLite and logs under a folder of
-the repo, this repo's DAGs, ``spark_default`` set to ``local[*]``.
+the repo, this repo's DAGs and plugins, ``spark_default`` set to ``local[*]``.
 
 Everything here only builds environments and runs ``airflow`` as child processes; nothing
 imports Airflow, so the caller's environment decides which Airflow home is used.
@@ -20,6 +20,7 @@ from modeswitch.processes import start_group, stop_group
 
 REPO = JOBS.parent
 DAGS = REPO / "dags"
+PLUGINS = REPO / "plugins"
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[*]"}'
 
 
@@ -33,6 +34,7 @@ def airflow_environment(
     env = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__PARALLELISM": os.environ.get("AIRFLOW__CORE__PARALLELISM", "4"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",

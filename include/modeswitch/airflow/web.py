@@ -1,0 +1,181 @@
+"""The operator's view in Airflow: a FastAPI app that ``plugins/modeswitch_plugin.py`` mounts
+at ``/modeswitch`` in Airflow's API server.
+
+JSON API (all ``GET``; what :func:`~modeswitch.status.pipeline_status` returns is documented
+in the README):
+
+- ``/modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse, and
+  the one the Airflow Variables configure (``default``);
+- ``/modeswitch/api/status?pipeline=&rows=``: one pipeline's status (default: the Variables'
+  pipeline; ``rows`` epochs, decisions and commands, 20 by default);
+- ``/modeswitch/api/decisions?pipeline=&offset=&limit=``: its decisions, newest first, a page
+  at a time.
+
+Airflow does not put a plugin's FastAPI app behind its authentication, so every route here
+depends on :data:`READ_ACCESS`: an authenticated user (JWT bearer token or Airflow's session
+cookie: 401 without one) whom the auth manager allows to read the ``modeswitch_pipeline`` DAG
+(403 otherwise). Settings come from the Airflow Variables as the pipeline's tasks read them,
+with the same Connections for storage and Kafka credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+
+from modeswitch.config import PipelineSettings, layer_settings, setting_origins
+from modeswitch.errors import ConfigError, ModeswitchError
+
+log = logging.getLogger(__name__)
+
+PIPELINE_DAG_ID = "modeswitch_pipeline"
+"""The DAG whose read permission the operator's view requires."""
+
+Layers = list[tuple[str, Any]]
+
+
+def read_access() -> Any:
+    """Airflow's own dependency: an authenticated user allowed to read the pipeline DAG."""
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET", param_dag_id=PIPELINE_DAG_ID))
+
+
+def airflow_layers() -> Layers:
+    """The settings layers of the pipeline's tasks: defaults < config file < Variables."""
+    from modeswitch.airflow.settings import airflow_setting_layers
+
+    return airflow_setting_layers()
+
+
+def list_pipelines(warehouse: str) -> list[str]:
+    """The pipelines with control tables under ``<warehouse>/_modeswitch``."""
+    import pyarrow.fs as pafs
+
+    from modeswitch.storage import filesystem
+
+    fs, path = filesystem(f"{warehouse}/_modeswitch")
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except OSError as exc:
+        raise ModeswitchError(f"warehouse {warehouse}: cannot list its pipelines ({exc})") from exc
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+
+def create_app(
+    *,
+    layers: Callable[[], Layers] = airflow_layers,
+    access: Any = None,
+    credentials: Callable[[PipelineSettings], contextlib.AbstractContextManager] | None = None,
+) -> FastAPI:
+    """The app. ``layers`` gives the settings layers (Airflow's by default); ``access`` is the
+    dependency every route requires (Airflow's :func:`read_access` by default);
+    ``credentials(settings)`` returns the context in which the source and tables are opened
+    with their Connections' credentials (:func:`in_airflow_credentials` by default)."""
+    app = FastAPI(
+        title="modeswitch",
+        description="The operator's view of modeswitch pipelines.",
+        dependencies=[access if access is not None else read_access()],
+    )
+    enter = credentials or in_airflow_credentials
+
+    def settings_of(pipeline: str | None) -> tuple[PipelineSettings, dict[str, str]]:
+        chosen = layers()
+        try:
+            settings = layer_settings(*chosen)
+            if pipeline and pipeline != settings.pipeline:
+                if pipeline not in list_pipelines(settings.warehouse):
+                    raise HTTPException(
+                        404, f"pipeline {pipeline!r}: no control tables in {settings.warehouse}"
+                    )
+                chosen = [*chosen, ("page:", {"pipeline": pipeline})]
+                settings = layer_settings(*chosen)
+        except ConfigError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        return settings, setting_origins(*chosen)
+
+    @app.get("/api/pipelines")
+    async def pipelines() -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            settings, _ = settings_of(None)
+            names = list_pipelines(settings.warehouse)
+            return {
+                "default": settings.pipeline,
+                "warehouse": settings.warehouse,
+                "pipelines": names,
+            }
+
+        return await run_in_threadpool(_answer, read)
+
+    @app.get("/api/status")
+    async def status(
+        pipeline: str | None = None, rows: int = Query(20, ge=1, le=500)
+    ) -> dict[str, Any]:
+        from modeswitch.status import pipeline_status
+
+        def read() -> dict[str, Any]:
+            settings, origins = settings_of(pipeline)
+            with enter(settings) as storage_options:
+                return pipeline_status(
+                    settings, origins=origins, rows=rows, storage_options=storage_options
+                )
+
+        return await run_in_threadpool(_answer, read)
+
+    @app.get("/api/decisions")
+    async def decisions(
+        pipeline: str | None = None,
+        offset: int = Query(0, ge=0),
+        limit: int = Query(50, ge=1, le=500),
+    ) -> dict[str, Any]:
+        from modeswitch.state import StateStore
+        from modeswitch.status import decision_summary
+
+        def read() -> dict[str, Any]:
+            settings, _ = settings_of(pipeline)
+            with enter(settings) as storage_options:
+                store = StateStore.from_settings(settings, storage_options=storage_options)
+                every = store.decisions()
+            page = every[offset : offset + limit]
+            return {
+                "pipeline": settings.pipeline,
+                "total": len(every),
+                "offset": offset,
+                "limit": limit,
+                "decisions": [decision_summary(d) for d in page],
+            }
+
+        return await run_in_threadpool(_answer, read)
+
+    return app
+
+
+def _answer(read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``read()``, with the package's errors as HTTP errors that carry their message."""
+    try:
+        return read()
+    except HTTPException:
+        raise
+    except ConfigError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    except ModeswitchError as exc:
+        raise HTTPException(404, str(exc)) from exc
+
+
+@contextlib.contextmanager
+def in_airflow_credentials(settings: PipelineSettings) -> Iterator[dict[str, str]]:
+    """The block in which a pipeline's source and tables are opened with the credentials of
+    its Airflow Connections (``storage_connection``, ``kafka_connection``); yields the
+    tables' storage options."""
+    from modeswitch.airflow.settings import connection_storage_options, source_credentials
+
+    with source_credentials(settings):
+        yield connection_storage_options(settings)
+
+
+__all__ = ["PIPELINE_DAG_ID", "create_app", "list_pipelines", "read_access"]
