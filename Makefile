@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
 
-.PHONY: install java cds demo test lint format bench soak clean
+.PHONY: install java cds chromium demo test lint format bench soak clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -39,7 +39,11 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: install lint
+# The browser tier's headless chromium and its driver (Debian's packages).
+chromium:
+	@bash tools/ensure-chromium.sh
+
+test: install chromium lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.

@@ -28,6 +28,9 @@ reached its boundary, or records where the stream stopped and why. The next run 
 
 Trigger params: `force_mode` (auto, batch, stream), `dry_run` (decide and show, write
 nothing) and `settings` (per-run overrides, e.g. `{"max_stream_runtime": "60s"}`).
+
+**[What the pipeline is doing and why](/modeswitch/)**: mode, lag against the thresholds,
+every decision and command (also under *Modeswitch* in the navigation).
 """
 
 

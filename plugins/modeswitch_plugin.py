@@ -1,5 +1,10 @@
 """The modeswitch plugin: the operator's view (``modeswitch.airflow.web``) mounted at
-``/modeswitch`` in Airflow's API server.
+``/modeswitch`` in Airflow's API server, and its page in the UI's navigation.
+
+The page is an ``external_views`` entry, not a ``react_apps`` one: it is one HTML file that the
+app serves (tables, an SVG chart, plain script), shown by Airflow's UI in a frame, so nothing
+needs building on install; a React app would need a JavaScript bundle built for Airflow's
+plugin interface.
 
 Airflow does not put a plugin's FastAPI app behind its authentication: every route of the app
 requires a user allowed to read the ``modeswitch_pipeline`` DAG (see the app's module).
@@ -36,3 +41,11 @@ def _apps() -> list[dict[str, Any]]:
 class ModeswitchPlugin(AirflowPlugin):
     name = "modeswitch"
     fastapi_apps = _BuiltWhenAsked(_apps)
+    external_views = [
+        {
+            "name": "Modeswitch",
+            "href": "/modeswitch/",
+            "destination": "nav",
+            "url_route": "modeswitch",
+        }
+    ]

@@ -104,6 +104,50 @@ def pipeline_status(
     }
 
 
+def pipeline_history(
+    settings: PipelineSettings,
+    *,
+    window: timedelta = timedelta(hours=1),
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The chart's data over the last ``window``: each decision's watermark lag and offset lag
+    (what the policy saw when it decided), the epochs as mode bands with their throughput and
+    the handoff before each, and the thresholds to draw against."""
+    now = now or pendulum.now("UTC")
+    since = now - window
+    store = StateStore.from_settings(settings, storage_options=storage_options)
+    points = []
+    for decision in reversed(store.decisions()):
+        if decision.at < since:
+            continue
+        observation = decision.inputs.get("observation") or {}
+        committed, latest = observation.get("committed", {}), observation.get("latest", {})
+        watermark = decision.inputs.get("watermark") or {}
+        points.append(
+            {
+                "at": decision.at.isoformat(),
+                "mode": decision.inputs.get("mode", decision.mode),
+                "switched": decision.switched,
+                "decided_by": decision.decided_by,
+                "watermark_lag_seconds": watermark.get("lag_seconds"),
+                "offset_lag": sum(max(0, n - committed.get(b, 0)) for b, n in latest.items()),
+            }
+        )
+    epochs = store.epochs()
+    shown = [e for e in epochs if e.ended_at is None or e.ended_at >= since]
+    first = epochs.index(shown[0]) if shown else len(epochs)
+    bands = _epochs(epochs[max(0, first - 1) :], store.progress())
+    return {
+        "pipeline": settings.pipeline,
+        "at": now.isoformat(),
+        "since": since.isoformat(),
+        "points": points,
+        "epochs": [e for e in bands if e["epoch"] in {s.id for s in shown}],
+        "thresholds": _thresholds(settings.policy),
+    }
+
+
 def _mode(
     epoch: Epoch | None, decision: RecordedDecision | None, decisions: list[RecordedDecision]
 ) -> dict[str, Any]:
@@ -281,4 +325,4 @@ def _command(command: Command) -> dict[str, Any]:
     }
 
 
-__all__ = ["DEFAULT_ROWS", "decision_summary", "pipeline_status"]
+__all__ = ["DEFAULT_ROWS", "decision_summary", "pipeline_history", "pipeline_status"]

@@ -192,9 +192,11 @@ def submit_control_command(
     *,
     run_id: str = "manual",
     get_variable: VariableGetter | None = None,
+    issuer: str | None = None,
 ) -> dict[str, Any]:
     """Queue the command a control DAG run asks for; the running job applies it at its next
-    commit boundary, or the next ``decide`` does. Returns the command's id and args."""
+    commit boundary, or the next ``decide`` does. Returns the command's id and args. The
+    operator's page calls this too, with ``issuer`` naming its user."""
     settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
     with source_credentials(settings):  # a rewind to an event time asks the source
         args = command_args(params, settings)
@@ -203,7 +205,9 @@ def submit_control_command(
         store = StateStore.from_settings(
             settings, storage_options=connection_storage_options(settings)
         )
-        command_id = store.submit_command(kind, args, issuer=f"airflow modeswitch_control {run_id}")
+        command_id = store.submit_command(
+            kind, args, issuer=issuer or f"airflow modeswitch_control {run_id}"
+        )
     except ValueError as exc:
         raise ConfigError(f"command {kind}: {exc}") from exc
     log.info("pipeline %s: queued command %d %s %s", settings.pipeline, command_id, kind, args)

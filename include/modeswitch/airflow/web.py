@@ -23,10 +23,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
 
 from modeswitch.config import PipelineSettings, layer_settings, setting_origins
 from modeswitch.errors import ConfigError, ModeswitchError
@@ -39,11 +45,25 @@ PIPELINE_DAG_ID = "modeswitch_pipeline"
 Layers = list[tuple[str, Any]]
 
 
+CONTROL_DAG_ID = "modeswitch_control"
+"""The DAG whose runs queue commands; the page's actions require leave to trigger it."""
+
+
 def read_access() -> Any:
     """Airflow's own dependency: an authenticated user allowed to read the pipeline DAG."""
-    from airflow.api_fastapi.core_api.security import requires_access_dag
-
     return Depends(requires_access_dag("GET", param_dag_id=PIPELINE_DAG_ID))
+
+
+def command_access() -> Any:
+    """Airflow's own dependency: a user allowed to trigger runs of the control DAG (what
+    queueing a command through it takes); the user, for the command's issuer."""
+    check = requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=CONTROL_DAG_ID)
+
+    def allowed(request: Request, user: GetUserDep) -> str:
+        check(request, user)
+        return str(user.get_name())
+
+    return Depends(allowed)
 
 
 def airflow_layers() -> Layers:
@@ -71,10 +91,13 @@ def create_app(
     *,
     layers: Callable[[], Layers] = airflow_layers,
     access: Any = None,
+    commanding: Any = None,
     credentials: Callable[[PipelineSettings], contextlib.AbstractContextManager] | None = None,
 ) -> FastAPI:
     """The app. ``layers`` gives the settings layers (Airflow's by default); ``access`` is the
-    dependency every route requires (Airflow's :func:`read_access` by default);
+    dependency every route requires (Airflow's :func:`read_access` by default), and
+    ``commanding`` the one commands require on top (:func:`command_access`: it gives the
+    user's name);
     ``credentials(settings)`` returns the context in which the source and tables are opened
     with their Connections' credentials (:func:`in_airflow_credentials` by default)."""
     app = FastAPI(
@@ -152,7 +175,56 @@ def create_app(
 
         return await run_in_threadpool(_answer, read)
 
+    @app.get("/api/history")
+    async def history(
+        pipeline: str | None = None, hours: float = Query(1.0, gt=0, le=24 * 31)
+    ) -> dict[str, Any]:
+        from modeswitch.status import pipeline_history
+
+        def read() -> dict[str, Any]:
+            settings, _ = settings_of(pipeline)
+            with enter(settings) as storage_options:
+                return pipeline_history(
+                    settings, window=timedelta(hours=hours), storage_options=storage_options
+                )
+
+        return await run_in_threadpool(_answer, read)
+
+    @app.post("/api/commands")
+    async def command(
+        body: CommandRequest,
+        user: str = commanding if commanding is not None else command_access(),
+    ) -> dict[str, Any]:
+        from modeswitch.airflow.tasks import submit_control_command
+
+        def submit() -> dict[str, Any]:
+            params = body.model_dump(exclude={"pipeline"})
+            params["settings"] = {"pipeline": body.pipeline} if body.pipeline else {}
+            settings_of(body.pipeline)  # an unknown pipeline is refused (404)
+            # The control DAG's own task function: the same checks, the same messages.
+            return submit_control_command(params, issuer=f"page {user}")
+
+        return await run_in_threadpool(_answer, submit)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return PAGE.read_text()
+
     return app
+
+
+class CommandRequest(BaseModel):
+    """A command from the page: the control DAG's params, and which pipeline."""
+
+    command: str
+    offsets: dict[str, int] | None = None
+    event_time: str | None = None
+    note: str = ""
+    pipeline: str | None = None
+
+
+PAGE = Path(__file__).with_name("page.html")
+"""The page: one HTML file with its script and styles; no build step."""
 
 
 def _answer(read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
