@@ -17,7 +17,13 @@ from modeswitch.orchestration import decide
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 
-ROUTES = ["/modeswitch/api/pipelines", "/modeswitch/api/status", "/modeswitch/api/decisions"]
+ROUTES = [
+    "/modeswitch/",
+    "/modeswitch/api/pipelines",
+    "/modeswitch/api/status",
+    "/modeswitch/api/history",
+    "/modeswitch/api/decisions",
+]
 
 
 @pytest.fixture
@@ -104,3 +110,42 @@ def test_bad_requests_are_refused_with_what_is_wrong(client, pipeline) -> None:
         bad = http.get("/modeswitch/api/status", headers=viewer)
     assert bad.status_code == 400
     assert "modeswitch_enter_threshold" in bad.json()["detail"]
+
+
+def test_history_gives_the_charts_points_and_bands(client, pipeline) -> None:
+    http, token = client
+    history = http.get("/modeswitch/api/history?hours=1", headers=token("viewer")).json()
+    (point,) = history["points"]
+    assert point["decided_by"] == "test" and point["switched"] and point["mode"] == "batch"
+    assert point["offset_lag"] == 400  # nothing committed yet
+    assert [e["mode"] for e in history["epochs"]] == ["batch"]
+    assert history["thresholds"]["enter_seconds"] == 420
+
+
+def test_commands_go_through_the_control_dags_checks(client, pipeline) -> None:
+    from modeswitch.airflow.settings import settings_from_airflow
+    from modeswitch.state import StateStore
+
+    http, token = client
+    rewind = {"command": "rewind", "offsets": {"7": 3}, "note": "why not"}
+    assert http.post("/modeswitch/api/commands", json=rewind).status_code == 401
+    # A viewer may read the pipeline, not trigger the control DAG.
+    assert (
+        http.post("/modeswitch/api/commands", json=rewind, headers=token("viewer")).status_code
+        == 403
+    )
+    refused = http.post("/modeswitch/api/commands", json=rewind, headers=token("op"))
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == "param offsets: unknown bucket(s) [7]; the log has [0, 1]"
+    with mock.patch.dict(
+        os.environ, {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in pipeline.items()}
+    ):
+        store = StateStore.from_settings(settings_from_airflow())
+    assert store.commands() == []
+    queued = http.post(
+        "/modeswitch/api/commands", json={"command": "pause", "note": "n"}, headers=token("op")
+    )
+    assert queued.status_code == 200, queued.text
+    (command,) = store.commands()
+    assert queued.json()["command"] == command.id
+    assert (command.kind, command.issuer, command.args) == ("pause", "page user-op", {"note": "n"})

@@ -1,21 +1,25 @@
 """The operator's view in Airflow: a FastAPI app that ``plugins/modeswitch_plugin.py`` mounts
 at ``/modeswitch`` in Airflow's API server.
 
-JSON API (all ``GET``; what :func:`~modeswitch.status.pipeline_status` returns is documented
-in the README):
+The page (``/modeswitch/``, ``page.html`` beside this module) and the JSON API it is built on
+(documented in the README):
 
-- ``/modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse, and
-  the one the Airflow Variables configure (``default``);
-- ``/modeswitch/api/status?pipeline=&rows=``: one pipeline's status (default: the Variables'
-  pipeline; ``rows`` epochs, decisions and commands, 20 by default);
-- ``/modeswitch/api/decisions?pipeline=&offset=&limit=``: its decisions, newest first, a page
-  at a time.
+- ``GET /modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse,
+  and the one the Airflow Variables configure (``default``);
+- ``GET /modeswitch/api/status?pipeline=&rows=``: one pipeline's status
+  (:func:`~modeswitch.status.pipeline_status`; default: the Variables' pipeline);
+- ``GET /modeswitch/api/history?pipeline=&hours=``: the chart's data
+  (:func:`~modeswitch.status.pipeline_history`);
+- ``GET /modeswitch/api/decisions?pipeline=&offset=&limit=``: decisions, newest first, paged;
+- ``POST /modeswitch/api/commands``: queue a command through the ``modeswitch_control`` DAG's
+  own task function (:func:`~modeswitch.airflow.tasks.submit_control_command`).
 
 Airflow does not put a plugin's FastAPI app behind its authentication, so every route here
-depends on :data:`READ_ACCESS`: an authenticated user (JWT bearer token or Airflow's session
+depends on :func:`read_access`: an authenticated user (JWT bearer token or Airflow's session
 cookie: 401 without one) whom the auth manager allows to read the ``modeswitch_pipeline`` DAG
-(403 otherwise). Settings come from the Airflow Variables as the pipeline's tasks read them,
-with the same Connections for storage and Kafka credentials.
+(403 otherwise); commands also on :func:`command_access` (leave to trigger the control DAG).
+Settings come from the Airflow Variables as the pipeline's tasks read them, with the same
+Connections for storage and Kafka credentials.
 """
 
 from __future__ import annotations
