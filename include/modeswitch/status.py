@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pendulum
+import pyarrow as pa
 
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
@@ -94,7 +95,12 @@ def pipeline_status(
         "next": evaluation,
         "buckets": _buckets(settings, store, current, committed, latest, now),
         "thresholds": _thresholds(settings.policy),
-        "epochs": _epochs(epochs[-rows - 1 :], progress)[-rows:][::-1],
+        "epochs": _with_quarantine(
+            _epochs(epochs[-rows - 1 :], progress)[-rows:][::-1],
+            settings,
+            committed,
+            storage_options,
+        ),
         "decisions": [decision_summary(d) for d in decisions[:rows]],
         "commands": [_command(c) for c in commands[:rows]],
         "settings": {
@@ -268,6 +274,66 @@ def _epochs(epochs: list[Epoch], progress: list[Progress]) -> list[dict[str, Any
         )
         out.append(figures)
     return out
+
+
+QUARANTINE_SAMPLES = 3
+"""Reasons shown per epoch, the most frequent first."""
+
+
+def _with_quarantine(
+    epochs: list[dict[str, Any]],
+    settings: PipelineSettings,
+    committed: Mapping[int, int],
+    storage_options: Mapping[str, str] | None,
+) -> list[dict[str, Any]]:
+    """Each epoch with ``quarantined`` (records of its offset ranges in the quarantine table)
+    and ``quarantine_reasons`` (the most frequent, with counts): one scan of the quarantine
+    table, filtered to the epochs' ranges (files and row groups outside them are skipped)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    ranges = []
+    for epoch in epochs:
+        end = epoch["end"] or epoch["boundary"] or {str(b): o for b, o in committed.items()}
+        for bucket, start in epoch["start"].items():
+            if bucket in end and end[bucket] > start:
+                ranges.append((epoch, int(bucket), start, end[bucket]))
+    for epoch in epochs:
+        epoch["quarantined"], epoch["quarantine_reasons"] = 0, []
+    if not ranges:
+        return epochs
+    try:
+        table = DeltaTable(settings.quarantine, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return epochs
+    where = None
+    for _, bucket, start, end in ranges:
+        one = (
+            (pc.field("bucket") == bucket)
+            & (pc.field("offset") >= start)
+            & (pc.field("offset") < end)
+        )
+        where = one if where is None else where | one
+    rows = table.to_pyarrow_dataset().to_table(columns=["bucket", "offset", "reason"], filter=where)
+    buckets = rows.column("bucket").to_numpy()
+    offsets = rows.column("offset").to_numpy()
+    reasons = rows.column("reason")
+    for epoch, bucket, start, end in ranges:
+        mine = (buckets == bucket) & (offsets >= start) & (offsets < end)
+        count = int(mine.sum())
+        if not count:
+            continue
+        epoch["quarantined"] += count
+        counted = dict(epoch["quarantine_reasons"])
+        for reason in reasons.filter(pa.array(mine)).to_pylist():
+            counted[reason] = counted.get(reason, 0) + 1
+        epoch["quarantine_reasons"] = sorted(counted.items(), key=lambda r: -r[1])
+    for epoch in epochs:
+        epoch["quarantine_reasons"] = [
+            {"reason": reason, "records": n} for reason, n in epoch["quarantine_reasons"]
+        ][:QUARANTINE_SAMPLES]
+    return epochs
 
 
 def _epoch(epoch: Epoch, progress: list[Progress]) -> dict[str, Any]:

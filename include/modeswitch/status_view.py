@@ -22,6 +22,7 @@ def render_status(status: Mapping[str, Any]) -> Group:
         _next(status),
         _buckets(status),
         _epochs(status),
+        _quarantine_reasons(status),
         _decisions(status),
         _commands(status),
     )
@@ -113,7 +114,8 @@ def _buckets(status: Mapping[str, Any]) -> Table:
 
 def _epochs(status: Mapping[str, Any]) -> Table:
     table = Table(title="epochs, newest first", box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("epoch", "mode", "status", "started", "commits", "records", "rec/s", "handoff"):
+    names = ("epoch", "mode", "status", "started", "commits", "records", "rec/s", "handoff")
+    for name in (*names, "quar."):
         table.add_column(name, justify="right" if name not in ("mode", "status") else "left")
     for epoch in status["epochs"]:
         rate = epoch["records_per_second"]
@@ -126,8 +128,23 @@ def _epochs(status: Mapping[str, Any]) -> Table:
             _count(epoch["records"]),
             "-" if rate is None else f"{rate:,.0f}",
             _duration(epoch["handoff_seconds"]),
+            _quarantined(epoch),
         )
     return table
+
+
+def _quarantined(epoch: Mapping[str, Any]) -> str:
+    return _count(epoch.get("quarantined"))
+
+
+def _quarantine_reasons(status: Mapping[str, Any]) -> Text:
+    text = Text()
+    for epoch in status["epochs"]:
+        reasons = epoch.get("quarantine_reasons") or []
+        if reasons:
+            sample = "; ".join(f"{r['reason']} ({r['records']:,})" for r in reasons)
+            text.append(f"epoch {epoch['epoch']} quarantined: {sample}\n", style="dim")
+    return text
 
 
 def _decisions(status: Mapping[str, Any]) -> Table:

@@ -56,8 +56,11 @@ def layers(tmp_path: Path) -> list:
     return [("config file p.toml:", file_layer), ("command line:", {"exit_threshold": "20s"})]
 
 
-def commit(settings, epoch: int, sequence: int, ranges: dict[int, tuple[int, int]]) -> None:
-    """One sink commit of the records of ``ranges``, as a batch wave makes it."""
+def commit(
+    settings, epoch: int, sequence: int, ranges: dict[int, tuple[int, int]], bad=frozenset()
+) -> None:
+    """One sink commit of the records of ``ranges``, as a batch wave makes it; the positions
+    in ``bad`` are quarantined."""
     options = DeltaSinkOptions.parse(
         {"path": settings.sink, "pipeline": PIPELINE, "epoch": str(epoch)}
         | {"quarantinePath": settings.quarantine}
@@ -72,7 +75,9 @@ def commit(settings, epoch: int, sequence: int, ranges: dict[int, tuple[int, int
             ),
             "key": pa.array([f"k{o}" for _, o in rows], pa.string()),
             "value": pa.array([f"v{b}-{o}" for b, o in rows], pa.string()),
-            QUARANTINE_REASON: pa.array([None] * len(rows), pa.string()),
+            QUARANTINE_REASON: pa.array(
+                ["not JSON" if r in bad else None for r in rows], pa.string()
+            ),
         }
     )
     commit_files(
@@ -92,7 +97,7 @@ def test_status_of_a_batch_epoch_half_done(layers: list) -> None:
     plan = decide(settings, decided_by="test-decide")  # the backlog is old: batch
     assert plan.mode == "batch" and plan.boundary == LATEST
     store = StateStore.from_settings(settings)
-    commit(settings, plan.epoch, 0, {0: (0, 60), 1: (0, 40)})
+    commit(settings, plan.epoch, 0, {0: (0, 60), 1: (0, 40)}, bad={(0, 5), (1, 7), (1, 39)})
     store.record_backlog_finished(plan.epoch, [1])
     store.submit_command("switch_to_stream", {"note": "ops"}, issuer="alice")
     rejected = store.submit_command("pause", issuer="bob")
@@ -123,7 +128,9 @@ def test_status_of_a_batch_epoch_half_done(layers: list) -> None:
     assert status["thresholds"]["enter_seconds"] == 600
     assert status["thresholds"]["exit_seconds"] == 20
     (epoch,) = status["epochs"]
-    assert (epoch["commits"], epoch["records"], epoch["status"]) == (1, 100, "running")
+    assert (epoch["commits"], epoch["records"], epoch["status"]) == (1, 97, "running")
+    assert epoch["quarantined"] == 3
+    assert epoch["quarantine_reasons"] == [{"reason": "not JSON", "records": 3}]
     assert [c["status"] for c in status["commands"]] == ["rejected", "pending"]
     assert status["commands"][0]["reason"] == "no: a test"
     assert [d["decided_by"] for d in status["decisions"]] == ["test-decide"]
@@ -215,6 +222,8 @@ FIXED = {
             "records": 6200,
             "records_per_second": 10.3,
             "handoff_seconds": 4.5,
+            "quarantined": 12,
+            "quarantine_reasons": [{"reason": "value is not JSON", "records": 12}],
         }
     ],
     "decisions": [
