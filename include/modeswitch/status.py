@@ -35,7 +35,7 @@ from modeswitch.orchestration import observe, operator_override, previous_state
 from modeswitch.policy import PolicySettings, decide_mode
 from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
-from modeswitch.state.records import Command, Epoch, Progress, RecordedDecision
+from modeswitch.state.records import Command, Epoch, RecordedDecision
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def pipeline_status(
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)
     epochs = store.epochs()
-    decisions = store.decisions()
+    decisions = store.decisions(limit=rows)
     if not epochs and not decisions:
         raise ModeswitchError(
             f"pipeline {settings.pipeline!r}: no epochs or decisions under {settings.state_root} "
@@ -67,15 +67,20 @@ def pipeline_status(
     current = next((e for e in reversed(epochs) if e.running), None)
     shown = current or (epochs[-1] if epochs else None)
     commands = sorted(store.commands(), key=lambda c: c.id, reverse=True)
-    progress = store.progress()
     latest_decision = decisions[0] if decisions else None
+    opened_by = None
+    if shown is not None:
+        opening = store.decisions(limit=1, until=shown.started_at)
+        opened_by = opening[0].decided_by if opening else None
 
     evaluation: dict[str, Any]
     latest: dict[int, int] | None = None
     committed: dict[int, int] = dict(store.committed_offsets())
+    event_times: dict[int, datetime] | None = None
     try:
         observation, committed = observe(settings, store, now)
         latest = dict(observation.latest)
+        event_times = dict(observation.max_event_time)
         pending = [(c.id, c.kind) for c in store.pending_commands()]
         command, _ = operator_override(pending, "auto")
         decision = decide_mode(
@@ -85,18 +90,20 @@ def pipeline_status(
     except ModeswitchError as exc:  # the source is unreachable, or retention passed us
         log.warning("status of %s: %s", settings.pipeline, exc)
         evaluation = {"error": str(exc)}
+    if event_times is None:
+        event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
 
     return {
         "pipeline": settings.pipeline,
         "at": now.isoformat(),
         "source": settings.source,
         "sink": settings.sink,
-        "mode": _mode(shown, latest_decision, decisions),
+        "mode": _mode(shown, latest_decision, opened_by),
         "next": evaluation,
-        "buckets": _buckets(settings, store, current, committed, latest, now),
+        "buckets": _buckets(store, current, committed, latest, event_times, now),
         "thresholds": _thresholds(settings.policy),
         "epochs": _with_quarantine(
-            _epochs(epochs[-rows - 1 :], progress)[-rows:][::-1],
+            _epochs(epochs[-rows - 1 :], store)[-rows:][::-1],
             settings,
             committed,
             storage_options,
@@ -124,9 +131,7 @@ def pipeline_history(
     since = now - window
     store = StateStore.from_settings(settings, storage_options=storage_options)
     points = []
-    for decision in reversed(store.decisions()):
-        if decision.at < since:
-            continue
+    for decision in reversed(store.decisions(since=since)):
         observation = decision.inputs.get("observation") or {}
         committed, latest = observation.get("committed", {}), observation.get("latest", {})
         watermark = decision.inputs.get("watermark") or {}
@@ -143,7 +148,7 @@ def pipeline_history(
     epochs = store.epochs()
     shown = [e for e in epochs if e.ended_at is None or e.ended_at >= since]
     first = epochs.index(shown[0]) if shown else len(epochs)
-    bands = _epochs(epochs[max(0, first - 1) :], store.progress())
+    bands = _epochs(epochs[max(0, first - 1) :], store)
     return {
         "pipeline": settings.pipeline,
         "at": now.isoformat(),
@@ -155,7 +160,7 @@ def pipeline_history(
 
 
 def _mode(
-    epoch: Epoch | None, decision: RecordedDecision | None, decisions: list[RecordedDecision]
+    epoch: Epoch | None, decision: RecordedDecision | None, opened_by: str | None
 ) -> dict[str, Any]:
     if decision is not None and decision.inputs.get("mode") == "paused":
         return {
@@ -175,7 +180,7 @@ def _mode(
         "since": epoch.started_at.isoformat(),
         "reason": epoch.reason,
         # The decision that opened it: the newest one made before it started.
-        "decided_by": next((d.decided_by for d in decisions if d.at <= epoch.started_at), None),
+        "decided_by": opened_by,
         "ended_at": None if epoch.ended_at is None else epoch.ended_at.isoformat(),
         "end_reason": epoch.end_reason,
     }
@@ -209,22 +214,20 @@ def _left(until: datetime, now: datetime) -> float:
 
 
 def _buckets(
-    settings: PipelineSettings,
     store: StateStore,
     current: Epoch | None,
     committed: Mapping[int, int],
     latest: Mapping[int, int] | None,
+    event_times: Mapping[int, datetime],
     now: datetime,
 ) -> list[dict[str, Any]]:
     boundary = current.boundary if current is not None and current.boundary else {}
     finished = store.finished_buckets(current.id) if current and current.mode == "batch" else {}
-    event_times = store.max_event_times()
     buckets = sorted({*committed, *(latest or {}), *boundary})
     out = []
     for bucket in buckets:
         done = committed.get(bucket, 0)
-        micros = event_times.get(bucket)
-        event_time = None if micros is None else event_time_from_micros(micros)
+        event_time = event_times.get(bucket)
         out.append(
             {
                 "bucket": bucket,
@@ -259,12 +262,14 @@ def _thresholds(policy: PolicySettings) -> dict[str, Any]:
     }
 
 
-def _epochs(epochs: list[Epoch], progress: list[Progress]) -> list[dict[str, Any]]:
+def _epochs(epochs: list[Epoch], store: StateStore) -> list[dict[str, Any]]:
     """Each epoch's figures, oldest first, with the handoff before it: from the previous
-    epoch's last sink commit to this one's first (None where either has none)."""
+    epoch's last sink commit to this one's first (None where either has none). The progress
+    table is read from the first of them on only."""
+    summaries = store.epoch_summaries(epochs[0].id) if epochs else {}
     out: list[dict[str, Any]] = []
     for epoch in epochs:
-        figures = _epoch(epoch, progress)
+        figures = _epoch(epoch, summaries.get(epoch.id))
         before = out[-1]["last_commit_at"] if out else None
         first = figures["first_commit_at"]
         figures["handoff_seconds"] = (
@@ -336,11 +341,11 @@ def _with_quarantine(
     return epochs
 
 
-def _epoch(epoch: Epoch, progress: list[Progress]) -> dict[str, Any]:
-    commits = [p for p in progress if p.epoch == epoch.id]
-    records = sum(p.records for p in commits)
-    stamps = [p.committed_at for p in commits if p.committed_at is not None]
-    end = epoch.ended_at or (max(stamps) if stamps else None)
+def _epoch(epoch: Epoch, summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    summary = summary or {}
+    records = summary.get("records", 0)
+    first, last = summary.get("first_commit_at"), summary.get("last_commit_at")
+    end = epoch.ended_at or last
     seconds = (end - epoch.started_at).total_seconds() if end is not None else None
     return {
         "epoch": epoch.id,
@@ -350,10 +355,10 @@ def _epoch(epoch: Epoch, progress: list[Progress]) -> dict[str, Any]:
         "started_at": epoch.started_at.isoformat(),
         "ended_at": None if epoch.ended_at is None else epoch.ended_at.isoformat(),
         "end_reason": epoch.end_reason,
-        "commits": len(commits),
+        "commits": summary.get("commits", 0),
         "records": records,
-        "first_commit_at": min(stamps).isoformat() if stamps else None,
-        "last_commit_at": max(stamps).isoformat() if stamps else None,
+        "first_commit_at": None if first is None else first.isoformat(),
+        "last_commit_at": None if last is None else last.isoformat(),
         "records_per_second": records / seconds if seconds else None,
         "start": offsets_to_dict(epoch.start),
         "boundary": None if epoch.boundary is None else offsets_to_dict(epoch.boundary),

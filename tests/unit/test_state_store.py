@@ -593,3 +593,52 @@ def test_many_progress_rows_go_in_one_commit_and_recorded_ones_are_skipped(
             [sink_commit(2, 4, {0: 40}, {0: 50}), sink_commit(2, 3, {0: 30}, {0: 41})]
         )
     assert [p.sequence for p in store.progress(epoch=2)] == [0, 1, 2, 3]
+
+
+# --- bounded reads of a long history -----------------------------------------------------------
+
+
+def test_decisions_pages_and_windows_read_like_the_whole_table(tmp_path: Path) -> None:
+    store = StateStore.for_warehouse(
+        str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"), compact_at_files=4
+    )
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    # Out of order, with a tie, across compactions (every 4 files).
+    seconds = [5, 1, 9, 3, 3, 7, 0, 8, 2, 6, 4, 11, 10]
+    for i, s in enumerate(seconds):
+        store.record_decision("stream", f"d{i}", {"n": i}, at=t0 + timedelta(seconds=s))
+    everything = sorted(
+        ((t0 + timedelta(seconds=s), f"d{i}") for i, s in enumerate(seconds)), reverse=True
+    )
+
+    assert store.decision_count() == len(seconds)
+    assert [d.at for d in store.decisions()] == [at for at, _ in everything]
+    assert [d.at for d in store.decisions(limit=4)] == [at for at, _ in everything[:4]]
+    page = store.decisions(limit=3, offset=8)
+    assert [d.at for d in page] == [at for at, _ in everything[8:11]]
+    assert store.decisions(limit=100, offset=20) == []
+    since = store.decisions(since=t0 + timedelta(seconds=8))
+    assert [d.at.second for d in since] == [11, 10, 9, 8]
+    until = store.decisions(limit=2, until=t0 + timedelta(seconds=3))
+    assert [d.at.second for d in until] == [3, 3]
+    assert store.latest_decision().reason == "d11"
+    assert store.decisions(limit=0) == []
+
+
+def test_max_event_times_read_every_commit_but_only_after_a_rewind(store: StateStore) -> None:
+    def commit(epoch: int, sequence: int, times: dict[int, int]) -> None:
+        end = {b: sequence + 1 for b in times}
+        store.record_progress(
+            sink_commit(epoch, sequence, {}, end, max_event_time_us=times), recorded_by="sink"
+        )
+
+    commit(1, 0, {0: 500, 1: 100})
+    commit(1, 1, {0: 300, 2: 50})
+    commit(2, 0, {1: 700})
+    assert store.max_event_times() == {0: 500, 1: 700, 2: 50}
+    # A rewind of bucket 0 after epoch 2: only commits after it count for bucket 0.
+    command = store.submit_command("rewind", {"offsets": {"0": 0}}, issuer="test")
+    store.apply_command(command, 2, {0: 0})
+    assert store.max_event_times() == {1: 700, 2: 50}
+    commit(3, 0, {0: 40})
+    assert store.max_event_times() == {0: 40, 1: 700, 2: 50}

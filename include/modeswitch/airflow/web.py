@@ -167,11 +167,11 @@ def create_app(
             settings, _ = settings_of(pipeline)
             with enter(settings) as storage_options:
                 store = StateStore.from_settings(settings, storage_options=storage_options)
-                every = store.decisions()
-            page = every[offset : offset + limit]
+                page = store.decisions(limit, offset=offset)
+                total = store.decision_count()
             return {
                 "pipeline": settings.pipeline,
-                "total": len(every),
+                "total": total,
                 "offset": offset,
                 "limit": limit,
                 "decisions": [decision_summary(d) for d in page],

@@ -7,6 +7,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+import pendulum
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from modeswitch.errors import InvalidStateInputError
 from modeswitch.state.base import ControlState, _json_roundtrip
 from modeswitch.state.codec import decision_from_row, decision_to_row
@@ -20,7 +25,7 @@ from modeswitch.state.records import (
     check_timestamp,
     utc_now,
 )
-from modeswitch.state.tables import SCHEMAS, Change, insert, rows_table
+from modeswitch.state.tables import SCHEMAS, TIMESTAMP, Change, insert, rows_table
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +71,54 @@ class DecisionsState(ControlState):
         )
         return decision
 
-    def decisions(self, limit: int | None = None) -> list[RecordedDecision]:
-        """Recorded policy evaluations, newest first (at most ``limit``)."""
-        rows = self._table("decisions").read().to_pylist()
-        decisions = sorted((decision_from_row(row) for row in rows), key=lambda d: d.at)
-        decisions.reverse()
+    def decisions(
+        self,
+        limit: int | None = None,
+        *,
+        offset: int = 0,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[RecordedDecision]:
+        """Recorded policy evaluations, newest first: the ``limit`` after the newest
+        ``offset`` ones (all without ``limit``) of those made at or after ``since`` and at or
+        before ``until``.
+
+        Bounded by what it returns, not by the table: the times are read first (one column),
+        and only the rows from the oldest wanted one on are read and decoded (compacted files
+        hold row groups in time order, so older ones are skipped by their statistics)."""
+        offset = check_int(offset, what="offset")
+        table = self._table("decisions")
+        low = None if since is None else check_timestamp(since, what="since")
+        high = None if until is None else check_timestamp(until, what="until")
         if limit is not None:
-            decisions = decisions[: check_int(limit, what="limit")]
-        return decisions
+            wanted = offset + check_int(limit, what="limit")
+            if wanted == 0:
+                return []
+            times = table.read(columns=["at"]).column("at")
+            if high is not None:
+                times = times.filter(pc.less_equal(times, pa.scalar(high, TIMESTAMP)))
+            times = times.to_numpy()
+            if len(times) > wanted:
+                oldest = np.partition(times, len(times) - wanted)[len(times) - wanted]
+                at = pendulum.instance(oldest.astype("datetime64[us]").item(), tz="UTC")
+                low = at if low is None else max(low, at)
+        where = None
+        for condition in (
+            None if low is None else pc.field("at") >= pa.scalar(low, TIMESTAMP),
+            None if high is None else pc.field("at") <= pa.scalar(high, TIMESTAMP),
+        ):
+            if condition is not None:
+                where = condition if where is None else where & condition
+        rows = table.read(where)
+        if where is not None:
+            rows = rows.filter(where)
+        order = pc.sort_indices(rows, [("at", "descending")])
+        end = None if limit is None else offset + limit
+        return [decision_from_row(row) for row in rows.take(order[offset:end]).to_pylist()]
+
+    def decision_count(self) -> int:
+        """How many decisions are recorded (one column read)."""
+        return self._table("decisions").read(columns=["at"]).num_rows
 
     def latest_decision(self) -> RecordedDecision | None:
         """The newest policy evaluation, or None before the first."""

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import operator
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import pendulum
+import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import json as pa_json
 
 from modeswitch.errors import InvalidStateInputError, InvalidStateTransitionError
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
-from modeswitch.sinks.commits import SinkCommit, rewind_txn_version, txn_version
+from modeswitch.sinks.commits import SEQUENCE_BITS, SinkCommit, rewind_txn_version
 from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
 from modeswitch.state.base import ControlState
 from modeswitch.state.codec import progress_from_row, progress_to_row
 from modeswitch.state.records import (
     MODES,
     Progress,
+    as_utc,
     check_choice,
     check_int,
     check_offsets,
@@ -111,6 +116,34 @@ class ProgressState(ControlState):
         rows = self._table("progress").read(where).to_pylist()
         return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
 
+    def epoch_summaries(self, first_epoch: int) -> dict[int, dict[str, Any]]:
+        """Per epoch from ``first_epoch`` on: its sink commits (``commits``), ``records``, and
+        its first and last commit times. Reads three columns of the rows of those epochs
+        only (older row groups are skipped by their statistics)."""
+        rows = self._table("progress").read(
+            pc.field("epoch") >= check_int(first_epoch, what="first_epoch"),
+            columns=["epoch", "records", "committed_at"],
+        )
+        if rows.num_rows == 0:
+            return {}
+        grouped = rows.group_by("epoch").aggregate(
+            [
+                ("records", "count"),
+                ("records", "sum"),
+                ("committed_at", "min"),
+                ("committed_at", "max"),
+            ]
+        )
+        return {
+            row["epoch"]: {
+                "commits": row["records_count"],
+                "records": row["records_sum"],
+                "first_commit_at": as_utc(row["committed_at_min"]),
+                "last_commit_at": as_utc(row["committed_at_max"]),
+            }
+            for row in grouped.to_pylist()
+        }
+
     def committed_offsets(self) -> OffsetsMap:
         """Per bucket, the end of what is in the sink, read from the sink's own Delta log."""
         return sink_committed_offsets(
@@ -132,13 +165,23 @@ class ProgressState(ControlState):
             version = rewind_txn_version(command.applied_epoch, command.id)
             for bucket in command.args.get("offsets", {}):
                 cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
+        rows = self._table("progress").read(columns=["epoch", "sequence", "max_event_time_us"])
+        if rows.num_rows == 0:
+            return {}
+        # One vectorised pass: the JSON maps become one column per bucket.
+        text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
+        times = pa_json.read_json(io.BytesIO(text))
+        versions = (rows.column("epoch").to_numpy() << SEQUENCE_BITS) | rows.column(
+            "sequence"
+        ).to_numpy()
         latest: dict[int, int] = {}
-        for row in self.progress():
-            version = txn_version(row.epoch, row.sequence)
-            for bucket, micros in row.max_event_time_us.items():
-                if version < cutoff.get(bucket, -1):
-                    continue
-                latest[bucket] = max(micros, latest.get(bucket, micros))
+        for name in times.column_names:
+            bucket = int(name)
+            column = times.column(name)
+            keep = pc.and_(pc.is_valid(column), pa.array(versions >= cutoff.get(bucket, -1)))
+            values = pc.filter(column, keep)
+            if len(values):
+                latest[bucket] = int(pc.max(values).as_py())
         return latest
 
     def _progress_of(

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from modeswitch.errors import ModeswitchError, StateConflictError
@@ -137,6 +137,22 @@ SCHEMAS: dict[str, pa.Schema] = {
     "finished": FINISHED_SCHEMA,
 }
 
+ORDER: dict[str, tuple[str, ...]] = {
+    "epochs": ("id",),
+    "splits": ("epoch", "wave", "bucket", "start_offset"),
+    "progress": ("epoch", "sequence"),
+    "decisions": ("at",),
+    "commands": ("id",),
+    "finished": ("epoch", "bucket"),
+}
+"""The order a compaction writes each table's rows in: the order they were appended in, so
+that a row group's statistics cover a narrow range and a read of the newest rows (decisions
+since a time, progress since an epoch) skips the older row groups."""
+
+COMPACT_ROW_GROUP_ROWS = 4096
+"""Rows per row group in a compacted file: small enough that a read of the newest rows decodes
+little more than they hold."""
+
 
 @dataclass(frozen=True)
 class Change(Generic[T]):
@@ -159,14 +175,21 @@ class Snapshot:
         return self.table.version()
 
     def read(
-        self, where: pc.Expression | None = None, *, match: pc.Expression | None = None
+        self,
+        where: pc.Expression | None = None,
+        *,
+        match: pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """Rows of this version. ``where`` is pushed down to the scan, where the files' column
-        statistics prune it: give it conditions on integer columns only. ``match`` filters
-        the rows read, in memory: use it for strings (measured with deltalake 1.6 and pyarrow
-        26: delta-rs's string statistics are ``string_view`` literals, and pyarrow refuses to
-        compare them with the ``string`` column, so pushing a string condition down fails)."""
-        rows = self.table.to_pyarrow_dataset().to_table(filter=where)
+        """Rows of this version (only ``columns``, if given). ``where`` is pushed down to the
+        scan, where the files' and row groups' column statistics prune it: give it conditions
+        on integer or timestamp columns only. ``match`` filters the rows read, in memory: use
+        it for strings (measured with deltalake 1.6 and pyarrow 26: delta-rs's string
+        statistics are ``string_view`` literals, and pyarrow refuses to compare them with the
+        ``string`` column, so pushing a string condition down fails)."""
+        rows = self.table.to_pyarrow_dataset().to_table(
+            filter=where, columns=None if columns is None else list(columns)
+        )
         return rows if match is None else rows.filter(match)
 
 
@@ -235,14 +258,19 @@ class ControlTable:
             return None
 
     def read(
-        self, where: pc.Expression | None = None, *, match: pc.Expression | None = None
+        self,
+        where: pc.Expression | None = None,
+        *,
+        match: pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """Rows of the latest version, none if the table does not exist; ``where`` and
-        ``match`` as for :meth:`Snapshot.read`."""
+        """Rows of the latest version, none if the table does not exist; ``where``, ``match``
+        and ``columns`` as for :meth:`Snapshot.read`."""
         table = self.load()
         if table is None:
-            return self.schema.empty_table()
-        return Snapshot(table).read(where, match=match)
+            empty = self.schema.empty_table()
+            return empty if columns is None else empty.select(list(columns))
+        return Snapshot(table).read(where, match=match, columns=columns)
 
     def transact(self, operation: str, plan: Callable[[Snapshot], Change[T]]) -> T:
         """Run ``plan`` on a fresh snapshot and commit its write only if the table has not moved
@@ -280,11 +308,15 @@ class ControlTable:
         # rewrite of the snapshot committed with zero retries is a compare-and-swap like
         # every other write: it lands only if nothing else did since the snapshot.
         rows = Snapshot(table).read()
+        order = ORDER.get(self.name, ())
+        if order:
+            rows = rows.sort_by([(column, "ascending") for column in order])
         try:
             write_deltalake(
                 table,
                 rows,
                 mode="overwrite",
+                writer_properties=WriterProperties(max_row_group_size=COMPACT_ROW_GROUP_ROWS),
                 commit_properties=CommitProperties(
                     max_commit_retries=0, custom_metadata={METADATA_KEY: "compact"}
                 ),
