@@ -253,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=50_000)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--commands", type=int, default=5, help="`modeswitch status` runs")
+    parser.add_argument("--keep", help="build the tables in this folder and keep them")
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="bench-status-"))
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-status-"))
     try:
         began = time.perf_counter()
         settings = build(root, args.progress, args.decisions)
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the live writer recorded {writer.writes} decisions and progress rows meanwhile")
         print("\n".join(rows))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

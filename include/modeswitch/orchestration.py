@@ -38,6 +38,7 @@ from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
+from modeswitch.state.records import RecordedDecision
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +93,12 @@ def operator_override(
 
 def previous_state(store: StateStore) -> PolicyState | None:
     """What the policy remembers from the newest decision (None before the first)."""
-    latest = store.latest_decision()
-    if latest is None:
-        return None
-    state = latest.inputs.get("state")
+    return policy_state_of(store.latest_decision())
+
+
+def policy_state_of(decision: RecordedDecision | None) -> PolicyState | None:
+    """The policy state a recorded decision left (None for none, or one without it)."""
+    state = None if decision is None else decision.inputs.get("state")
     if not state:
         return None
     return PolicyState(

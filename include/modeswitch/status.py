@@ -31,7 +31,7 @@ import pyarrow as pa
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import offsets_to_dict
-from modeswitch.orchestration import observe, operator_override, previous_state
+from modeswitch.orchestration import observe, operator_override, policy_state_of
 from modeswitch.policy import PolicySettings, decide_mode
 from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
@@ -57,8 +57,8 @@ def pipeline_status(
     say why instead, and the rest is still shown."""
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)
-    epochs = store.epochs()
-    decisions = store.decisions(limit=rows)
+    epochs = store.epochs(last=rows + 1)
+    decisions = store.decisions(limit=rows, inputs=False)
     if not epochs and not decisions:
         raise ModeswitchError(
             f"pipeline {settings.pipeline!r}: no epochs or decisions under {settings.state_root} "
@@ -67,10 +67,10 @@ def pipeline_status(
     current = next((e for e in reversed(epochs) if e.running), None)
     shown = current or (epochs[-1] if epochs else None)
     commands = sorted(store.commands(), key=lambda c: c.id, reverse=True)
-    latest_decision = decisions[0] if decisions else None
+    latest_decision = store.latest_decision()
     opened_by = None
     if shown is not None:
-        opening = store.decisions(limit=1, until=shown.started_at)
+        opening = store.decisions(limit=1, until=shown.started_at, inputs=False)
         opened_by = opening[0].decided_by if opening else None
 
     evaluation: dict[str, Any]
@@ -84,7 +84,10 @@ def pipeline_status(
         pending = [(c.id, c.kind) for c in store.pending_commands()]
         command, _ = operator_override(pending, "auto")
         decision = decide_mode(
-            observation, settings=settings.policy, previous=previous_state(store), command=command
+            observation,
+            settings=settings.policy,
+            previous=policy_state_of(latest_decision),
+            command=command,
         )
         evaluation = _next(decision.to_record(), settings.policy, now)
     except ModeswitchError as exc:  # the source is unreachable, or retention passed us
@@ -145,10 +148,9 @@ def pipeline_history(
                 "offset_lag": sum(max(0, n - committed.get(b, 0)) for b, n in latest.items()),
             }
         )
-    epochs = store.epochs()
-    shown = [e for e in epochs if e.ended_at is None or e.ended_at >= since]
-    first = epochs.index(shown[0]) if shown else len(epochs)
-    bands = _epochs(epochs[max(0, first - 1) :], store)
+    shown = store.epochs(since=since)
+    # One more, for the handoff before the first shown.
+    bands = _epochs(store.epochs(last=len(shown) + 1), store) if shown else []
     return {
         "pipeline": settings.pipeline,
         "at": now.isoformat(),

@@ -78,10 +78,12 @@ class DecisionsState(ControlState):
         offset: int = 0,
         since: datetime | None = None,
         until: datetime | None = None,
+        inputs: bool = True,
     ) -> list[RecordedDecision]:
         """Recorded policy evaluations, newest first: the ``limit`` after the newest
         ``offset`` ones (all without ``limit``) of those made at or after ``since`` and at or
-        before ``until``.
+        before ``until``. Without ``inputs`` their inputs (the largest column) are neither
+        read nor decoded: each decision's ``inputs`` is then ``{}``.
 
         Bounded by what it returns, not by the table: the times are read first (one column),
         and only the rows from the oldest wanted one on are read and decoded (compacted files
@@ -109,12 +111,14 @@ class DecisionsState(ControlState):
         ):
             if condition is not None:
                 where = condition if where is None else where & condition
-        rows = table.read(where)
+        columns = None if inputs else [n for n in SCHEMAS["decisions"].names if n != "inputs"]
+        rows = table.read(where, columns=columns)
         if where is not None:
             rows = rows.filter(where)
         order = pc.sort_indices(rows, [("at", "descending")])
         end = None if limit is None else offset + limit
-        return [decision_from_row(row) for row in rows.take(order[offset:end]).to_pylist()]
+        picked = rows.take(order[offset:end]).to_pylist()
+        return [decision_from_row(row if inputs else {**row, "inputs": "{}"}) for row in picked]
 
     def decision_count(self) -> int:
         """How many decisions are recorded (one column read)."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from modeswitch.errors import (
@@ -28,9 +31,18 @@ from modeswitch.state.records import (
     check_int,
     check_offsets,
     check_text,
+    check_timestamp,
     utc_now,
 )
-from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table, upsert
+from modeswitch.state.tables import (
+    SCHEMAS,
+    TIMESTAMP,
+    Change,
+    Snapshot,
+    insert,
+    rows_table,
+    upsert,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +167,27 @@ class EpochsState(ControlState):
             log.info("pipeline %s: closed epoch %d as %s", self.pipeline, epoch_id, status)
         return closed
 
-    def epochs(self) -> list[Epoch]:
-        """Every epoch, oldest first."""
-        rows = self._table("epochs").read().to_pylist()
+    def epochs(self, *, last: int | None = None, since: datetime | None = None) -> list[Epoch]:
+        """Every epoch, oldest first; or only the ``last`` newest, and those that ran at or
+        after ``since`` (still running, or ended then). Bounded by what it returns: the ids
+        and times are read first, then the rows of the epochs wanted only."""
+        table = self._table("epochs")
+        where = None
+        if last is not None or since is not None:
+            times = table.read(columns=["id", "ended_at"])
+            ids = times.column("id").to_numpy()
+            wanted = ids.max(initial=0) + 1
+            if last is not None and check_int(last, what="last") > 0 and len(ids):
+                wanted = min(wanted, int(np.sort(ids)[-min(last, len(ids))]))
+            if since is not None:
+                at = pa.scalar(check_timestamp(since, what="since"), TIMESTAMP)
+                ended = times.column("ended_at")
+                recent = pc.or_(pc.is_null(ended), pc.greater_equal(ended, at))
+                ran = times.filter(recent).column("id").to_numpy()
+                if len(ran):
+                    wanted = min(wanted, int(ran.min()))
+            where = pc.field("id") >= int(wanted)
+        rows = table.read(where).to_pylist()
         return sorted((epoch_from_row(row) for row in rows), key=lambda epoch: epoch.id)
 
     def epoch(self, epoch: int) -> Epoch:
@@ -178,7 +208,7 @@ class EpochsState(ControlState):
 
     def latest_epoch(self) -> Epoch | None:
         """The newest epoch, running or closed; None before the first one."""
-        epochs = self.epochs()
+        epochs = self.epochs(last=1)
         return epochs[-1] if epochs else None
 
 

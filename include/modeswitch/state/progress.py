@@ -17,7 +17,7 @@ from pyarrow import json as pa_json
 
 from modeswitch.errors import InvalidStateInputError, InvalidStateTransitionError
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
-from modeswitch.sinks.commits import SEQUENCE_BITS, SinkCommit, rewind_txn_version
+from modeswitch.sinks.commits import SinkCommit, rewind_txn_version, split_txn_version
 from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
 from modeswitch.state.base import ControlState
 from modeswitch.state.codec import progress_from_row, progress_to_row
@@ -35,6 +35,12 @@ from modeswitch.state.records import (
 from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table
 
 log = logging.getLogger(__name__)
+
+_CLOSED_EPOCH_MAXIMA: dict[tuple[str, str], tuple[int, dict[int, dict[int, int]]]] = {}
+"""Per progress table (location, Delta table id) in this process: the epoch below which the
+per-bucket max event times are kept, and those maxima. Rows are only ever added to the newest
+epoch or two (a job's commits; ``reconcile`` repairing the epoch that crashed), so older
+epochs' maxima never change."""
 
 
 class ProgressState(ControlState):
@@ -165,24 +171,57 @@ class ProgressState(ControlState):
             version = rewind_txn_version(command.applied_epoch, command.id)
             for bucket in command.args.get("offsets", {}):
                 cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
-        rows = self._table("progress").read(columns=["epoch", "sequence", "max_event_time_us"])
-        if rows.num_rows == 0:
-            return {}
-        # One vectorised pass: the JSON maps become one column per bucket.
-        text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
-        times = pa_json.read_json(io.BytesIO(text))
-        versions = (rows.column("epoch").to_numpy() << SEQUENCE_BITS) | rows.column(
-            "sequence"
-        ).to_numpy()
+        # Rows of epoch e count for bucket b unless a rewind of b was applied after an epoch
+        # >= e: a data commit's version txn_version(e, seq) is below rewind_txn_version(a, c)
+        # exactly when e <= a.
+        after = {bucket: split_txn_version(v)[0] for bucket, v in cutoff.items()}
         latest: dict[int, int] = {}
-        for name in times.column_names:
-            bucket = int(name)
-            column = times.column(name)
-            keep = pc.and_(pc.is_valid(column), pa.array(versions >= cutoff.get(bucket, -1)))
-            values = pc.filter(column, keep)
-            if len(values):
-                latest[bucket] = int(pc.max(values).as_py())
+        for epoch, maxima in self._epoch_event_maxima().items():
+            for bucket, micros in maxima.items():
+                if epoch > after.get(bucket, 0) and micros > latest.get(bucket, micros - 1):
+                    latest[bucket] = micros
         return latest
+
+    def _epoch_event_maxima(self) -> dict[int, dict[int, int]]:
+        """Per epoch and bucket, the max event time of its sink commits. Epochs older than the
+        newest two are kept in this process (:data:`_CLOSED_EPOCH_MAXIMA`: no write changes
+        them), so a call reads the rows of the newest epochs only; the first call reads all,
+        in one vectorised pass."""
+        table = self._table("progress")
+        delta = table.load()
+        if delta is None:
+            return {}
+        key = (table.uri, delta.metadata().id)
+        mark, kept = _CLOSED_EPOCH_MAXIMA.get(key, (0, {}))
+        rows = Snapshot(delta).read(
+            pc.field("epoch") >= mark, columns=["epoch", "max_event_time_us"]
+        )
+        maxima = {epoch: dict(buckets) for epoch, buckets in kept.items()}
+        if rows.num_rows:
+            # The JSON maps become one column per bucket.
+            text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
+            times = pa_json.read_json(io.BytesIO(text))
+            epochs = rows.column("epoch")
+            for name in times.column_names:
+                per_epoch = (
+                    pa.table({"epoch": epochs, "t": times.column(name)})
+                    .filter(pc.is_valid(times.column(name)))
+                    .group_by("epoch")
+                    .aggregate([("t", "max")])
+                )
+                for epoch, micros in zip(
+                    per_epoch.column("epoch").to_pylist(),
+                    per_epoch.column("t_max").to_pylist(),
+                    strict=True,
+                ):
+                    maxima.setdefault(epoch, {})[int(name)] = int(micros)
+        if maxima:
+            closed_below = max(maxima) - 1
+            _CLOSED_EPOCH_MAXIMA[key] = (
+                closed_below,
+                {e: m for e, m in maxima.items() if e < closed_below},
+            )
+        return maxima
 
     def _progress_of(
         self,

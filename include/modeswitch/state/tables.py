@@ -149,7 +149,7 @@ ORDER: dict[str, tuple[str, ...]] = {
 that a row group's statistics cover a narrow range and a read of the newest rows (decisions
 since a time, progress since an epoch) skips the older row groups."""
 
-COMPACT_ROW_GROUP_ROWS = 4096
+COMPACT_ROW_GROUP_ROWS = 1024
 """Rows per row group in a compacted file: small enough that a read of the newest rows decodes
 little more than they hold."""
 
