@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,8 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        # The API server app (tests/airflow/test_web_api.py) signs its users' tokens with it.
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',

@@ -642,3 +642,19 @@ def test_max_event_times_read_every_commit_but_only_after_a_rewind(store: StateS
     assert store.max_event_times() == {1: 700, 2: 50}
     commit(3, 0, {0: 40})
     assert store.max_event_times() == {0: 40, 1: 700, 2: 50}
+
+
+def test_recent_epochs_are_the_newest_and_those_that_ran_since(store: StateStore) -> None:
+    first = store.open_epoch("batch", "one", {0: 0}, {0: 5})
+    store.close_epoch(first, {0: 5}, reason="done")
+    middle = pendulum.now("UTC")
+    second = store.open_epoch("stream", "two", {0: 5})
+    store.close_epoch(second, {0: 9}, reason="done")
+    third = store.open_epoch("stream", "three", {0: 9})  # running: no end time
+
+    assert [e.id for e in store.epochs()] == [first, second, third]
+    assert [e.id for e in store.epochs(last=2)] == [second, third]
+    assert [e.id for e in store.epochs(last=10)] == [first, second, third]
+    assert [e.id for e in store.epochs(since=middle)] == [second, third]
+    assert [e.id for e in store.epochs(since=pendulum.now("UTC"))] == [third]
+    assert store.latest_epoch().id == third

@@ -182,7 +182,7 @@ class EpochsState(ControlState):
             if since is not None:
                 at = pa.scalar(check_timestamp(since, what="since"), TIMESTAMP)
                 ended = times.column("ended_at")
-                recent = pc.or_(pc.is_null(ended), pc.greater_equal(ended, at))
+                recent = pc.or_kleene(pc.is_null(ended), pc.greater_equal(ended, at))
                 ran = times.filter(recent).column("id").to_numpy()
                 if len(ran):
                     wanted = min(wanted, int(ran.min()))
