@@ -288,3 +288,28 @@ def test_status_command_line_prints_json(layers: list, capsys: pytest.CaptureFix
     status = json.loads(capsys.readouterr().out)
     assert status["mode"]["mode"] == "batch" and status["pipeline"] == PIPELINE
     assert status["settings"]["enter_threshold"]["from"] == f"config file {config}:"
+
+
+def test_status_watch_refreshes_until_ctrl_c(layers: list, tmp_path: Path) -> None:
+    """A real process (about 2 s: its imports): two refreshes, then SIGINT ends it cleanly."""
+    import signal
+    import subprocess
+    import sys
+
+    settings = layer_settings(*layers)
+    decide(settings)
+    config = tmp_path / "p.json"
+    config.write_text(json.dumps(layers[0][1]))
+    command = [sys.executable, "-m", "modeswitch.cli", "status", "--config", str(config)]
+    process = subprocess.Popen(
+        [*command, "--json", "--watch", "0.2s"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        first, second = json.loads(process.stdout.readline()), json.loads(process.stdout.readline())
+        assert first["pipeline"] == second["pipeline"] == PIPELINE
+        assert second["at"] > first["at"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()
