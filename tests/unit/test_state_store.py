@@ -658,13 +658,3 @@ def test_recent_epochs_are_the_newest_and_those_that_ran_since(store: StateStore
     assert [e.id for e in store.epochs(since=middle)] == [second, third]
     assert [e.id for e in store.epochs(since=pendulum.now("UTC"))] == [third]
     assert store.latest_epoch().id == third
-
-
-def test_of_two_decisions_at_the_same_instant_the_later_recorded_is_the_latest(
-    store: StateStore,
-) -> None:
-    at = datetime(2026, 1, 1, tzinfo=UTC)
-    store.record_decision("batch", "first", {}, at=at)
-    store.record_decision("stream", "second", {}, at=at)
-    assert store.latest_decision().reason == "second"
-    assert [d.reason for d in store.decisions()] == ["second", "first"]

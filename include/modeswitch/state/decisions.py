@@ -115,11 +115,9 @@ class DecisionsState(ControlState):
         rows = table.read(where, columns=columns)
         if where is not None:
             rows = rows.filter(where)
-        # Newest first; of two at the same instant, the one recorded later (read later).
-        rows = rows.append_column("row", pa.array(np.arange(rows.num_rows)))
-        order = pc.sort_indices(rows, [("at", "descending"), ("row", "descending")])
+        order = pc.sort_indices(rows, [("at", "descending")])
         end = None if limit is None else offset + limit
-        picked = rows.take(order[offset:end]).drop_columns(["row"]).to_pylist()
+        picked = rows.take(order[offset:end]).to_pylist()
         return [decision_from_row(row if inputs else {**row, "inputs": "{}"}) for row in picked]
 
     def decision_count(self) -> int:
