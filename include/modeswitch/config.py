@@ -4,7 +4,7 @@ Layering (code defaults < config file < Airflow Variables < run params) builds o
 parsers here. Every parser takes the setting's name so that its error names the setting and
 the bad value.
 
-Why one module of ~610 lines: STYLE.md asks for settings validated in one place, so every
+Why one module of ~620 lines: STYLE.md asks for settings validated in one place, so every
 setting's parser, default, layer and cross-field rule is here (a fifth of it docstrings). Not
 pydantic-settings (installed with Airflow): its sources (environment, files) are not our
 layers (Airflow Variables, one per setting, and a run's param); its errors name a field path

@@ -21,6 +21,7 @@ pure function, and no decision is recorded.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,7 +76,7 @@ def pipeline_status(
 
     evaluation: dict[str, Any]
     latest: dict[int, int] | None = None
-    committed: dict[int, int] = dict(store.committed_offsets())
+    committed: dict[int, int] | None = None
     event_times: dict[int, datetime] | None = None
     try:
         observation, committed = observe(settings, store, now)
@@ -93,6 +94,8 @@ def pipeline_status(
     except ModeswitchError as exc:  # the source is unreachable, or retention passed us
         log.warning("status of %s: %s", settings.pipeline, exc)
         evaluation = {"error": str(exc)}
+    if committed is None:
+        committed = dict(store.committed_offsets())
     if event_times is None:
         event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
 
@@ -106,12 +109,12 @@ def pipeline_status(
         "buckets": _buckets(store, current, committed, latest, event_times, now),
         "thresholds": _thresholds(settings.policy),
         "epochs": _with_quarantine(
-            _epochs(epochs[-rows - 1 :], store)[-rows:][::-1],
+            _epochs(epochs, store)[-rows:][::-1],
             settings,
             committed,
             storage_options,
         ),
-        "decisions": [decision_summary(d) for d in decisions[:rows]],
+        "decisions": [decision_summary(d) for d in decisions],
         "commands": [_command(c) for c in commands[:rows]],
         "settings": {
             name: {"value": value, "from": (origins or {}).get(name, "default")}
@@ -306,6 +309,7 @@ def _with_quarantine(
         for bucket, start in epoch["start"].items():
             if bucket in end and end[bucket] > start:
                 ranges.append((epoch, int(bucket), start, end[bucket]))
+    counted: dict[int, Counter[str]] = {epoch["epoch"]: Counter() for epoch in epochs}
     for epoch in epochs:
         epoch["quarantined"], epoch["quarantine_reasons"] = 0, []
     if not ranges:
@@ -328,18 +332,13 @@ def _with_quarantine(
     reasons = rows.column("reason")
     for epoch, bucket, start, end in ranges:
         mine = (buckets == bucket) & (offsets >= start) & (offsets < end)
-        count = int(mine.sum())
-        if not count:
-            continue
-        epoch["quarantined"] += count
-        counted = dict(epoch["quarantine_reasons"])
-        for reason in reasons.filter(pa.array(mine)).to_pylist():
-            counted[reason] = counted.get(reason, 0) + 1
-        epoch["quarantine_reasons"] = sorted(counted.items(), key=lambda r: -r[1])
+        epoch["quarantined"] += int(mine.sum())
+        counted[epoch["epoch"]].update(reasons.filter(pa.array(mine)).to_pylist())
     for epoch in epochs:
         epoch["quarantine_reasons"] = [
-            {"reason": reason, "records": n} for reason, n in epoch["quarantine_reasons"]
-        ][:QUARANTINE_SAMPLES]
+            {"reason": reason, "records": n}
+            for reason, n in counted[epoch["epoch"]].most_common(QUARANTINE_SAMPLES)
+        ]
     return epochs
 
 

@@ -128,13 +128,9 @@ def _epochs(status: Mapping[str, Any]) -> Table:
             _count(epoch["records"]),
             "-" if rate is None else f"{rate:,.0f}",
             _duration(epoch["handoff_seconds"]),
-            _quarantined(epoch),
+            _count(epoch.get("quarantined")),
         )
     return table
-
-
-def _quarantined(epoch: Mapping[str, Any]) -> str:
-    return _count(epoch.get("quarantined"))
 
 
 def _quarantine_reasons(status: Mapping[str, Any]) -> Text:

@@ -112,18 +112,17 @@ def create_app(
     enter = credentials or in_airflow_credentials
 
     def settings_of(pipeline: str | None) -> tuple[PipelineSettings, dict[str, str]]:
+        """The settings of ``pipeline`` (default: the layers'); a bad setting is a ConfigError,
+        which :func:`_answer` turns into a 400."""
         chosen = layers()
-        try:
+        settings = layer_settings(*chosen)
+        if pipeline and pipeline != settings.pipeline:
+            if pipeline not in list_pipelines(settings.warehouse):
+                raise HTTPException(
+                    404, f"pipeline {pipeline!r}: no control tables in {settings.warehouse}"
+                )
+            chosen = [*chosen, ("page:", {"pipeline": pipeline})]
             settings = layer_settings(*chosen)
-            if pipeline and pipeline != settings.pipeline:
-                if pipeline not in list_pipelines(settings.warehouse):
-                    raise HTTPException(
-                        404, f"pipeline {pipeline!r}: no control tables in {settings.warehouse}"
-                    )
-                chosen = [*chosen, ("page:", {"pipeline": pipeline})]
-                settings = layer_settings(*chosen)
-        except ConfigError as exc:
-            raise HTTPException(400, str(exc)) from exc
         return settings, setting_origins(*chosen)
 
     @app.get("/api/pipelines")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -104,17 +106,14 @@ class DecisionsState(ControlState):
                 oldest = np.partition(times, len(times) - wanted)[len(times) - wanted]
                 at = pendulum.instance(oldest.astype("datetime64[us]").item(), tz="UTC")
                 low = at if low is None else max(low, at)
-        where = None
-        for condition in (
-            None if low is None else pc.field("at") >= pa.scalar(low, TIMESTAMP),
-            None if high is None else pc.field("at") <= pa.scalar(high, TIMESTAMP),
-        ):
-            if condition is not None:
-                where = condition if where is None else where & condition
+        conditions = []
+        if low is not None:
+            conditions.append(pc.field("at") >= pa.scalar(low, TIMESTAMP))
+        if high is not None:
+            conditions.append(pc.field("at") <= pa.scalar(high, TIMESTAMP))
+        where = functools.reduce(operator.and_, conditions) if conditions else None
         columns = None if inputs else [n for n in SCHEMAS["decisions"].names if n != "inputs"]
-        rows = table.read(where, columns=columns)
-        if where is not None:
-            rows = rows.filter(where)
+        rows = table.read(where, columns=columns)  # the scan applies ``where`` to the rows
         order = pc.sort_indices(rows, [("at", "descending")])
         end = None if limit is None else offset + limit
         picked = rows.take(order[offset:end]).to_pylist()

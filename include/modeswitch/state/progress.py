@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any
 
 import pendulum
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 
@@ -178,8 +177,8 @@ class ProgressState(ControlState):
         latest: dict[int, int] = {}
         for epoch, maxima in self._epoch_event_maxima().items():
             for bucket, micros in maxima.items():
-                if epoch > after.get(bucket, 0) and micros > latest.get(bucket, micros - 1):
-                    latest[bucket] = micros
+                if epoch > after.get(bucket, 0):
+                    latest[bucket] = max(micros, latest.get(bucket, micros))
         return latest
 
     def _epoch_event_maxima(self) -> dict[int, dict[int, int]]:
@@ -201,20 +200,17 @@ class ProgressState(ControlState):
             # The JSON maps become one column per bucket.
             text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
             times = pa_json.read_json(io.BytesIO(text))
-            epochs = rows.column("epoch")
-            for name in times.column_names:
-                per_epoch = (
-                    pa.table({"epoch": epochs, "t": times.column(name)})
-                    .filter(pc.is_valid(times.column(name)))
-                    .group_by("epoch")
-                    .aggregate([("t", "max")])
-                )
-                for epoch, micros in zip(
-                    per_epoch.column("epoch").to_pylist(),
-                    per_epoch.column("t_max").to_pylist(),
-                    strict=True,
-                ):
-                    maxima.setdefault(epoch, {})[int(name)] = int(micros)
+            per_epoch = (
+                times.append_column("epoch", rows.column("epoch"))
+                .group_by("epoch")
+                .aggregate([(name, "max") for name in times.column_names])  # nulls skipped
+            )
+            for row in per_epoch.to_pylist():
+                epoch = row.pop("epoch")
+                buckets = maxima.setdefault(epoch, {})
+                for name, micros in row.items():
+                    if micros is not None:
+                        buckets[int(name.removesuffix("_max"))] = int(micros)
         if maxima:
             closed_below = max(maxima) - 1
             _CLOSED_EPOCH_MAXIMA[key] = (
