@@ -59,7 +59,7 @@ def pipeline_status(
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)
     epochs = store.epochs(last=rows + 1)
-    decisions = store.decisions(limit=rows, inputs=False)
+    decisions = store.decisions(limit=rows)  # with inputs: a pause shows as one
     if not epochs and not decisions:
         raise ModeswitchError(
             f"pipeline {settings.pipeline!r}: no epochs or decisions under {settings.state_root} "

@@ -313,3 +313,14 @@ def test_status_watch_refreshes_until_ctrl_c(layers: list, tmp_path: Path) -> No
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_paused_pipeline_shows_as_paused(layers: list) -> None:
+    settings = layer_settings(*layers)
+    decide(settings)
+    store = StateStore.from_settings(settings)
+    # As decide records a pause: the table's mode column holds batch or stream only.
+    store.record_decision("stream", "command #1 pause", {"mode": "paused"}, decided_by="decide")
+    status = pipeline_status(settings)
+    assert status["mode"]["mode"] == "paused"
+    assert status["decisions"][0]["mode"] == "paused"

@@ -166,7 +166,7 @@ def create_app(
             settings, _ = settings_of(pipeline)
             with enter(settings) as storage_options:
                 store = StateStore.from_settings(settings, storage_options=storage_options)
-                page = store.decisions(limit, offset=offset, inputs=False)
+                page = store.decisions(limit, offset=offset)
                 total = store.decision_count()
             return {
                 "pipeline": settings.pipeline,
