@@ -21,6 +21,7 @@ from modeswitch.errors import (
 )
 from modeswitch.sinks.commits import SinkCommit
 from modeswitch.state import StateStore
+from modeswitch.state import progress as progress_module
 
 pytestmark = pytest.mark.unit
 
@@ -658,3 +659,27 @@ def test_recent_epochs_are_the_newest_and_those_that_ran_since(store: StateStore
     assert [e.id for e in store.epochs(since=middle)] == [second, third]
     assert [e.id for e in store.epochs(since=pendulum.now("UTC"))] == [third]
     assert store.latest_epoch().id == third
+
+
+def test_max_event_times_follow_new_commits_after_older_epochs_are_kept(
+    store: StateStore,
+) -> None:
+    def commit(epoch: int, sequence: int, times: dict[int, int]) -> None:
+        end = {b: 100 * epoch + sequence + 1 for b in times}
+        store.record_progress(
+            sink_commit(epoch, sequence, {}, end, max_event_time_us=times), recorded_by="sink"
+        )
+
+    for epoch in range(1, 6):
+        commit(epoch, 0, {0: 10 * epoch, 1: 5})
+    assert store.max_event_times() == {0: 50, 1: 5}  # epochs 1-3 are now kept in the process
+    commit(5, 1, {1: 70})
+    commit(6, 0, {0: 60})
+    assert store.max_event_times() == {0: 60, 1: 70}
+    command = store.submit_command("rewind", {"offsets": {"1": 0}}, issuer="test")
+    store.apply_command(command, 6, {1: 0})  # drops every commit of bucket 1 so far
+    assert store.max_event_times() == {0: 60}
+    # Another process (no kept epochs) reads the same.
+    fresh = StateStore(store.state_root, store.sink_table_uri, store.pipeline)
+    progress_module._CLOSED_EPOCH_MAXIMA.clear()
+    assert fresh.max_event_times() == {0: 60}
