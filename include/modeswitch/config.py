@@ -4,7 +4,7 @@ Layering (code defaults < config file < Airflow Variables < run params) builds o
 parsers here. Every parser takes the setting's name so that its error names the setting and
 the bad value.
 
-Why one module of ~620 lines: STYLE.md asks for settings validated in one place, so every
+Why one module of ~630 lines: STYLE.md asks for settings validated in one place, so every
 setting's parser, default, layer and cross-field rule is here (a fifth of it docstrings). Not
 pydantic-settings (installed with Airflow): its sources (environment, files) are not our
 layers (Airflow Variables, one per setting, and a run's param); its errors name a field path
@@ -301,6 +301,7 @@ _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
 BATCH_READERS = ("bucketlog", "native")
+START_FROM = ("earliest", "latest")
 _JVM_MEMORY = re.compile(r"^(\d+)([kmgt]?)$")
 _JVM_UNIT_BYTES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 MIN_DRIVER_MEMORY = 512 * 2**20
@@ -377,7 +378,10 @@ class PipelineSettings:
     options travel in the environment (:mod:`modeswitch.storage`). ``kafka_connection``
     (``kafka_default``) names the Airflow Connection whose extras are a Kafka source's client
     configuration (librdkafka settings); outside Airflow it is ``MODESWITCH_KAFKA_CONFIG``
-    (:mod:`modeswitch.sources.kafka`). ``policy`` and ``planner``
+    (:mod:`modeswitch.sources.kafka`). ``start_from`` (``earliest``): where a bucket the sink
+    holds nothing of starts; ``latest`` goes live at once, at the offsets of the epoch that
+    opens, and leaves the history below them to backfill runs in ``fill`` mode
+    (:mod:`modeswitch.backfill`). ``policy`` and ``planner``
     hold the switching and planning settings.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
@@ -403,6 +407,7 @@ class PipelineSettings:
     transform: str = "modeswitch.transforms:parse_events"
     storage_connection: str = ""
     kafka_connection: str = "kafka_default"
+    start_from: str = "earliest"
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
 
@@ -430,6 +435,10 @@ class PipelineSettings:
         if self.batch_writer not in BATCH_WRITERS:
             raise ConfigError(
                 f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
+            )
+        if self.start_from not in START_FROM:
+            raise ConfigError(
+                f"start_from: {self.start_from!r} is not one of " + ", ".join(START_FROM)
             )
         if self.batch_reader not in BATCH_READERS:
             raise ConfigError(
@@ -500,7 +509,7 @@ class PipelineSettings:
                 values[name] = parse_positive_int(value, setting=name)
             elif name in _OPTIONAL_COUNT_SETTINGS:
                 values[name] = parse_threshold_count(value, setting=name)
-            elif name in ("stream_trigger", "batch_writer", "batch_reader"):
+            elif name in ("stream_trigger", "batch_writer", "batch_reader", "start_from"):
                 values[name] = str(value).strip().lower()
             elif name == "stream_standby":
                 values[name] = parse_bool(value, setting=name)

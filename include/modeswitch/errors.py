@@ -72,3 +72,9 @@ class StateConflictError(ModeswitchError):
 class RewindRefusedError(ModeswitchError, ValueError):
     """A rewind command that cannot be applied (an unknown bucket, an offset above the
     committed offset or below the source's retention); nothing was written."""
+
+
+class BackfillRefusedError(ModeswitchError, ValueError):
+    """A backfill run that cannot go ahead (a window in the future or beyond retention, a
+    pipeline that does not exist, another run holding an overlapping window); nothing was
+    written."""

@@ -114,7 +114,10 @@ def observe(
     """The policy's inputs now, and the offsets the next epoch starts from."""
     source = open_log(settings.source)
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
-    committed = {**earliest, **store.committed_offsets()}
+    # A bucket the sink holds nothing of starts at its earliest offset, or with start_from
+    # latest at its latest: the pipeline goes live, and backfills fill in below.
+    first = latest if settings.start_from == "latest" else earliest
+    committed = {**first, **store.committed_offsets()}
     check_retained(settings.source, committed, earliest)
     max_event = store.max_event_times()
     observation = Observation(

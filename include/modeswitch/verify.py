@@ -35,6 +35,11 @@ The ranges come from the sink's Delta history, read in full (one JSON file per c
 Delta log cleanup has removed the oldest commits, ``start`` is that of the oldest commit left,
 and the records committed before it count as out of range.
 
+**Backfills** (:mod:`modeswitch.backfill`): a ``fill`` run loads a window's records below
+the live range's start. Those offsets, read back from the log (each backfill commit's window
+within its ranges), are expected too: committed = the live range and the filled windows. A
+``reprocess`` run replaces records inside the live range, which are already expected.
+
 The sink table is read at one snapshot, and only commits up to that snapshot count. The
 quarantine table has its own log, committed just after the sink commit it belongs to: audit
 a pipeline at rest, since records of a sink commit whose quarantine commit has not landed
@@ -52,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from modeswitch.backfill import backfill_commits, backfilled_positions
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import SinkCommit, offset_regressions, sink_commits
@@ -141,6 +147,8 @@ class AuditReport:
     seconds: float = 0.0
     sink_commits: int = field(default=0)
     """How many of the pipeline's sink commits the expected ranges come from."""
+    backfill_commits: int = 0
+    """How many backfill commits (:mod:`modeswitch.backfill`) added filled windows."""
 
     @property
     def totals(self) -> AuditTotals:
@@ -209,6 +217,15 @@ def audit(
         if getattr(source, "contiguous", True)
         else _held_offsets(source, starts, committed, sink_positions, quarantine_positions)
     )
+    fills = [
+        c
+        for c in backfill_commits(sink_uri, pipeline, storage_options=options)
+        if sink_version is not None and (c.table_version is None or c.table_version <= sink_version)
+    ]
+    if fills:
+        starts, committed, held = _with_backfills(
+            backfilled_positions(source, fills, below=starts), starts, committed, held
+        )
     buckets = count_positions(
         sink_positions,
         quarantine_positions,
@@ -230,6 +247,7 @@ def audit(
         spot_check=checked,
         seconds=time.monotonic() - began,
         sink_commits=len(commits),
+        backfill_commits=len(fills),
     )
     totals = report.totals
     log.info(
@@ -245,6 +263,30 @@ def audit(
         report.seconds,
     )
     return report
+
+
+def _with_backfills(
+    filled: Mapping[int, np.ndarray],
+    starts: Mapping[int, int],
+    committed: Mapping[int, int],
+    held: Mapping[int, np.ndarray] | None,
+) -> tuple[OffsetsMap, OffsetsMap, dict[int, np.ndarray]]:
+    """The expected positions once backfilled windows below the live range count too: per
+    bucket with filled offsets, the held offsets become those of the live range (all of them
+    on a contiguous log) and the filled ones, and the range stretches over both."""
+    starts, committed, held = dict(starts), dict(committed), dict(held or {})
+    for bucket, offsets in filled.items():
+        if not len(offsets):
+            continue
+        if bucket in committed:
+            live = held.get(bucket)
+            if live is None:
+                live = np.arange(starts[bucket], committed[bucket], dtype=np.int64)
+            offsets = np.union1d(live, offsets)
+        held[bucket] = offsets
+        starts[bucket] = min(int(offsets[0]), starts.get(bucket, int(offsets[0])))
+        committed[bucket] = max(int(offsets[-1]) + 1, committed.get(bucket, 0))
+    return starts, committed, held
 
 
 def expected_ranges(commits: list[SinkCommit]) -> tuple[OffsetsMap, OffsetsMap]:

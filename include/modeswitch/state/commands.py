@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pyarrow.compute as pc
 
-from modeswitch.errors import InvalidStateInputError, StateRecordNotFoundError
+from modeswitch.errors import (
+    BackfillRefusedError,
+    InvalidStateInputError,
+    StateRecordNotFoundError,
+)
 from modeswitch.offsets import offsets_to_dict
 from modeswitch.state.base import ControlState, _json_roundtrip
 from modeswitch.state.codec import command_from_row, command_to_row
@@ -44,6 +49,11 @@ class CommandsState(ControlState):
         JSON-safe ``args`` (e.g. a note). ``issuer`` names who asked.
         """
         kind = check_choice(kind, COMMAND_KINDS, what="command kind")
+        if kind == "backfill":
+            raise InvalidStateInputError(
+                "backfill: not a queued command; a backfill run records itself with "
+                "claim_backfill when it starts"
+            )
         issuer = check_text(issuer, what="command issuer", allow_empty=False)
         if args is None:
             args = {}
@@ -113,7 +123,12 @@ class CommandsState(ControlState):
         )
 
     def _resolve_command(
-        self, command: int, outcome: str, resolve: Callable[[Command], Command]
+        self,
+        command: int,
+        outcome: str,
+        resolve: Callable[[Command], Command],
+        *,
+        expected: str = "pending",
     ) -> bool:
         command_id = check_int(command, what="command", minimum=1)
 
@@ -124,7 +139,7 @@ class CommandsState(ControlState):
                     f"command {command_id} does not exist in {self.table_uri('commands')}"
                 )
             current = command_from_row(rows[0])
-            if current.status != "pending":
+            if current.status != expected:
                 return Change(False)
             resolved = resolve(current)
             return Change(
@@ -136,9 +151,10 @@ class CommandsState(ControlState):
             log.info("pipeline %s: command %d %s", self.pipeline, command_id, outcome)
         else:
             log.info(
-                "pipeline %s: command %d was no longer pending; not %s",
+                "pipeline %s: command %d was no longer %s; not %s",
                 self.pipeline,
                 command_id,
+                expected,
                 outcome,
             )
         return done
@@ -163,9 +179,109 @@ class CommandsState(ControlState):
         rows = self._table("commands").read(match=match).to_pylist()
         return sorted((command_from_row(row) for row in rows), key=lambda c: c.id)
 
+    # --- backfill runs -----------------------------------------------------------------------
+
+    def claim_backfill(
+        self,
+        args: Mapping[str, Any],
+        *,
+        run_id: str,
+        issuer: str,
+        overlaps: Callable[[Mapping[str, Any]], bool],
+        stale_after: timedelta,
+    ) -> int:
+        """Record a backfill run as a ``running`` ``backfill`` command and return its id, or
+        the id it already holds (a retried task of the same ``run_id`` re-attaches).
+
+        Refused with :class:`~modeswitch.errors.BackfillRefusedError`, nothing written, while
+        another run holds a window that ``overlaps`` (called with that run's args) and its
+        claim is younger than ``stale_after``; an older claim (its run died without
+        finishing) is marked rejected, superseded by this one. The check and the insert are
+        one commit of the commands table, so of two runs racing for one window one wins.
+        """
+        run_id = check_text(run_id, what="backfill run id", allow_empty=False)
+        issuer = check_text(issuer, what="command issuer", allow_empty=False)
+        stored_args = _json_roundtrip({**args, "run_id": run_id}, what="backfill command args")
+        now = utc_now()
+
+        def plan(snapshot: Snapshot) -> Change[int]:
+            table = snapshot.read()
+            running = [
+                command_from_row(row)
+                for row in table.filter(
+                    (pc.field("kind") == "backfill") & (pc.field("status") == "running")
+                ).to_pylist()
+            ]
+            superseded = []
+            for held in running:
+                if held.args.get("run_id") == run_id:
+                    return Change(held.id)
+                if not overlaps(held.args):
+                    continue
+                if now - held.created_at < stale_after:
+                    raise BackfillRefusedError(
+                        f"backfill {describe_backfill(stored_args)} refused: run "
+                        f"{held.args.get('run_id')!r} (command {held.id}, started "
+                        f"{held.created_at.isoformat()}) is backfilling "
+                        f"{describe_backfill(held.args)}, which overlaps it"
+                    )
+                superseded.append(
+                    replace(
+                        held,
+                        status="rejected",
+                        rejected_at=now,
+                        reason=f"superseded by run {run_id!r}: no end recorded after {stale_after}",
+                    )
+                )
+            command = Command(
+                id=max(table.column("id").to_pylist(), default=0) + 1,
+                kind="backfill",
+                args=stored_args,
+                issuer=issuer,
+                status="running",
+                created_at=now,
+            )
+            rows = rows_table(
+                SCHEMAS["commands"], [command_to_row(c) for c in [*superseded, command]]
+            )
+            return Change(command.id, upsert(rows, ("id",), insert_missing=True))
+
+        command_id = self._table("commands").transact("claim_backfill", plan)
+        log.info(
+            "pipeline %s: backfill command %d %s (run %s)",
+            self.pipeline,
+            command_id,
+            describe_backfill(stored_args),
+            run_id,
+        )
+        return command_id
+
+    def finish_backfill(self, command: int, *, error: str | None = None, **outcome: Any) -> bool:
+        """Mark a running backfill ``applied`` (its ``outcome``, e.g. records and sink version,
+        joins its args) or, with ``error``, ``rejected`` saying why. True if this call ended
+        it, False if it was no longer running (superseded by a later run of its window)."""
+        now = utc_now()
+
+        def finish(current: Command) -> Command:
+            if error is not None:
+                return replace(current, status="rejected", rejected_at=now, reason=error)
+            args = _json_roundtrip({**current.args, **outcome}, what="backfill outcome")
+            return replace(current, status="applied", applied_at=now, args=args)
+
+        return self._resolve_command(
+            command, "rejected" if error else "applied", finish, expected="running"
+        )
+
     def pending_commands(self) -> list[Command]:
         """Commands waiting for a commit boundary, oldest first."""
         return self.commands("pending")
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def describe_backfill(args: Mapping[str, Any]) -> str:
+    """``reprocess [start, end)`` of a backfill command's args, for messages."""
+    buckets = args.get("buckets")
+    which = f" buckets {buckets}" if buckets else ""
+    return f"{args.get('mode')} [{args.get('start')}, {args.get('end')}){which}"

@@ -23,8 +23,11 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json,
 Mode = Literal["batch", "stream"]
 EpochStatus = Literal["running", "completed", "failed", "superseded"]
 SplitStatus = Literal["pending", "committed", "replanned"]
-CommandKind = Literal["switch_to_batch", "switch_to_stream", "pause", "resume", "rewind"]
-CommandStatus = Literal["pending", "applied", "rejected"]
+CommandKind = Literal[
+    "switch_to_batch", "switch_to_stream", "pause", "resume", "rewind", "backfill"
+]
+CommandStatus = Literal["pending", "running", "applied", "rejected"]
+"""``running``: a backfill run holding its window (backfills never wait in ``pending``)."""
 
 MODES: tuple[str, ...] = get_args(Mode)
 EPOCH_STATUSES: tuple[str, ...] = get_args(EpochStatus)
@@ -214,7 +217,9 @@ class Command:
     """An operator's request to the running pipeline (row of ``commands``).
 
     It moves once, from ``pending`` to ``applied`` (with the epoch and offsets at which it took
-    effect) or to ``rejected`` (with a reason).
+    effect) or to ``rejected`` (with a reason). A ``backfill`` is recorded when its run starts,
+    as ``running``, and moves once to ``applied`` or ``rejected`` (failed, or superseded by a
+    later run of its window); it never waits in ``pending`` (:mod:`modeswitch.backfill`).
     """
 
     id: int

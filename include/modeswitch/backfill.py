@@ -1,0 +1,715 @@
+"""Backfills: load or re-derive one event-time window of the log into the sink, beside the
+live pipeline, in one Delta commit per table.
+
+A backfill run (one run of the ``modeswitch_backfill`` DAG, or ``modeswitch backfill``) takes a
+window ``[start, end)`` of event time and a mode:
+
+- ``fill``: the records the live pipeline never read, those below where it started reading
+  each bucket (a pipeline started with ``start_from = latest`` goes live at once and loads its
+  history this way);
+- ``reprocess``: the records the sink already holds, re-derived (after a transform fix).
+
+**Which records belong to a window.** A record belongs to the window that holds its event
+time (the log's ``event_time``, which the sink and the quarantine keep unchanged):
+``start <= event_time < end``. Its offset and when it arrived do not matter, so a late record
+belongs to the window of its own event time, and each record to exactly one window of a
+schedule. Per bucket the run considers offsets ``[lo, hi)``:
+
+- ``lo``: the first retained offset whose event time is at or after ``start``, from the log's
+  time index (:meth:`~modeswitch.sources.base.BucketedLog.offset_at`: the embedded log's
+  row-group event-time statistics; Kafka's ``offsets_for_times``). No record below it belongs
+  to the window. A Kafka topic read with ``event_time=<field>`` has no index of that field, so
+  there ``lo`` is the earliest retained offset.
+- ``hi``: the bound: in ``reprocess`` the sink's committed offsets, in ``fill`` the offsets
+  where the pipeline's oldest sink commit started (what the live pipeline will never read).
+  Records above it are the live pipeline's.
+
+A late record can sit anywhere above ``lo``, so there is no upper index: the whole
+``[lo, hi)`` is read and filtered on event time (on the embedded log, Spark's Parquet reader
+skips the row groups whose event-time statistics lie outside the window).
+
+**The write.** The batch engine reads those records, filters them to the window, runs the
+pipeline's transform and writes Parquet to a staging folder (good and quarantined rows apart,
+one read of the source). Then, per table, ONE Delta commit (deltalake ``write_deltalake`` with
+``mode="overwrite"`` and a ``predicate``: Delta's replace-where) deletes what the table holds
+at those positions (:func:`window_predicate`: the window's event times within each bucket's
+``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches the predicate.
+The commit carries ``txn(appId = <pipeline>/backfill, version = command id)`` and, under
+:data:`BACKFILL_KEY`, the window, mode, run, ranges and counts (:class:`BackfillCommit`).
+Re-running a run leaves the same rows (one more commit).
+
+**Beside the live pipeline.** Live commits are appends; delta-rs's conflict check lets a
+backfill commit land after a live one when the appended files cannot hold a row of the
+predicate (file statistics: the event-time bounds keep a past window clear of live files),
+and otherwise fails it; the run then commits again on the new snapshot (:data:`COMMIT_ATTEMPTS`).
+A live commit that loses its race to a backfill is re-checked and committed by the sink's own
+retry (``modeswitch.sinks.committer``): the pipeline never pauses and loses nothing. The
+backfill metadata lives under its own key, so nothing of the live pipeline (committed offsets,
+fencing, the watermark) sees a backfill commit; ``modeswitch verify`` counts the filled
+windows (:func:`backfilled_positions`).
+
+**Guards**, before anything is written (:class:`~modeswitch.errors.BackfillRefusedError`): a
+window that ends in the future, a window whose records may have been dropped by retention, a
+pipeline with nothing in its sink, unknown buckets, and a run whose window overlaps one that
+another run is backfilling (the ``backfill`` command it recorded, :meth:`claim_backfill`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, get_args
+
+import pendulum
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import BackfillRefusedError, FencedError, ModeswitchError
+from modeswitch.sinks.commits import sink_commits
+from modeswitch.sources import open_log
+from modeswitch.sources.base import BucketedLog
+from modeswitch.sources.kafka import is_kafka_source
+from modeswitch.state import StateStore
+from modeswitch.state.records import Command
+from modeswitch.storage import remove_tree
+
+log = logging.getLogger(__name__)
+
+BackfillMode = Literal["fill", "reprocess"]
+BACKFILL_MODES: tuple[str, ...] = get_args(BackfillMode)
+BACKFILL_KEY = "modeswitch_backfill"
+"""The ``commitInfo`` key of a backfill commit's metadata (live commits use ``modeswitch``)."""
+CLAIM_EXPIRES = timedelta(hours=4)
+"""A ``running`` backfill older than this (its job's timeout is 3 h) no longer holds its
+window: its run died without recording an end."""
+COMMIT_ATTEMPTS = 10
+
+
+def backfill_app_id(pipeline: str) -> str:
+    """The Delta app-transaction id of a pipeline's backfill commits."""
+    return f"{pipeline}/backfill"
+
+
+@dataclass(frozen=True)
+class Window:
+    """An event-time window ``[start, end)``, both aware UTC."""
+
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def parse(cls, start: Any, end: Any) -> Window:
+        """A window from datetimes or ISO-8601 strings; :class:`BackfillRefusedError` naming
+        the bad value otherwise."""
+
+        def moment(value: Any, what: str) -> pendulum.DateTime:
+            try:
+                parsed = pendulum.instance(value) if isinstance(value, datetime) else None
+                if parsed is None:
+                    parsed = pendulum.parse(str(value), strict=False)
+            except (ValueError, TypeError, pendulum.parsing.exceptions.ParserError) as exc:
+                raise BackfillRefusedError(f"window {what} {value!r}: not a date-time") from exc
+            if not isinstance(parsed, datetime):
+                raise BackfillRefusedError(f"window {what} {value!r}: not a date-time")
+            return parsed.in_timezone("UTC")
+
+        window = cls(moment(start, "start"), moment(end, "end"))
+        if window.start >= window.end:
+            raise BackfillRefusedError(
+                f"window [{window.start.isoformat()}, {window.end.isoformat()}): the start is "
+                "not before the end"
+            )
+        return window
+
+    def overlaps(self, other: Window) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def __str__(self) -> str:
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """A claimed backfill run: what the job reads and replaces."""
+
+    pipeline: str
+    command: int
+    run_id: str
+    mode: BackfillMode
+    window: Window
+    ranges: dict[int, tuple[int, int]]
+    """Per bucket, ``[lo, hi)``: the offsets that may hold a record of the window."""
+
+    @classmethod
+    def of(cls, pipeline: str, command: Command) -> BackfillPlan:
+        args = command.args
+        return cls(
+            pipeline=pipeline,
+            command=command.id,
+            run_id=str(args["run_id"]),
+            mode=args["mode"],
+            window=Window.parse(args["start"], args["end"]),
+            ranges={int(b): (int(lo), int(hi)) for b, (lo, hi) in args["ranges"].items()},
+        )
+
+    @property
+    def records_bound(self) -> int:
+        """An upper bound of the records read (offsets may have gaps)."""
+        return sum(hi - lo for lo, hi in self.ranges.values())
+
+    def predicate(self) -> str:
+        return window_predicate(self.window, self.ranges)
+
+
+@dataclass(frozen=True)
+class BackfillCommit:
+    """A backfill commit as recorded in the sink's (or quarantine's) Delta log."""
+
+    pipeline: str
+    command: int
+    run_id: str
+    mode: BackfillMode
+    window: Window
+    ranges: dict[int, tuple[int, int]]
+    records: int
+    quarantined: int
+    table_version: int | None = None
+    committed_at_ms: int | None = None
+
+    def to_metadata(self) -> dict[str, str]:
+        body = {
+            "pipeline": self.pipeline,
+            "command": self.command,
+            "run_id": self.run_id,
+            "mode": self.mode,
+            "start": self.window.start.isoformat(),
+            "end": self.window.end.isoformat(),
+            "ranges": {str(b): [lo, hi] for b, (lo, hi) in sorted(self.ranges.items())},
+            "records": self.records,
+            "quarantined": self.quarantined,
+        }
+        return {BACKFILL_KEY: json.dumps(body, separators=(",", ":"))}
+
+    @classmethod
+    def from_commit_info(cls, info: Mapping[str, Any]) -> BackfillCommit | None:
+        raw = info.get(BACKFILL_KEY)
+        if raw is None:
+            return None
+        try:
+            body = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            return cls(
+                pipeline=str(body["pipeline"]),
+                command=int(body["command"]),
+                run_id=str(body["run_id"]),
+                mode=body["mode"],
+                window=Window.parse(body["start"], body["end"]),
+                ranges={int(b): (int(lo), int(hi)) for b, (lo, hi) in body["ranges"].items()},
+                records=int(body["records"]),
+                quarantined=int(body["quarantined"]),
+                table_version=info.get("version"),
+                committed_at_ms=info.get("timestamp"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModeswitchError(
+                f"backfill commit at version {info.get('version')} has malformed "
+                f"{BACKFILL_KEY!r} metadata: {raw!r}"
+            ) from exc
+
+
+def backfill_commits(
+    table_uri: str, pipeline: str, *, storage_options: Mapping[str, str] | None = None
+) -> list[BackfillCommit]:
+    """The pipeline's backfill commits in a table, newest first (none if it does not exist)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return []
+    found = []
+    for info in table.history():
+        commit = BackfillCommit.from_commit_info(info)
+        if commit is not None and commit.pipeline == pipeline:
+            found.append(commit)
+    return found
+
+
+# --- window -> offset ranges -------------------------------------------------------------------
+
+
+def window_ranges(
+    source: BucketedLog,
+    window: Window,
+    bound: Mapping[int, int],
+    *,
+    buckets: Iterable[int] | None = None,
+    indexed: bool = True,
+) -> dict[int, tuple[int, int]]:
+    """Per bucket, ``[lo, hi)``: the offsets below ``bound`` that may hold a record of
+    ``window`` (the module docstring's rule). Buckets with nothing there are left out, and so
+    are buckets missing from ``bound``. ``indexed=False``: the log's time index does not index
+    the event time (a Kafka JSON field), so ``lo`` is the earliest retained offset."""
+    earliest = source.earliest_offsets()
+    floor = source.offset_at(window.start) if indexed else earliest
+    chosen = source.buckets() if buckets is None else sorted(set(buckets))
+    ranges = {}
+    for bucket in chosen:
+        if bucket not in bound:
+            continue
+        lo = max(floor.get(bucket, 0), earliest.get(bucket, 0))
+        hi = bound[bucket]
+        if lo < hi:
+            ranges[bucket] = (lo, hi)
+    return ranges
+
+
+def window_predicate(window: Window, ranges: Mapping[int, tuple[int, int]]) -> str:
+    """The replace-where predicate of a backfill: the window's event times within each
+    bucket's range. The event-time bounds also keep live files (recent event times) out of
+    the commit's conflict check."""
+    if not ranges:
+        return "false"
+    start, end = (_timestamp(moment) for moment in (window.start, window.end))
+    positions = " OR ".join(
+        f'(bucket = {int(b)} AND "offset" >= {int(lo)} AND "offset" < {int(hi)})'
+        for b, (lo, hi) in sorted(ranges.items())
+    )
+    return f"event_time >= '{start}' AND event_time < '{end}' AND ({positions})"
+
+
+def _timestamp(moment: datetime) -> str:
+    return pendulum.instance(moment).in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss.SSSSSS[Z]")
+
+
+# --- planning and guards -----------------------------------------------------------------------
+
+
+def plan_backfill(
+    settings: PipelineSettings,
+    window: Window,
+    mode: str,
+    *,
+    run_id: str,
+    issuer: str,
+    buckets: Sequence[int] | None = None,
+    now: datetime | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> BackfillPlan:
+    """Check a backfill run and record it (a ``running`` ``backfill`` command); a retried run
+    gets back the plan it recorded. Raises :class:`BackfillRefusedError`, nothing written, for
+    any guard of the module docstring."""
+    if mode not in BACKFILL_MODES:
+        raise BackfillRefusedError(
+            f"backfill mode {mode!r}: not one of {', '.join(BACKFILL_MODES)}"
+        )
+    now = pendulum.instance(now) if now is not None else pendulum.now("UTC")
+    what = f"backfill {mode} {window} of pipeline {settings.pipeline!r}"
+    if window.end > now:
+        raise BackfillRefusedError(
+            f"{what} refused: the window ends in the future (now is {now.isoformat()}); its "
+            "records may not all exist yet"
+        )
+    options = dict(storage_options or {})
+    store = StateStore.from_settings(settings, storage_options=options)
+    for held in store.commands("running"):
+        if held.kind == "backfill" and held.args.get("run_id") == run_id:
+            return BackfillPlan.of(settings.pipeline, held)  # a retried task re-attaches
+    commits = list(sink_commits(settings.sink, settings.pipeline, storage_options=options))
+    if not commits:
+        raise BackfillRefusedError(
+            f"{what} refused: the pipeline has committed nothing to {settings.sink}; "
+            "check the pipeline setting, or start the pipeline first"
+        )
+    from modeswitch.verify import expected_ranges
+
+    starts, committed = expected_ranges(commits)
+    source = open_log(settings.source)
+    known = source.buckets()
+    unknown = sorted(set(buckets or ()) - set(known))
+    if unknown:
+        raise BackfillRefusedError(
+            f"{what} refused: buckets {unknown} are not buckets of the source (it has {known})"
+        )
+    chosen = sorted(set(buckets)) if buckets else known
+    _check_retention(source, window, chosen, what)
+    bound = committed if mode == "reprocess" else starts
+    ranges = window_ranges(
+        source, window, bound, buckets=chosen, indexed=_time_indexed(settings.source)
+    )
+    args = {
+        "mode": mode,
+        "start": window.start.isoformat(),
+        "end": window.end.isoformat(),
+        "buckets": list(buckets or []),
+        "ranges": {str(b): [lo, hi] for b, (lo, hi) in sorted(ranges.items())},
+    }
+
+    def overlaps(other: Mapping[str, Any]) -> bool:
+        theirs = Window.parse(other["start"], other["end"])
+        their_buckets = set(other.get("buckets") or known)
+        return window.overlaps(theirs) and bool(set(chosen) & their_buckets)
+
+    command = store.claim_backfill(
+        args, run_id=run_id, issuer=issuer, overlaps=overlaps, stale_after=CLAIM_EXPIRES
+    )
+    plan = BackfillPlan.of(settings.pipeline, store.command(command))
+    log.info(
+        "%s: command %d, up to %d records in %d buckets",
+        what,
+        plan.command,
+        plan.records_bound,
+        len(plan.ranges),
+    )
+    return plan
+
+
+def _time_indexed(source_uri: str) -> bool:
+    if not is_kafka_source(source_uri):
+        return True
+    from modeswitch.sources.kafka import KafkaLocation
+
+    return KafkaLocation.parse(source_uri).event_time_field is None
+
+
+def _check_retention(
+    source: BucketedLog, window: Window, buckets: Sequence[int], what: str
+) -> None:
+    """Refuse a window that may begin among records retention dropped: a bucket that lost
+    records and whose oldest retained record is younger than the window's start."""
+    earliest, latest = source.earliest_offsets(), source.latest_offsets()
+    for bucket in buckets:
+        first = earliest.get(bucket, 0)
+        if first == 0 or first >= latest.get(bucket, 0):
+            continue
+        oldest = _first_event_time(source, bucket, first, latest[bucket])
+        if oldest is not None and oldest > window.start:
+            raise BackfillRefusedError(
+                f"{what} refused: the window is beyond retention in bucket {bucket}: records "
+                f"below offset {first} were dropped and the oldest one kept is from "
+                f"{oldest.isoformat()}"
+            )
+
+
+def _first_event_time(source: BucketedLog, bucket: int, start: int, end: int) -> datetime | None:
+    for batch in source.read(bucket, start, min(end, start + 1024)):
+        if batch.num_rows:
+            return batch.column("event_time")[0].as_py()
+    return None
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BackfillReport:
+    """What one backfill run committed."""
+
+    command: int
+    records: int
+    quarantined: int
+    sink_version: int
+    quarantine_version: int | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> BackfillReport:
+    """Run the backfill recorded as command ``command_id``: read, filter, transform, stage,
+    then one replace-where commit per table (see the module docstring), and record its end.
+
+    Raises :class:`FencedError` if the command is not a running backfill (its run ended, or a
+    later run of its window superseded it)."""
+    import time
+
+    store = StateStore.from_settings(settings)
+    plan = _running_plan(store, settings.pipeline, command_id)
+    began = time.perf_counter()
+    staging = f"{settings.state_root}/backfill/command-{command_id}-{uuid.uuid4().hex[:12]}"
+    try:
+        df = _read_window(spark, settings, plan, scratch=f"{staging}-scratch")
+        _stage(df, staging)
+        staged = time.perf_counter()
+        _running_plan(store, settings.pipeline, command_id)  # not superseded meanwhile
+        sink_commit, quarantine_version = commit_backfill(
+            settings, plan, staging, storage_options=store.storage_options
+        )
+    finally:
+        remove_tree(staging)
+        remove_tree(f"{staging}-scratch")
+    committed = time.perf_counter()
+    store.finish_backfill(
+        command_id,
+        records=sink_commit.records,
+        quarantined=sink_commit.quarantined,
+        sink_version=sink_commit.table_version,
+    )
+    report = BackfillReport(
+        command=command_id,
+        records=sink_commit.records,
+        quarantined=sink_commit.quarantined,
+        sink_version=int(sink_commit.table_version or 0),
+        quarantine_version=quarantine_version,
+        seconds={"spark": staged - began, "commit": committed - staged},
+    )
+    log.info(
+        "backfill %s %s (command %d): %d records, %d quarantined; sink version %d; Spark "
+        "%.1f s, commits %.1f s",
+        plan.mode,
+        plan.window,
+        command_id,
+        report.records,
+        report.quarantined,
+        report.sink_version,
+        report.seconds["spark"],
+        report.seconds["commit"],
+    )
+    return report
+
+
+def _running_plan(store: StateStore, pipeline: str, command_id: int) -> BackfillPlan:
+    command = store.command(command_id)
+    if command.kind != "backfill" or command.status != "running":
+        raise FencedError(
+            f"command {command_id} is a {command.status} {command.kind} command; a backfill "
+            "job only runs a running backfill"
+        )
+    return BackfillPlan.of(pipeline, command)
+
+
+def _read_window(
+    spark: Any, settings: PipelineSettings, plan: BackfillPlan, *, scratch: str
+) -> Any:
+    """The window's records, transformed: the planned ranges, filtered on event time."""
+    from pyspark.sql import functions as F
+
+    from modeswitch.backlog import wave_partitions_json
+    from modeswitch.planning import plan_batch
+    from modeswitch.sources.native import read_segments
+    from modeswitch.transforms import load_transform
+
+    transform = load_transform(settings.transform)
+    if settings.batch_reader == "native" and not is_kafka_source(settings.source):
+        splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
+        source = read_segments(spark, settings.source, splits, scratch=scratch)
+    else:
+        waves = plan_batch(
+            {b: lo for b, (lo, _) in plan.ranges.items()},
+            {b: hi for b, (_, hi) in plan.ranges.items()},
+            max_split_records=settings.planner.max_split_records,
+            wave_records=max(plan.records_bound, 1),
+            parallelism=settings.planner.parallelism,
+        ).waves
+        partitions = wave_partitions_json(waves[0]) if waves else "[]"
+        source = (
+            spark.read.format("bucketlog").option("partitions", partitions).load(settings.source)
+        )
+    in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
+        F.col("event_time") < F.lit(plan.window.end)
+    )
+    return transform(source.where(in_window))
+
+
+def _stage(df: Any, staging: str) -> None:
+    """Spark writes the rows as Parquet under ``staging``: ``route=table`` and
+    ``route=quarantine`` (the source is read once), with the sink's Parquet settings."""
+    from pyspark.sql import functions as F
+
+    from modeswitch.session import session_conf
+    from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE, WRITE_CONF
+    from modeswitch.transforms import QUARANTINE_REASON
+
+    route = F.when(F.col(QUARANTINE_REASON).isNull(), F.lit(ROUTE_TABLE))
+    routed = df.withColumn(ROUTE_COLUMN, route.otherwise(F.lit(ROUTE_QUARANTINE)))
+    with session_conf(df.sparkSession, WRITE_CONF):
+        routed.write.mode("errorifexists").partitionBy(ROUTE_COLUMN).parquet(staging)
+
+
+def commit_backfill(
+    settings: PipelineSettings,
+    plan: BackfillPlan,
+    staging: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[BackfillCommit, int | None]:
+    """The two replace-where commits of a staged backfill: the sink's, then the
+    quarantine's. Returns the sink's commit and the quarantine's version (None when the
+    quarantine table neither exists nor gets a row)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from modeswitch.sinks.files import QUARANTINE_SCHEMA
+    from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE
+    from modeswitch.storage import filesystem
+    from modeswitch.transforms import QUARANTINE_REASON
+
+    options = dict(storage_options or {})
+    fs, root = filesystem(staging)
+
+    def staged(route: str) -> ds.Dataset | None:
+        folder = f"{root}/{ROUTE_COLUMN}={route}"
+        if fs.get_file_info(folder).type.name != "Directory":
+            return None
+        return ds.dataset(folder, format="parquet", filesystem=fs)
+
+    good, bad = staged(ROUTE_TABLE), staged(ROUTE_QUARANTINE)
+    records = good.count_rows() if good is not None else 0
+    quarantined = bad.count_rows() if bad is not None else 0
+    commit = BackfillCommit(
+        pipeline=plan.pipeline,
+        command=plan.command,
+        run_id=plan.run_id,
+        mode=plan.mode,
+        window=plan.window,
+        ranges=plan.ranges,
+        records=records,
+        quarantined=quarantined,
+    )
+    sink_schema = _table_schema(settings.sink, options)
+
+    def sink_rows() -> pa.RecordBatchReader:
+        if good is None:
+            return pa.RecordBatchReader.from_batches(sink_schema, iter(()))
+        return good.scanner(columns=sink_schema.names).to_reader()
+
+    sink_version = _replace(settings.sink, sink_rows, plan, commit, options, create=False)
+
+    def quarantine_rows() -> pa.RecordBatchReader:
+        if bad is None:
+            return pa.RecordBatchReader.from_batches(QUARANTINE_SCHEMA, iter(()))
+        columns = {
+            f.name: ds.field(QUARANTINE_REASON if f.name == "reason" else f.name).cast(f.type)
+            for f in QUARANTINE_SCHEMA
+        }
+        return bad.scanner(columns=columns).to_reader()
+
+    quarantine_version = _replace(
+        settings.quarantine, quarantine_rows, plan, commit, options, create=quarantined > 0
+    )
+    return _with_version(commit, sink_version), quarantine_version
+
+
+def _with_version(commit: BackfillCommit, version: int | None) -> BackfillCommit:
+    from dataclasses import replace
+
+    return replace(commit, table_version=version)
+
+
+def _table_schema(uri: str, options: Mapping[str, str]) -> Any:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return pa.schema(DeltaTable(uri, storage_options=dict(options)).schema().to_arrow())
+
+
+def _replace(
+    uri: str,
+    rows: Any,
+    plan: BackfillPlan,
+    commit: BackfillCommit,
+    options: Mapping[str, str],
+    *,
+    create: bool,
+) -> int | None:
+    """One replace-where commit of ``rows()`` into the table at ``uri``, retried on the new
+    snapshot when a concurrent commit conflicts; the table's new version. A table that does
+    not exist is created when ``create`` (else nothing is done, None)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+    app_id = backfill_app_id(plan.pipeline)
+    properties = CommitProperties(
+        app_transactions=[Transaction(app_id, plan.command)],
+        custom_metadata=commit.to_metadata(),
+    )
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            table = DeltaTable(uri, storage_options=dict(options))
+        except TableNotFoundError:
+            if not create:
+                return None
+            write_deltalake(
+                uri,
+                rows(),
+                mode="append",
+                storage_options=dict(options),
+                commit_properties=properties,
+            )
+            return DeltaTable(uri, storage_options=dict(options)).version()
+        held = table.transaction_version(app_id)
+        if held is not None and held > plan.command:
+            raise FencedError(
+                f"{uri}: backfill command {plan.command} refused: a later backfill "
+                f"(command {held}) has committed since; this run was superseded"
+            )
+        try:
+            write_deltalake(
+                table,
+                rows(),
+                mode="overwrite",
+                predicate=plan.predicate(),
+                commit_properties=properties,
+            )
+        except CommitFailedError as exc:
+            log.info("%s: backfill commit attempt %d conflicted (%s); again", uri, attempt, exc)
+            continue
+        return table.version()
+    raise ModeswitchError(
+        f"{uri}: backfill command {plan.command} conflicted with concurrent commits "
+        f"{COMMIT_ATTEMPTS} times; nothing of it was committed to this table"
+    )
+
+
+# --- what verify counts --------------------------------------------------------------------------
+
+
+def backfilled_positions(
+    source: BucketedLog, commits: Sequence[BackfillCommit], below: Mapping[int, int]
+) -> dict[int, Any]:
+    """Per bucket, the sorted offsets (int64) of the records the backfill ``commits`` loaded
+    below ``below`` (the live range's start per bucket): the log's records of each commit's
+    window within its ranges. What the sink must hold once besides the live range."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found: dict[int, list[Any]] = {}
+    for commit in commits:
+        start, end = pa.scalar(commit.window.start), pa.scalar(commit.window.end)
+        for bucket, (lo, hi) in commit.ranges.items():
+            hi = min(hi, below.get(bucket, hi))
+            if lo >= hi:
+                continue
+            for batch in _retained(source, bucket, lo, hi):
+                times = batch.column("event_time")
+                keep = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
+                found.setdefault(bucket, []).append(
+                    batch.column("offset").filter(keep).to_numpy(zero_copy_only=False)
+                )
+    return {b: np.unique(np.concatenate(parts).astype(np.int64)) for b, parts in found.items()}
+
+
+def _retained(source: BucketedLog, bucket: int, lo: int, hi: int) -> Iterator[Any]:
+    """The records of ``[lo, hi)`` still retained (retention may have dropped the oldest)."""
+    lo = max(lo, source.earliest_offsets().get(bucket, 0))
+    if lo < hi:
+        yield from source.read(bucket, lo, hi)
+
+
+__all__ = [
+    "BACKFILL_KEY",
+    "BACKFILL_MODES",
+    "BackfillCommit",
+    "BackfillPlan",
+    "BackfillReport",
+    "Window",
+    "backfill_commits",
+    "backfilled_positions",
+    "commit_backfill",
+    "plan_backfill",
+    "run_backfill",
+    "window_predicate",
+    "window_ranges",
+]
