@@ -22,14 +22,18 @@ from modeswitch.config import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-JobKind = Literal["batch", "stream"]
+JobKind = Literal["batch", "stream", "backfill"]
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 """The spark-submit entrypoints' folder (``jobs/`` at the repository's top)."""
-JOB_SCRIPTS: dict[str, str] = {"batch": "backlog_batch.py", "stream": "stream.py"}
+JOB_SCRIPTS: dict[str, str] = {
+    "batch": "backlog_batch.py",
+    "stream": "stream.py",
+    "backfill": "backfill.py",
+}
 
 
 def job_script(kind: str) -> Path:
-    """The spark-submit entrypoint of a ``batch`` or ``stream`` job."""
+    """The spark-submit entrypoint of a ``batch``, ``stream`` or ``backfill`` job."""
     if kind not in JOB_SCRIPTS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(JOB_SCRIPTS)}")
     return JOBS / JOB_SCRIPTS[kind]
@@ -39,12 +43,22 @@ log = logging.getLogger("modeswitch.jobs")
 
 
 def _parse_arguments(
-    description: str, argv: list[str] | None = None, *, standby: bool = False
+    description: str,
+    argv: list[str] | None = None,
+    *,
+    standby: bool = False,
+    backfill: bool = False,
 ) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pipeline", required=True, help="the pipeline id")
+    if backfill:
+        parser.add_argument(
+            "--command", type=int, required=True, help="the backfill command to run"
+        )
+        parser.set_defaults(epoch=None)
     target = parser.add_mutually_exclusive_group(required=True) if standby else parser
-    target.add_argument("--epoch", type=int, required=not standby, help="the epoch to run")
+    if not backfill:
+        target.add_argument("--epoch", type=int, required=not standby, help="the epoch to run")
     if standby:
         target.add_argument(
             "--standby",
@@ -82,7 +96,7 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
     """The Spark conf a job's settings ask for, to be set before its driver JVM starts (by
     :func:`create_spark_session` when the job starts it, by spark-submit under Airflow)."""
     conf: dict[str, str] = {}
-    if kind == "batch" and settings.batch_driver_memory:
+    if kind in ("batch", "backfill") and settings.batch_driver_memory:
         conf["spark.driver.memory"] = settings.batch_driver_memory
         # A fixed-size heap: taken at the start and never grown, whatever the backlog.
         conf["spark.driver.extraJavaOptions"] = f"-Xms{settings.batch_driver_memory}"
@@ -92,7 +106,7 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
 def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: PipelineSettings):
     from modeswitch.session import create_spark_session  # pyspark: only where a job runs
 
-    name = "standby" if args.epoch is None else f"epoch-{args.epoch}"
+    name = _target(args).replace(" ", "-")
     return create_spark_session(
         f"modeswitch-{args.pipeline}-{kind}-{name}", conf=job_spark_conf(kind, settings)
     )
@@ -121,8 +135,26 @@ def _wait_in_standby(
     return load_job_settings(config, pipeline=args.pipeline)
 
 
+def _target(args: argparse.Namespace) -> str:
+    """What a job runs, for names and messages: ``epoch 7``, ``command 3`` or ``standby``."""
+    if getattr(args, "command", None) is not None:
+        return f"command {args.command}"
+    return "standby" if args.epoch is None else f"epoch {args.epoch}"
+
+
 def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
-    if kind == "batch":
+    if kind == "backfill":
+        from modeswitch.backfill import run_backfill
+
+        report = run_backfill(spark, settings, args.command)
+        log.info(
+            "backfill command %d: %d records, %d quarantined; sink version %d",
+            report.command,
+            report.records,
+            report.quarantined,
+            report.sink_version,
+        )
+    elif kind == "batch":
         from modeswitch.backlog import run_batch_epoch
 
         report = run_batch_epoch(spark, settings, args.epoch)
@@ -156,7 +188,9 @@ def main(
 
     A stream job in standby reads its epoch from ``requests`` (standard input by default)."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    args = _parse_arguments(description, argv, standby=kind == "stream")
+    args = _parse_arguments(
+        description, argv, standby=kind == "stream", backfill=kind == "backfill"
+    )
     spark = None
     try:
         # Read (and check) the settings first: some of them size the JVM the session starts.
@@ -170,8 +204,7 @@ def main(
         run(kind, spark, args, settings)
         return 0
     except ModeswitchError as exc:
-        which = "standby" if args.epoch is None else f"epoch {args.epoch}"
-        log.error("%s %s failed: %s", kind, which, exc)
+        log.error("%s %s failed: %s", kind, _target(args), exc)
         return 1
     finally:
         if spark is not None:

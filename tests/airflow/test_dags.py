@@ -25,7 +25,9 @@ def dagbag():
 
 def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert {"modeswitch_pipeline", "modeswitch_control"} <= set(dagbag.dag_ids)
+    assert {"modeswitch_pipeline", "modeswitch_control", "modeswitch_backfill"} <= set(
+        dagbag.dag_ids
+    )
 
 
 def test_pipeline_dag_shape(dagbag) -> None:
@@ -61,7 +63,9 @@ def test_control_dag_is_manual_with_validated_params(dagbag) -> None:
         dag.params.get_param("command").resolve("bogus")
 
 
-@pytest.mark.parametrize("dag_file", ["modeswitch_pipeline.py", "modeswitch_control.py"])
+@pytest.mark.parametrize(
+    "dag_file", ["modeswitch_pipeline.py", "modeswitch_control.py", "modeswitch_backfill.py"]
+)
 def test_parsing_a_dag_file_does_not_import_spark(dag_file) -> None:
     # The dag-processor parses every file again and again: Spark belongs to the jobs only.
     import subprocess

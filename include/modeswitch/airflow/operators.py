@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from modeswitch.airflow.backfill import require_backfill
 from modeswitch.airflow.settings import (
     connection_kafka_environment,
     connection_storage_environment,
@@ -81,7 +82,14 @@ class EpochJobOperator(SparkSubmitOperator):
         Spark provider turns environment variables into ``--conf`` arguments, so there the
         setting is refused.
         """
-        require_running_epoch(plan, self.kind)
+        if self.kind == "backfill":
+            require_backfill(plan)
+            target = ["--command", str(plan["command"])]
+            name = f"backfill-{plan['command']}"
+        else:
+            require_running_epoch(plan, self.kind)
+            target = ["--epoch", str(plan["epoch"])]
+            name = f"{self.kind}-epoch-{plan['epoch']}"
         spark = require_spark_connection(self._conn_id)
         settings = PipelineSettings.from_json(plan["settings"])
         storage_env = connection_storage_environment(settings)
@@ -95,8 +103,7 @@ class EpochJobOperator(SparkSubmitOperator):
         self.application_args = [
             "--pipeline",
             plan["pipeline"],
-            "--epoch",
-            str(plan["epoch"]),
+            *target,
             "--config",
             plan["settings"],
         ]
@@ -122,6 +129,6 @@ class EpochJobOperator(SparkSubmitOperator):
         options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())
         if options:
             self.conf["spark.driver.extraJavaOptions"] = options
-        self.name = f"modeswitch-{plan['pipeline']}-{self.kind}-epoch-{plan['epoch']}"
-        self.log.info("epoch %s (%s): %s", plan["epoch"], self.kind, self.application)
+        self.name = f"modeswitch-{plan['pipeline']}-{name}"
+        self.log.info("%s: %s", name, self.application)
         self._hook = None  # built from the values above

@@ -34,6 +34,8 @@ from modeswitch.state.records import COMMAND_KINDS
 log = logging.getLogger(__name__)
 
 FORCE_MODES = ("auto", "batch", "stream")
+CONTROL_COMMANDS = tuple(kind for kind in COMMAND_KINDS if kind != "backfill")
+"""What the control DAG queues; a backfill records itself when its run starts."""
 BATCH_TASK = "backlog_batch"
 STREAM_TASK = "stream"
 
@@ -142,8 +144,11 @@ def command_args(params: Mapping[str, Any], settings: PipelineSettings) -> dict[
     """The stored args of a control command from the control DAG's params; a bad param is
     refused with a ConfigError naming it."""
     kind = params.get("command")
-    if kind not in COMMAND_KINDS:
-        raise ConfigError(f"param command: {kind!r} is not one of {', '.join(COMMAND_KINDS)}")
+    if kind not in CONTROL_COMMANDS:
+        raise ConfigError(
+            f"param command: {kind!r} is not one of {', '.join(CONTROL_COMMANDS)}"
+            + (" (backfills run in the modeswitch_backfill DAG)" if kind == "backfill" else "")
+        )
     offsets, event_time = params.get("offsets"), params.get("event_time")
     args: dict[str, Any] = {}
     if params.get("note"):
