@@ -36,6 +36,7 @@ from modeswitch.orchestration import observe, operator_override, policy_state_of
 from modeswitch.policy import PolicySettings, decide_mode
 from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
+from modeswitch.state.commands import describe_backfill
 from modeswitch.state.records import Command, Epoch, RecordedDecision
 
 log = logging.getLogger(__name__)
@@ -394,7 +395,22 @@ def _command(command: Command) -> dict[str, Any]:
         else offsets_to_dict(command.applied_offsets),
         "rejected_at": None if command.rejected_at is None else command.rejected_at.isoformat(),
         "reason": command.reason,
+        "outcome": _backfill_outcome(command) if command.kind == "backfill" else None,
     }
+
+
+def _backfill_outcome(command: Command) -> str:
+    """What a backfill run did or is doing, in words: its mode, window and counts."""
+    what = describe_backfill(command.args)
+    if command.status == "running":
+        return f"backfilling {what}"
+    if command.status == "rejected":
+        return f"{what} failed: {command.reason}"
+    return (
+        f"{what}: {command.args.get('records', 0):,} records, "
+        f"{command.args.get('quarantined', 0):,} quarantined, sink version "
+        f"{command.args.get('sink_version')}"
+    )
 
 
 __all__ = ["DEFAULT_ROWS", "decision_summary", "pipeline_history", "pipeline_status"]

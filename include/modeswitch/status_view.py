@@ -163,7 +163,9 @@ def _commands(status: Mapping[str, Any]) -> Table:
     for name in ("id", "kind", "status", "issuer", "created", "outcome"):
         table.add_column(name, overflow="fold" if name == "outcome" else "ellipsis")
     for command in status["commands"]:
-        if command["status"] == "applied":
+        if command.get("outcome"):
+            outcome = command["outcome"]
+        elif command["status"] == "applied":
             outcome = f"applied at epoch {command['applied_epoch']}"
         elif command["status"] == "rejected":
             outcome = f"rejected: {command['reason']}"

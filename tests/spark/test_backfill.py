@@ -21,6 +21,7 @@ from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.status import pipeline_status
 from modeswitch.streaming import run_stream_epoch
 from modeswitch.verify import audit
 
@@ -136,6 +137,13 @@ def test_reprocess_replaces_a_window_once_and_a_rerun_leaves_the_same_rows(
     ]
     # The live pipeline sees none of it: its committed offsets and watermark stand.
     assert store.committed_offsets() == committed
+    # The operator's view lists the runs with what they did.
+    shown = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "backfill"]
+    assert shown[0]["outcome"] == (
+        f"reprocess [{window.start.isoformat()}, {window.end.isoformat()}): "
+        f"{report.records:,} records, {report.quarantined:,} quarantined, sink version "
+        f"{commits[0].table_version}"
+    )
 
 
 def test_a_retried_run_reattaches_and_an_overlapping_run_is_refused(
