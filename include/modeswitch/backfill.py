@@ -34,7 +34,8 @@ one read of the source). Then, per table, ONE Delta commit (deltalake ``write_de
 ``mode="overwrite"`` and a ``predicate``: Delta's replace-where) deletes what the table holds
 at those positions (:func:`window_predicate`: the window's event times within each bucket's
 ``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches the predicate.
-The commit carries ``txn(appId = <pipeline>/backfill, version = command id)`` and, under
+The commit carries ``txn(appId = <pipeline>/backfill/<start>/<end>, version = command id)``
+(a run of a window whose later run already committed is refused) and, under
 :data:`BACKFILL_KEY`, the window, mode, run, ranges and counts (:class:`BackfillCommit`).
 Re-running a run leaves the same rows (one more commit).
 
@@ -88,9 +89,10 @@ window: its run died without recording an end."""
 COMMIT_ATTEMPTS = 10
 
 
-def backfill_app_id(pipeline: str) -> str:
-    """The Delta app-transaction id of a pipeline's backfill commits."""
-    return f"{pipeline}/backfill"
+def backfill_app_id(pipeline: str, window: Window) -> str:
+    """The Delta app-transaction id of a pipeline's backfill commits of one window: runs of
+    other windows commit at the same time without fencing each other out."""
+    return f"{pipeline}/backfill/{_timestamp(window.start)}/{_timestamp(window.end)}"
 
 
 @dataclass(frozen=True)
@@ -619,7 +621,7 @@ def _replace(
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
-    app_id = backfill_app_id(plan.pipeline)
+    app_id = backfill_app_id(plan.pipeline, plan.window)
     properties = CommitProperties(
         app_transactions=[Transaction(app_id, plan.command)],
         custom_metadata=commit.to_metadata(),
@@ -641,8 +643,8 @@ def _replace(
         held = table.transaction_version(app_id)
         if held is not None and held > plan.command:
             raise FencedError(
-                f"{uri}: backfill command {plan.command} refused: a later backfill "
-                f"(command {held}) has committed since; this run was superseded"
+                f"{uri}: backfill command {plan.command} refused: a later run of window "
+                f"{plan.window} (command {held}) has committed since; this run was superseded"
             )
         try:
             write_deltalake(

@@ -10,6 +10,10 @@ ends.
   defers the ``LagThresholdSensor`` to the triggerer (its task instance is ``deferred`` and
   holds no worker slot), and resumes when records appended to the log it watches push the
   offset lag over its threshold.
+- ``airflow backfill create`` of the backfill DAG over three days reprocesses three daily
+  windows while the pipeline DAG keeps running: each window's records (late ones included)
+  are replaced in one commit, and the audit finds every record once. The backfill DAG's own
+  scheduled run (yesterday, mode ``fill``) finds nothing to fill.
 
 Marked ``scheduler`` (deselect with ``-m "not scheduler"``): a few minutes on 2 cores.
 """
@@ -32,20 +36,30 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pendulum
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
+from modeswitch.backfill import backfill_commits
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.verify import audit
 
 pytestmark = pytest.mark.scheduler
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = Path(sys.executable).parent / "airflow"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-DAG_IDS = ("modeswitch_pipeline", "modeswitch_control", "modeswitch_lag_watch")
+DAG_IDS = (
+    "modeswitch_pipeline",
+    "modeswitch_control",
+    "modeswitch_backfill",
+    "modeswitch_lag_watch",
+)
 RECORDS = 20_000
+TODAY = pendulum.now("UTC").start_of("day")
 
 
 @dataclass
@@ -63,9 +77,15 @@ class RunningAirflow:
             db.close()
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [str(AIRFLOW), *args], env=self.env, capture_output=True, text=True, timeout=180
-        )
+        """Run an ``airflow`` command; again if SQLite was locked by a component (its
+        transaction was rolled back: nothing of it was written)."""
+        for _ in range(5):
+            done = subprocess.run(
+                [str(AIRFLOW), *args], env=self.env, capture_output=True, text=True, timeout=180
+            )
+            if done.returncode == 0 or "database is locked" not in done.stderr:
+                break
+            time.sleep(2)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -110,7 +130,15 @@ def _stop_group(leader: subprocess.Popen) -> None:
 @pytest.fixture
 def sources(tmp_path: Path) -> dict[str, Path]:
     backlog = SegmentLog.create(str(tmp_path / "log"), buckets=4)
-    produce_backlog(backlog, EventGenerator(seed=5, buckets=4), records=RECORDS)
+    # Four days of event time: three daily backfill windows and yesterday, the window of the
+    # backfill DAG's own scheduled run.
+    produce_backlog(
+        backlog,
+        EventGenerator(seed=5, buckets=4, late_fraction=0.05, max_lateness=timedelta(hours=6)),
+        records=RECORDS,
+        span=timedelta(days=4),
+        now=TODAY,
+    )
     watched = SegmentLog.create(str(tmp_path / "watched"), buckets=1)
     produce_backlog(watched, EventGenerator(seed=6, buckets=1), records=50)
     return {"log": tmp_path / "log", "watched": tmp_path / "watched", "tmp": tmp_path}
@@ -125,6 +153,7 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
     for dag_file in (
         REPO / "dags" / "modeswitch_pipeline.py",
         REPO / "dags" / "modeswitch_control.py",
+        REPO / "dags" / "modeswitch_backfill.py",
         Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
     ):
         (dags / dag_file.name).symlink_to(dag_file)
@@ -313,8 +342,69 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     assert (first.mode, first.status) == ("batch", "completed")
     assert first.end == first.boundary
     assert sum(first.end.values()) == RECORDS
+    epoch_done = time.monotonic() - started
+
+    # Airflow's own backfill of three daily windows, reprocessed while the pipeline runs on.
+    airflow.wait_for(
+        "a pipeline run to be running",
+        lambda: airflow.query(
+            "SELECT run_id FROM dag_run WHERE dag_id = 'modeswitch_pipeline' AND state = 'running'"
+        ),
+        120,
+    )
+    backfill_started = time.monotonic()
+    airflow.cli(
+        "backfill",
+        "create",
+        "--dag-id",
+        "modeswitch_backfill",
+        "--from-date",
+        TODAY.subtract(days=4).to_date_string(),
+        "--to-date",
+        TODAY.subtract(days=2).to_date_string(),
+        "--dag-run-conf",
+        json.dumps({"mode": "reprocess"}),
+    )
+
+    def backfill_runs() -> list[tuple] | None:
+        rows = airflow.query(
+            "SELECT run_type, data_interval_start, state FROM dag_run "
+            "WHERE dag_id = 'modeswitch_backfill' ORDER BY data_interval_start"
+        )
+        done = len(rows) == 4 and all(state in ("success", "failed") for *_, state in rows)
+        return rows if done else None
+
+    runs = airflow.wait_for("the backfill DAG's runs to end", backfill_runs, 900)
+    assert [(kind, state) for kind, _, state in runs] == [("backfill", "success")] * 3 + [
+        ("scheduled", "success")
+    ], f"{runs}\n{airflow.logs()}"
+    warehouse = variables["AIRFLOW_VAR_MODESWITCH_WAREHOUSE"]
+    commits = sorted(backfill_commits(f"{warehouse}/sched", "sched"), key=lambda c: c.window.start)
+    windows = [(TODAY.subtract(days=d), TODAY.subtract(days=d - 1)) for d in (4, 3, 2, 1)]
+    assert [(c.mode, c.window.start, c.window.end) for c in commits] == [
+        *(("reprocess", *window) for window in windows[:3]),
+        ("fill", *windows[3]),  # the schedule's own run, with the default mode
+    ]
+    # The live pipeline read everything from the earliest offsets: nothing is left to fill.
+    assert (commits[3].records, commits[3].ranges) == (0, {})
+    commits = commits[:3]
+    log = SegmentLog(str(sources["log"]))
+    for commit, (start, end) in zip(commits, windows[:3], strict=True):
+        in_window = 0
+        for bucket in log.buckets():
+            for batch in log.read(bucket, 0, first.end[bucket]):
+                times = batch.column("event_time")
+                inside = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
+                in_window += pc.sum(inside).as_py()
+        assert commit.records + commit.quarantined == in_window > 0
+    report = audit(
+        str(sources["log"]), f"{warehouse}/sched", f"{warehouse}/sched_quarantine", "sched"
+    )
+    totals = report.totals
+    assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
+    assert totals.expected == RECORDS
     print(
         f"scheduler test: components healthy and DAGs parsed, sensor resumed "
-        f"{resumed_after:.1f} s after the lag crossed, first epoch done "
-        f"{time.monotonic() - started:.0f} s after start"
+        f"{resumed_after:.1f} s after the lag crossed, first epoch done {epoch_done:.0f} s "
+        f"after start, three backfilled windows in {time.monotonic() - backfill_started:.0f} s"
     )
