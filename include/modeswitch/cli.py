@@ -294,6 +294,68 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_backfill(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "backfill",
+        help="load (fill) or re-derive (reprocess) one event-time window, beside the pipeline",
+        description=(
+            "One backfill run without Airflow, as one run of the modeswitch_backfill DAG: "
+            "the window's records (by event time, late ones included) are read, transformed "
+            "and replaced in the sink in one commit per table, while the pipeline runs. fill: "
+            "the records below where the live pipeline started; reprocess: those the sink "
+            "holds. Refused, before anything is written, for a window that ends in the "
+            "future, lies beyond retention, or overlaps a running backfill."
+        ),
+    )
+    p.add_argument("--config", required=True, help="the pipeline's settings file")
+    p.add_argument("--start", required=True, help="window start, ISO-8601 (UTC if no offset)")
+    p.add_argument("--end", required=True, help="window end (exclusive), ISO-8601")
+    p.add_argument("--mode", choices=["fill", "reprocess"], default="fill")
+    p.add_argument("--buckets", help="comma-separated buckets (default: all)")
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    import uuid
+
+    from modeswitch.backfill import Window, plan_backfill
+    from modeswitch.config import layer_settings, read_settings_file
+    from modeswitch.local_runner import run_job_process
+    from modeswitch.state import StateStore
+
+    settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
+    try:
+        buckets = [int(b) for b in args.buckets.split(",")] if args.buckets else None
+    except ValueError as exc:
+        raise ModeswitchError(f"--buckets {args.buckets!r}: not a list of numbers") from exc
+    run_id = f"cli-{uuid.uuid4().hex[:12]}"
+    plan = plan_backfill(
+        settings,
+        Window.parse(args.start, args.end),
+        args.mode,
+        run_id=run_id,
+        issuer=f"modeswitch backfill {run_id}",
+        buckets=buckets,
+    )
+    console.print(
+        f"backfill {plan.mode} {plan.window} of {settings.pipeline}: command {plan.command}, "
+        f"up to {plan.records_bound:,} records in {len(plan.ranges)} buckets"
+    )
+    store = StateStore.from_settings(settings)
+    try:
+        run_job_process("backfill", settings, plan.command, timeout=3 * 3600)
+    finally:
+        done = store.command(plan.command)
+        if done.status == "running":
+            store.finish_backfill(plan.command, error="the backfill job failed (see its output)")
+            done = store.command(plan.command)
+    console.print(
+        f"command {done.id} {done.status}: {done.args.get('records', 0):,} records, "
+        f"{done.args.get('quarantined', 0):,} quarantined, sink version "
+        f"{done.args.get('sink_version')}"
+    )
+    return 0
+
+
 def _add_status(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status",
@@ -496,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_retain,
         _add_demo,
         _add_run,
+        _add_backfill,
         _add_status,
         _add_verify,
     ):
@@ -509,6 +572,7 @@ COMMANDS = {
     "retain": _retain,
     "demo": _demo,
     "run": _run,
+    "backfill": _backfill,
     "status": _status,
     "verify": _verify,
 }

@@ -34,13 +34,14 @@ JobRunner = Callable[[str, PipelineSettings, int], None]
 
 
 def job_command(kind: str, settings: PipelineSettings, epoch: int) -> list[str]:
-    """The command line of ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for one epoch."""
+    """The command line of ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for one epoch, or
+    of ``jobs/backfill.py`` for one backfill command (``epoch`` is then the command's id)."""
     return [
         sys.executable,
         str(job_script(kind)),
         "--pipeline",
         settings.pipeline,
-        "--epoch",
+        "--command" if kind == "backfill" else "--epoch",
         str(epoch),
         "--config",
         settings.to_json(),

@@ -4,6 +4,7 @@ is written (modeswitch.backfill)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def test_a_retried_run_reattaches_and_an_overlapping_run_is_refused(
     overlapping = Window.parse(
         HISTORY_END.subtract(hours=5, minutes=30), HISTORY_END.subtract(hours=5)
     )
-    with pytest.raises(BackfillRefusedError, match="run 'holder'.*overlaps"):
+    with pytest.raises(BackfillRefusedError, match=r"run 'holder'.*overlaps"):
         plan_backfill(settings, overlapping, "reprocess", run_id="other", issuer="test")
     # Other buckets, or a window next to it, go ahead.
     beside = Window.parse(HISTORY_END.subtract(hours=5), HISTORY_END.subtract(hours=4))
@@ -238,3 +239,28 @@ def test_fill_loads_the_history_below_where_a_live_pipeline_started(spark, tmp_p
         spark, settings, plan_backfill(settings, later, "fill", run_id="fill-2", issuer="t").command
     )
     _assert_exact(settings, 3_000 + in_window + _in_window(settings, later, history_end))
+
+
+def test_the_cli_runs_a_backfill_as_a_job_of_its_own(
+    spark, drained: PipelineSettings, tmp_path: Path, capsys
+) -> None:
+    from modeswitch.cli import main
+
+    settings = drained
+    config = tmp_path / "settings.json"
+    config.write_text(
+        json.dumps({"pipeline": "bf", "source": settings.source, "warehouse": settings.warehouse})
+    )
+    before = _rows(settings)
+    window = Window.parse(HISTORY_END.subtract(hours=1), HISTORY_END)
+    args = ["backfill", "--config", str(config), "--mode", "reprocess", "--buckets", "0,2"]
+    code = main([*args, "--start", window.start.isoformat(), "--end", window.end.isoformat()])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    [commit] = [c for c in backfill_commits(settings.sink, "bf") if c.window == window]
+    assert sorted(commit.ranges) == [0, 2]
+    assert f"applied: {commit.records:,} records" in out
+    assert _rows(settings) == before
+    # Refused before anything is written, with the reason, and exit status 2.
+    assert main([*args, "--start", window.start.isoformat(), "--end", "2999-01-01"]) == 2
+    assert "ends in the future" in capsys.readouterr().err
