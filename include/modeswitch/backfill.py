@@ -37,7 +37,10 @@ at those positions (:func:`window_predicate`: the window's event times within ea
 The commit carries ``txn(appId = <pipeline>/backfill/<start>/<end>, version = command id)``
 (a run of a window whose later run already committed is refused) and, under
 :data:`BACKFILL_KEY`, the window, mode, run, ranges and counts (:class:`BackfillCommit`).
-Re-running a run leaves the same rows (one more commit).
+Re-running a run leaves the same rows (one more commit). The sink's commit and the
+quarantine's are two commits of two tables, as for live writes: between them a record that
+moved from one table to the other (a transform fix) is in both or neither, and a run killed
+there is repaired by its retry, which replaces the window in both again.
 
 **Beside the live pipeline.** Live commits are appends; delta-rs's conflict check lets a
 backfill commit land after a live one when the appended files cannot hold a row of the
@@ -672,25 +675,62 @@ def backfilled_positions(
 ) -> dict[int, Any]:
     """Per bucket, the sorted offsets (int64) of the records the backfill ``commits`` loaded
     below ``below`` (the live range's start per bucket): the log's records of each commit's
-    window within its ranges. What the sink must hold once besides the live range."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    window within its ranges. What the sink must hold once besides the live range.
 
-    found: dict[int, list[Any]] = {}
+    Each bucket is read once, from the lowest range start up, whatever the number of windows
+    (a year of daily windows is one pass, not 365); a record is matched to the window that
+    starts last at or before its event time."""
+    import numpy as np
+
+    pieces: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
     for commit in commits:
-        start, end = pa.scalar(commit.window.start), pa.scalar(commit.window.end)
+        key = (_micros(commit.window.start), _micros(commit.window.end))
         for bucket, (lo, hi) in commit.ranges.items():
             hi = min(hi, below.get(bucket, hi))
             if lo >= hi:
                 continue
-            for batch in _retained(source, bucket, lo, hi):
-                times = batch.column("event_time")
-                keep = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
-                found.setdefault(bucket, []).append(
-                    batch.column("offset").filter(keep).to_numpy(zero_copy_only=False)
+            held = pieces.setdefault(bucket, {}).get(key)  # reruns of a window: one piece
+            pieces[bucket][key] = (min(lo, held[0]), max(hi, held[1])) if held else (lo, hi)
+    found: dict[int, Any] = {}
+    for bucket, windows in pieces.items():
+        order = sorted(windows.items())
+        starts = np.array([w[0] for w, _ in order], np.int64)
+        ends = np.array([w[1] for w, _ in order], np.int64)
+        los = np.array([r[0] for _, r in order], np.int64)
+        his = np.array([r[1] for _, r in order], np.int64)
+        disjoint = bool(np.all(ends[:-1] <= starts[1:]))
+        parts = []
+        for batch in _retained(source, bucket, int(los.min()), int(his.max())):
+            times = batch.column("event_time").cast("int64").to_numpy(zero_copy_only=False)
+            offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+            if disjoint:
+                at = np.searchsorted(starts, times, side="right") - 1
+                safe = np.maximum(at, 0)
+                keep = (
+                    (at >= 0)
+                    & (times < ends[safe])
+                    & (offsets >= los[safe])
+                    & (offsets < his[safe])
                 )
-    return {b: np.unique(np.concatenate(parts).astype(np.int64)) for b, parts in found.items()}
+            else:  # overlapping windows (different schedules): window by window
+                keep = np.zeros(len(times), bool)
+                for i in range(len(starts)):
+                    keep |= (
+                        (times >= starts[i])
+                        & (times < ends[i])
+                        & (offsets >= los[i])
+                        & (offsets < his[i])
+                    )
+            parts.append(offsets[keep])
+        if parts:
+            found[bucket] = np.unique(np.concatenate(parts))
+    return found
+
+
+def _micros(moment: datetime) -> int:
+    from modeswitch.sinks.commits import event_time_to_micros
+
+    return event_time_to_micros(moment)
 
 
 def _retained(source: BucketedLog, bucket: int, lo: int, hi: int) -> Iterator[Any]:

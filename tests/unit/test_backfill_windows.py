@@ -10,7 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from modeswitch.backfill import Window, window_predicate, window_ranges
+from modeswitch.backfill import (
+    BackfillCommit,
+    Window,
+    backfilled_positions,
+    window_predicate,
+    window_ranges,
+)
 from modeswitch.errors import BackfillRefusedError
 from modeswitch.sources.segments import SegmentLog
 
@@ -77,3 +83,30 @@ def test_windows_are_parsed_and_checked() -> None:
         Window.parse("2026-11-20T02:00:00Z", "2026-11-20T01:00:00Z")
     with pytest.raises(BackfillRefusedError, match="window end 'soon'"):
         Window.parse("2026-11-20T00:00:00Z", "soon")
+
+
+def _filled(window: Window, ranges: dict[int, tuple[int, int]]) -> BackfillCommit:
+    return BackfillCommit(
+        pipeline="p",
+        command=1,
+        run_id="r",
+        mode="fill",
+        window=window,
+        ranges=ranges,
+        records=0,
+        quarantined=0,
+    )
+
+
+def test_verify_expects_each_filled_window_s_records_below_the_live_start(log) -> None:
+    hour = timedelta(hours=1)
+    second, first = Window(T0 + 2 * hour, T0 + 3 * hour), Window(T0, T0 + hour)
+    commits = [_filled(second, {0: (2, 8)}), _filled(first, {0: (0, 8), 1: (0, 2)})]
+    found = backfilled_positions(log, commits, below={0: 5, 1: 2})
+    # Bucket 0 below its live start 5: hour 0 at offset 0, hour 2 at offset 2 (the late
+    # record of hour 2, at offset 6, is the live pipeline's).
+    assert {b: o.tolist() for b, o in found.items()} == {0: [0, 2], 1: [0, 1]}
+    # Overlapping windows (another schedule) are matched window by window.
+    wider = _filled(Window(T0 + 2 * hour, T0 + 5 * hour), {0: (2, 8)})
+    found = backfilled_positions(log, [*commits, wider], below={0: 8, 1: 2})
+    assert found[0].tolist() == [0, 2, 3, 4, 6]
