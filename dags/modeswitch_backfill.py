@@ -37,7 +37,8 @@ leaves the same rows. Use **Trigger DAG ▸ Backfill** (or `airflow backfill cre
 --dag-id modeswitch_backfill --from-date … --to-date …`) for a range of windows. Refused,
 with the reason, before anything is written: a window that ends in the future or lies beyond
 the log's retention, a pipeline with nothing committed, and a window that another run is
-backfilling. Params: `mode`, `buckets` (empty: all), `settings` (e.g. `{"pipeline": "orders"}`).
+backfilling. Params: `pipeline` (empty: the `modeswitch_pipeline` Variable's), `mode`,
+`buckets` (empty: all), `settings` (other setting overrides).
 Runs show on the [operator's page](/modeswitch/) as `backfill` commands.
 """
 
@@ -50,6 +51,7 @@ Runs show on the [operator's page](/modeswitch/) as `backfill` commands.
     doc_md=DOC,
     default_args={"owner": "modeswitch", "retries": 1, "retry_delay": timedelta(seconds=30)},
     params={
+        "pipeline": Param("", type="string", description="target pipeline; empty: the Variable's"),
         "mode": Param("fill", type="string", enum=["fill", "reprocess"]),
         "buckets": Param([], type="array", description="buckets to backfill; empty: all"),
         "settings": Param({}, type="object", description="setting overrides, e.g. pipeline"),

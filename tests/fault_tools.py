@@ -1,6 +1,6 @@
 """What the fault tests share: kill a job at a fault point, stop a stream once caught up,
-audit exactly once. (Imported by tests of the faults and kafka tiers; pytest puts this
-folder on the import path.)"""
+audit exactly once, count a backfill window's records in the log. (Imported by tests of the
+faults, kafka, spark and airflow tiers; pytest puts this folder on the import path.)"""
 
 from __future__ import annotations
 
@@ -79,3 +79,20 @@ def assert_exactly_once(settings: PipelineSettings) -> None:
     assert report.ok
     sequences = [(c.epoch, c.sequence) for c in sink_commits(settings.sink, settings.pipeline)]
     assert len(sequences) == len(set(sequences)), "a wave or micro-batch was committed twice"
+
+
+def records_in_window(log, start, end, below: dict[int, int]) -> int:
+    """How many records of ``log`` below ``below`` (per bucket) have an event time in
+    ``[start, end)``, at any offset: what a backfill of that window must write."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = 0
+    for bucket, stop in below.items():
+        for batch in log.read(bucket, log.earliest_offsets().get(bucket, 0), stop):
+            times = batch.column("event_time")
+            inside = pc.and_(
+                pc.greater_equal(times, pa.scalar(start)), pc.less(times, pa.scalar(end))
+            )
+            count += pc.sum(inside).as_py() or 0
+    return count

@@ -11,10 +11,9 @@ from pathlib import Path
 from unittest import mock
 
 import pendulum
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+from fault_tools import records_in_window
 
 from modeswitch.airflow.backfill import backfill_dag_options
 from modeswitch.backfill import backfill_commits
@@ -42,18 +41,6 @@ def _dag():
     bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_backfill.py"))
     assert bag.import_errors == {}
     return bag.dags["modeswitch_backfill"]
-
-
-def _in_window(log: SegmentLog, below: dict[int, int]) -> int:
-    count = 0
-    for bucket, end in below.items():
-        for batch in log.read(bucket, 0, end):
-            times = batch.column("event_time")
-            inside = pc.and_(
-                pc.greater_equal(times, pa.scalar(YESTERDAY)), pc.less(times, pa.scalar(TODAY))
-            )
-            count += pc.sum(inside).as_py()
-    return count
 
 
 def _rows(settings: PipelineSettings) -> list[dict]:
@@ -132,7 +119,7 @@ def test_a_window_is_filled_while_the_pipeline_streams(airflow_db, tmp_path: Pat
 
     [commit] = backfill_commits(settings.sink, "afbackfill")
     assert (commit.mode, commit.window.start, commit.window.end) == ("fill", YESTERDAY, TODAY)
-    filled = _in_window(log, history)
+    filled = records_in_window(log, YESTERDAY, TODAY, history)
     assert commit.records + commit.quarantined == filled > 0
     report = audit(settings.source, settings.sink, settings.quarantine, "afbackfill")
     totals = report.totals
@@ -150,8 +137,9 @@ def test_a_window_is_filled_while_the_pipeline_streams(airflow_db, tmp_path: Pat
     assert (ran.status, ran.args["records"]) == ("applied", commit.records)
 
     before, version = _rows(settings), DeltaTable(settings.sink).version()
-    with mock.patch.dict(os.environ, env):
-        run = _dag().test(logical_date=TODAY, run_conf={"mode": "fill"})
+    # The target pipeline as a param, over a Variable that names another.
+    with mock.patch.dict(os.environ, {**env, "AIRFLOW_VAR_MODESWITCH_PIPELINE": "other"}):
+        run = _dag().test(logical_date=TODAY, run_conf={"mode": "fill", "pipeline": "afbackfill"})
     assert str(run.state) == "success"
     assert _rows(settings) == before
     assert DeltaTable(settings.sink).version() == version + 1

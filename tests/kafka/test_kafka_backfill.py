@@ -10,9 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
+from fault_tools import records_in_window
 
 from modeswitch.backfill import Window, plan_backfill, run_backfill
 from modeswitch.backlog import run_batch_epoch
@@ -70,15 +69,7 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
     assert all(lo > 0 for lo, _ in claimed.ranges.values())
     report = run_backfill(spark, settings, claimed.command)
 
-    in_window = 0
-    for bucket, end in log.latest_offsets().items():
-        for batch in log.read(bucket, 0, end):
-            times = batch.column("event_time")
-            inside = pc.and_(
-                pc.greater_equal(times, pa.scalar(window.start)),
-                pc.less(times, pa.scalar(window.end)),
-            )
-            in_window += pc.sum(inside).as_py() or 0
+    in_window = records_in_window(log, window.start, window.end, log.latest_offsets())
     assert report.records + report.quarantined == in_window > 0
     assert (_rows(settings.sink), _rows(settings.quarantine)) == before
     totals = audit(settings.source, settings.sink, settings.quarantine, "kafka_backfill").totals

@@ -9,10 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pendulum
-import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+from fault_tools import records_in_window
 
 from modeswitch.backfill import Window, backfill_commits, plan_backfill, run_backfill
 from modeswitch.backlog import run_batch_epoch
@@ -58,15 +57,7 @@ def _rows(settings: PipelineSettings) -> tuple[list[dict], list[dict]]:
 
 
 def _in_window(settings: PipelineSettings, window: Window, below: dict[int, int]) -> int:
-    """How many log records below ``below`` have an event time in the window (any offset)."""
-    log = SegmentLog(settings.source)
-    count = 0
-    for bucket, end in below.items():
-        for batch in log.read(bucket, 0, end):
-            times = batch.column("event_time")
-            start, stop = pa.scalar(window.start), pa.scalar(window.end)
-            count += pc.sum(pc.and_(pc.greater_equal(times, start), pc.less(times, stop))).as_py()
-    return count
+    return records_in_window(SegmentLog(settings.source), window.start, window.end, below)
 
 
 def _assert_exact(settings: PipelineSettings, expected: int) -> None:

@@ -90,14 +90,19 @@ def plan_backfill_task(
     get_variable: VariableGetter | None = None,
 ) -> dict[str, Any]:
     """Check the run and record it; see the module docstring. The window is the run's data
-    interval; a retried task gets back the plan its first try recorded."""
+    interval; a retried task gets back the plan its first try recorded. Params: ``pipeline``
+    (the target; empty: the ``modeswitch_pipeline`` Variable's), ``mode``, ``buckets``,
+    ``settings``."""
     if data_interval_start is None or data_interval_end is None:
         raise ConfigError(
             f"run {run_id}: no data interval; trigger the backfill DAG with a logical date, "
             "or through Airflow's backfill, so that the run has a window"
         )
     mode, buckets = backfill_params(params)
-    settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+    overrides = dict(params.get("settings") or {})
+    if params.get("pipeline"):  # the target pipeline, over the Variable's
+        overrides["pipeline"] = params["pipeline"]
+    settings = settings_from_airflow(overrides, get_variable=get_variable)
     window = Window.parse(data_interval_start, data_interval_end)
     with source_credentials(settings):
         plan = plan_backfill(
