@@ -4,7 +4,7 @@ Layering (code defaults < config file < Airflow Variables < run params) builds o
 parsers here. Every parser takes the setting's name so that its error names the setting and
 the bad value.
 
-Why one module of ~630 lines: STYLE.md asks for settings validated in one place, so every
+Why one module of ~640 lines: STYLE.md asks for settings validated in one place, so every
 setting's parser, default, layer and cross-field rule is here (a fifth of it docstrings). Not
 pydantic-settings (installed with Airflow): its sources (environment, files) are not our
 layers (Airflow Variables, one per setting, and a run's param); its errors name a field path
@@ -296,7 +296,7 @@ class PolicySettings:
 
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _DURATION_SETTINGS = ("trigger_interval", "max_stream_runtime", "stream_standby_lead")
-_COUNT_SETTINGS: tuple[str, ...] = ()
+_COUNT_SETTINGS: tuple[str, ...] = ("stream_checkpoints_kept",)
 _OPTIONAL_COUNT_SETTINGS = ("max_records_per_trigger",)
 STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
@@ -381,7 +381,10 @@ class PipelineSettings:
     (:mod:`modeswitch.sources.kafka`). ``start_from`` (``earliest``): where a bucket the sink
     holds nothing of starts; ``latest`` goes live at once, at the offsets of the epoch that
     opens, and leaves the history below them to backfill runs in ``fill`` mode
-    (:mod:`modeswitch.backfill`). ``policy`` and ``planner``
+    (:mod:`modeswitch.backfill`). ``stream_checkpoints_kept`` (3): how many ended stream epochs
+    keep their Spark checkpoint folders (closing an epoch deletes older ones; within an epoch
+    Spark keeps its last ``spark.sql.streaming.minBatchesToRetain`` micro-batches, 100 by
+    default). ``policy`` and ``planner``
     hold the switching and planning settings.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
@@ -408,6 +411,7 @@ class PipelineSettings:
     storage_connection: str = ""
     kafka_connection: str = "kafka_default"
     start_from: str = "earliest"
+    stream_checkpoints_kept: int = 3
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
 
@@ -435,6 +439,10 @@ class PipelineSettings:
         if self.batch_writer not in BATCH_WRITERS:
             raise ConfigError(
                 f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
+            )
+        if self.stream_checkpoints_kept < 1:
+            raise ConfigError(
+                f"stream_checkpoints_kept: {self.stream_checkpoints_kept!r} must be greater than 0"
             )
         if self.start_from not in START_FROM:
             raise ConfigError(

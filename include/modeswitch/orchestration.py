@@ -17,12 +17,14 @@ pending commands, the ``force_mode`` run param and the policy decides is
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 import pendulum
+import pyarrow.fs as pafs
 
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import (
@@ -345,4 +347,37 @@ def close_epoch(
         "stream stopped",
     )
     store.close_epoch(epoch_id, end, "completed", reason)
+    clean_checkpoints(settings, store, keep=settings.stream_checkpoints_kept)
     return "completed", end
+
+
+_CHECKPOINT_FOLDER = re.compile(r"^epoch-(\d+)(?:-from-\d+)?$")
+
+
+def clean_checkpoints(settings: PipelineSettings, store: StateStore, *, keep: int) -> list[str]:
+    """Delete the Spark checkpoint folders (``epoch-N``, ``epoch-N-from-S``) of ended stream
+    epochs, all but those of the ``keep`` newest; returns the folders deleted. A running
+    epoch's folders are never touched (its retries resume from them); a zombie job of an ended
+    epoch whose folder is gone is fenced at the sink all the same."""
+    from modeswitch.storage import filesystem, remove_tree
+
+    fs, root = filesystem(settings.checkpoint_root)
+    if fs.get_file_info(root).type.name != "Directory":
+        return []
+    folders: dict[int, list[str]] = {}
+    for info in fs.get_file_info(pafs.FileSelector(root)):
+        name = info.base_name
+        match = _CHECKPOINT_FOLDER.match(name)
+        if match and info.type.name == "Directory":
+            folders.setdefault(int(match.group(1)), []).append(name)
+    ended = sorted(e for e in folders if not store.epoch(e).running)
+    removed = []
+    for epoch in ended[: max(len(ended) - keep, 0)]:
+        for name in folders[epoch]:
+            remove_tree(f"{settings.checkpoint_root}/{name}")
+            removed.append(name)
+    if removed:
+        log.info(
+            "pipeline %s: deleted the checkpoints of ended epochs: %s", settings.pipeline, removed
+        )
+    return removed
