@@ -317,7 +317,7 @@ def _add_backfill(sub: argparse._SubParsersAction) -> None:
 def _backfill(args: argparse.Namespace) -> int:
     import uuid
 
-    from modeswitch.backfill import Window, plan_backfill
+    from modeswitch.backfill import Window, end_unfinished_backfill, plan_backfill
     from modeswitch.config import layer_settings, read_settings_file
     from modeswitch.local_runner import run_job_process
     from modeswitch.state import StateStore
@@ -344,10 +344,7 @@ def _backfill(args: argparse.Namespace) -> int:
     try:
         run_job_process("backfill", settings, plan.command, timeout=3 * 3600)
     finally:
-        done = store.command(plan.command)
-        if done.status == "running":
-            store.finish_backfill(plan.command, error="the backfill job failed (see its output)")
-            done = store.command(plan.command)
+        done = end_unfinished_backfill(store, plan.command)
     console.print(
         f"command {done.id} {done.status}: {done.args.get('records', 0):,} records, "
         f"{done.args.get('quarantined', 0):,} quarantined, sink version "

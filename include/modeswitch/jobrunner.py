@@ -144,7 +144,7 @@ def _target(args: argparse.Namespace) -> str:
 
 def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
     if kind == "backfill":
-        from modeswitch.backfill import run_backfill
+        from modeswitch.backfill_run import run_backfill
 
         report = run_backfill(spark, settings, args.command)
         log.info(

@@ -13,7 +13,8 @@ import pendulum
 from deltalake import DeltaTable
 from fault_tools import records_in_window
 
-from modeswitch.backfill import Window, plan_backfill, run_backfill
+from modeswitch.backfill import Window, plan_backfill
+from modeswitch.backfill_run import run_backfill
 from modeswitch.backlog import run_batch_epoch
 from modeswitch.config import PipelineSettings
 from modeswitch.orchestration import close_epoch, decide

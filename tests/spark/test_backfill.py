@@ -13,7 +13,8 @@ import pytest
 from deltalake import DeltaTable
 from fault_tools import records_in_window
 
-from modeswitch.backfill import Window, backfill_commits, plan_backfill, run_backfill
+from modeswitch.backfill import Window, backfill_commits, plan_backfill
+from modeswitch.backfill_run import run_backfill
 from modeswitch.backlog import run_batch_epoch
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import BackfillRefusedError

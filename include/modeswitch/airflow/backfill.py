@@ -24,8 +24,8 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
     source_credentials,
 )
-from modeswitch.backfill import BACKFILL_MODES, Window, plan_backfill
-from modeswitch.config import parse_positive_int
+from modeswitch.backfill import BACKFILL_MODES, Window, end_unfinished_backfill, plan_backfill
+from modeswitch.config import PipelineSettings, parse_positive_int
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.state import StateStore
 
@@ -141,16 +141,11 @@ def require_backfill(plan: Mapping[str, Any]) -> None:
 def finish_backfill_task(plan: Mapping[str, Any] | None) -> dict[str, Any]:
     """End the run's backfill command if its job left it running (the job records a success
     itself); returns the command's outcome, and raises if the backfill did not land."""
-    from modeswitch.config import PipelineSettings
-
     if not plan:
         raise ModeswitchError("no backfill was planned (the plan task failed)")
     settings = PipelineSettings.from_json(plan["settings"])
     store = StateStore.from_settings(settings, storage_options=connection_storage_options(settings))
-    command = store.command(plan["command"])
-    if command.status == "running":
-        store.finish_backfill(command.id, error="the backfill job failed (see its task log)")
-        command = store.command(command.id)
+    command = end_unfinished_backfill(store, plan["command"])
     outcome = {
         "command": command.id,
         "status": command.status,

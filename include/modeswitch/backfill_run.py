@@ -1,0 +1,300 @@
+"""The backfill job: run one recorded backfill (:mod:`modeswitch.backfill`: the window rule,
+the ranges, the guards), read by Spark, committed by deltalake.
+
+**The write.** The batch engine reads those records, filters them to the window, runs the
+pipeline's transform and writes Parquet to a staging folder (good and quarantined rows apart,
+one read of the source). Then, per table, ONE Delta commit (deltalake ``write_deltalake`` with
+``mode="overwrite"`` and a ``predicate``: Delta's replace-where) deletes what the table holds at
+those positions (:func:`~modeswitch.backfill.window_predicate`: the window's event times within
+each bucket's ``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches
+the predicate. The commit carries ``txn(appId = <pipeline>/backfill/<start>/<end>, version =
+command id)`` (a run of a window whose later run already committed is refused) and, under
+:data:`~modeswitch.backfill.BACKFILL_KEY`, the window, mode, run, ranges and counts
+(:class:`~modeswitch.backfill.BackfillCommit`). Re-running a run leaves the same rows (one more
+commit). The sink's commit and the quarantine's are two commits of two tables, as for live
+writes: between them a record that moved from one table to the other (a transform fix) is in
+both or neither, and a run killed there is repaired by its retry, which replaces the window in
+both again.
+
+**Beside the live pipeline.** Live commits are appends; delta-rs's conflict check lets a
+backfill commit land after a live one when the appended files cannot hold a row of the predicate
+(file statistics: the event-time bounds keep a past window clear of live files), and otherwise
+fails it; the run then commits again on the new snapshot (:data:`COMMIT_ATTEMPTS`). A live
+commit that loses its race to a backfill is re-checked and committed by the sink's own retry
+(``modeswitch.sinks.committer``): the pipeline never pauses and loses nothing. The backfill
+metadata lives under its own key, so nothing of the live pipeline (committed offsets, fencing,
+the watermark) sees a backfill commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from modeswitch.backfill import BackfillCommit, BackfillPlan, backfill_app_id
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.sources.kafka import is_kafka_source
+from modeswitch.state import StateStore
+from modeswitch.storage import remove_tree
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 10
+
+
+@dataclass(frozen=True)
+class BackfillReport:
+    """What one backfill run committed."""
+
+    command: int
+    records: int
+    quarantined: int
+    sink_version: int
+    quarantine_version: int | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> BackfillReport:
+    """Run the backfill recorded as command ``command_id``: read, filter, transform, stage,
+    then one replace-where commit per table (see the module docstring), and record its end.
+
+    Raises :class:`FencedError` if the command is not a running backfill (its run ended, or a
+    later run of its window superseded it)."""
+    store = StateStore.from_settings(settings)
+    plan = _running_plan(store, settings.pipeline, command_id)
+    began = time.perf_counter()
+    staging = f"{settings.state_root}/backfill/command-{command_id}-{uuid.uuid4().hex[:12]}"
+    try:
+        df = _read_window(spark, settings, plan, scratch=f"{staging}-scratch")
+        _stage(df, staging)
+        staged = time.perf_counter()
+        _running_plan(store, settings.pipeline, command_id)  # not superseded meanwhile
+        sink_commit, quarantine_version = commit_backfill(
+            settings, plan, staging, storage_options=store.storage_options
+        )
+    finally:
+        remove_tree(staging)
+        remove_tree(f"{staging}-scratch")
+    committed = time.perf_counter()
+    store.finish_backfill(
+        command_id,
+        records=sink_commit.records,
+        quarantined=sink_commit.quarantined,
+        sink_version=sink_commit.table_version,
+    )
+    report = BackfillReport(
+        command=command_id,
+        records=sink_commit.records,
+        quarantined=sink_commit.quarantined,
+        sink_version=int(sink_commit.table_version or 0),
+        quarantine_version=quarantine_version,
+        seconds={"spark": staged - began, "commit": committed - staged},
+    )
+    log.info(
+        "backfill %s %s (command %d): %d records, %d quarantined; sink version %d; Spark "
+        "%.1f s, commits %.1f s",
+        plan.mode,
+        plan.window,
+        command_id,
+        report.records,
+        report.quarantined,
+        report.sink_version,
+        report.seconds["spark"],
+        report.seconds["commit"],
+    )
+    return report
+
+
+def _running_plan(store: StateStore, pipeline: str, command_id: int) -> BackfillPlan:
+    command = store.command(command_id)
+    if command.kind != "backfill" or command.status != "running":
+        raise FencedError(
+            f"command {command_id} is a {command.status} {command.kind} command; a backfill "
+            "job only runs a running backfill"
+        )
+    return BackfillPlan.of(pipeline, command)
+
+
+def _read_window(
+    spark: Any, settings: PipelineSettings, plan: BackfillPlan, *, scratch: str
+) -> Any:
+    """The window's records, transformed: the planned ranges, filtered on event time."""
+    from pyspark.sql import functions as F
+
+    from modeswitch.backlog import wave_partitions_json
+    from modeswitch.planning import plan_batch
+    from modeswitch.sources.native import read_segments
+    from modeswitch.transforms import load_transform
+
+    transform = load_transform(settings.transform)
+    if settings.batch_reader == "native" and not is_kafka_source(settings.source):
+        splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
+        source = read_segments(spark, settings.source, splits, scratch=scratch)
+    else:
+        waves = plan_batch(
+            {b: lo for b, (lo, _) in plan.ranges.items()},
+            {b: hi for b, (_, hi) in plan.ranges.items()},
+            max_split_records=settings.planner.max_split_records,
+            wave_records=max(plan.records_bound, 1),
+            parallelism=settings.planner.parallelism,
+        ).waves
+        partitions = wave_partitions_json(waves[0]) if waves else "[]"
+        source = (
+            spark.read.format("bucketlog").option("partitions", partitions).load(settings.source)
+        )
+    in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
+        F.col("event_time") < F.lit(plan.window.end)
+    )
+    return transform(source.where(in_window))
+
+
+def _stage(df: Any, staging: str) -> None:
+    """Spark writes the rows as Parquet under ``staging``: ``route=table`` and
+    ``route=quarantine`` (the source is read once), with the sink's Parquet settings."""
+    from pyspark.sql import functions as F
+
+    from modeswitch.session import session_conf
+    from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE, WRITE_CONF
+    from modeswitch.transforms import QUARANTINE_REASON
+
+    route = F.when(F.col(QUARANTINE_REASON).isNull(), F.lit(ROUTE_TABLE))
+    routed = df.withColumn(ROUTE_COLUMN, route.otherwise(F.lit(ROUTE_QUARANTINE)))
+    with session_conf(df.sparkSession, WRITE_CONF):
+        routed.write.mode("errorifexists").partitionBy(ROUTE_COLUMN).parquet(staging)
+
+
+def commit_backfill(
+    settings: PipelineSettings,
+    plan: BackfillPlan,
+    staging: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> tuple[BackfillCommit, int | None]:
+    """The two replace-where commits of a staged backfill: the sink's, then the
+    quarantine's. Returns the sink's commit and the quarantine's version (None when the
+    quarantine table neither exists nor gets a row)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from modeswitch.sinks.files import QUARANTINE_SCHEMA
+    from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE
+    from modeswitch.storage import filesystem
+    from modeswitch.transforms import QUARANTINE_REASON
+
+    options = dict(storage_options or {})
+    fs, root = filesystem(staging)
+
+    def staged(route: str) -> ds.Dataset | None:
+        folder = f"{root}/{ROUTE_COLUMN}={route}"
+        if fs.get_file_info(folder).type.name != "Directory":
+            return None
+        return ds.dataset(folder, format="parquet", filesystem=fs)
+
+    good, bad = staged(ROUTE_TABLE), staged(ROUTE_QUARANTINE)
+    records = good.count_rows() if good is not None else 0
+    quarantined = bad.count_rows() if bad is not None else 0
+    commit = BackfillCommit(
+        pipeline=plan.pipeline,
+        command=plan.command,
+        run_id=plan.run_id,
+        mode=plan.mode,
+        window=plan.window,
+        ranges=plan.ranges,
+        records=records,
+        quarantined=quarantined,
+    )
+    sink_schema = _table_schema(settings.sink, options)
+
+    def sink_rows() -> pa.RecordBatchReader:
+        if good is None:
+            return pa.RecordBatchReader.from_batches(sink_schema, iter(()))
+        return good.scanner(columns=sink_schema.names).to_reader()
+
+    sink_version = _replace(settings.sink, sink_rows, plan, commit, options, create=False)
+
+    def quarantine_rows() -> pa.RecordBatchReader:
+        if bad is None:
+            return pa.RecordBatchReader.from_batches(QUARANTINE_SCHEMA, iter(()))
+        columns = {
+            f.name: ds.field(QUARANTINE_REASON if f.name == "reason" else f.name).cast(f.type)
+            for f in QUARANTINE_SCHEMA
+        }
+        return bad.scanner(columns=columns).to_reader()
+
+    quarantine_version = _replace(
+        settings.quarantine, quarantine_rows, plan, commit, options, create=quarantined > 0
+    )
+    return replace(commit, table_version=sink_version), quarantine_version
+
+
+def _table_schema(uri: str, options: Mapping[str, str]) -> Any:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    return pa.schema(DeltaTable(uri, storage_options=dict(options)).schema().to_arrow())
+
+
+def _replace(
+    uri: str,
+    rows: Any,
+    plan: BackfillPlan,
+    commit: BackfillCommit,
+    options: Mapping[str, str],
+    *,
+    create: bool,
+) -> int | None:
+    """One replace-where commit of ``rows()`` into the table at ``uri``, retried on the new
+    snapshot when a concurrent commit conflicts; the table's new version. A table that does
+    not exist is created when ``create`` (else nothing is done, None)."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+    app_id = backfill_app_id(plan.pipeline, plan.window)
+    properties = CommitProperties(
+        app_transactions=[Transaction(app_id, plan.command)],
+        custom_metadata=commit.to_metadata(),
+    )
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            table = DeltaTable(uri, storage_options=dict(options))
+        except TableNotFoundError:
+            if not create:
+                return None
+            write_deltalake(
+                uri,
+                rows(),
+                mode="append",
+                storage_options=dict(options),
+                commit_properties=properties,
+            )
+            return DeltaTable(uri, storage_options=dict(options)).version()
+        held = table.transaction_version(app_id)
+        if held is not None and held > plan.command:
+            raise FencedError(
+                f"{uri}: backfill command {plan.command} refused: a later run of window "
+                f"{plan.window} (command {held}) has committed since; this run was superseded"
+            )
+        try:
+            write_deltalake(
+                table,
+                rows(),
+                mode="overwrite",
+                predicate=plan.predicate(),
+                commit_properties=properties,
+            )
+        except CommitFailedError as exc:
+            log.info("%s: backfill commit attempt %d conflicted (%s); again", uri, attempt, exc)
+            continue
+        return table.version()
+    raise ModeswitchError(
+        f"{uri}: backfill command {plan.command} conflicted with concurrent commits "
+        f"{COMMIT_ATTEMPTS} times; nothing of it was committed to this table"
+    )
+
+
+__all__ = ["BackfillReport", "commit_backfill", "run_backfill"]
