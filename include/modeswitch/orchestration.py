@@ -221,6 +221,7 @@ def apply_rewinds(
                 buckets=buckets,
                 quarantine_uri=settings.quarantine,
                 storage_options=options,
+                issued_at=command.created_at,
             )
         except (RewindRefusedError, InvalidOffsetsError) as exc:
             log.warning("%s", exc)

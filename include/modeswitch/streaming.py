@@ -44,7 +44,6 @@ from modeswitch.sinks.commits import (
     SinkCommit,
     commits_after,
     event_time_from_micros,
-    sink_version,
 )
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
@@ -145,7 +144,12 @@ class StreamSupervisor:
         self.micro_batches = 0
         self.records = 0
         self.committed: OffsetsMap = {}
-        self.sink_version = sink_version(settings.sink)
+        # Follow the log from where progress is known complete (``run`` reconciles first),
+        # and move that mark on as the commits are recorded: what ``close_epoch`` reconciles
+        # is then only what this job left unrecorded, however long the epoch ran.
+        self.sink_version = store.reconciled_through()
+        self.complete_through = self.sink_version
+        self.foreign_seen = False
         self.unrecorded: list[SinkCommit] = []
         self.last_recorded_progress: datetime | None = None
 
@@ -156,6 +160,14 @@ class StreamSupervisor:
             self.settings.sink, self.settings.pipeline, self.sink_version
         )
         mine = [c for c in found if c.epoch == self.epoch_id and not c.is_rewind]
+        foreign = [c for c in found if c.epoch != self.epoch_id or c.is_rewind]
+        if foreign and not self.foreign_seen:
+            # Not this epoch's (the epoch has ended under it): recorded by reconcile, so the
+            # mark stops below the first.
+            self.foreign_seen = True
+            self.complete_through = (foreign[0].table_version or 0) - 1
+        if not self.foreign_seen:
+            self.complete_through = self.sink_version
         for commit in mine:
             self.micro_batches += 1
             self.records += commit.records
@@ -178,7 +190,9 @@ class StreamSupervisor:
         )
         if not self.unrecorded or not (due or force):
             return 0
-        recorded = self.store.record_progress_many(self.unrecorded, recorded_by="stream")
+        recorded = self.store.record_progress_many(
+            self.unrecorded, recorded_by="stream", through=self.complete_through
+        )
         self.unrecorded = []
         self.last_recorded_progress = now
         return recorded

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,8 @@ from typing import Any, Literal
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
+
+log = logging.getLogger(__name__)
 
 METADATA_KEY = "modeswitch"
 SEQUENCE_BITS = 32
@@ -202,16 +205,46 @@ def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | 
 def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[SinkCommit], int]:
     """The pipeline's commits at table versions above ``version``, oldest first, and the
     newest table version seen. Reads only the new commit files of the log (no snapshot is
-    loaded): what a stream's supervisor calls after every micro-batch."""
+    loaded): what a stream's supervisor calls after every micro-batch, and what
+    :meth:`~modeswitch.state.StateStore.reconcile` reads since its mark. If log cleanup has
+    removed the files just above ``version``, reading starts at the oldest file kept."""
     log_dir = _log_dir(table_uri)
     found: list[SinkCommit] = []
+    first = True
     while True:
         entry = _read_commit_file(log_dir, version + 1, pipeline)
         if entry is _MISSING:
-            return found, version
+            oldest = _oldest_log_version(log_dir) if first else None
+            if oldest is None or oldest <= version + 1:
+                return found, version
+            log.warning(
+                "sink %s: log files %d to %d were cleaned up; reading from %d",
+                table_uri,
+                version + 1,
+                oldest - 1,
+                oldest,
+            )
+            version = oldest - 1
+            first = False
+            continue
+        first = False
         version += 1
         if entry is not None:
             found.append(entry[0])
+
+
+def _oldest_log_version(log_dir: tuple[Any, str]) -> int | None:
+    """The oldest commit file the log holds, None if it holds none."""
+    import pyarrow.fs as pafs
+
+    fs, path = log_dir
+    entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    versions = [
+        int(e.base_name[:-5])
+        for e in entries
+        if e.base_name.endswith(".json") and e.base_name[:-5].isdigit()
+    ]
+    return min(versions, default=None)
 
 
 _MISSING: Any = object()
@@ -281,13 +314,46 @@ def committed_offsets(
     return dict(latest.end) if latest else {}
 
 
-def find_rewind(table: Any, pipeline: str, command: int) -> SinkCommit | None:
+REWIND_CLOCK_SKEW = timedelta(hours=1)
+"""How far the clock of the process that wrote a commit may be behind the one that issued a
+command: a rewind's commit is looked for among commits written up to this long before its
+command was issued."""
+
+
+def find_rewind(
+    table: Any, pipeline: str, command: int, *, issued_at: datetime | None = None
+) -> SinkCommit | None:
     """The rewind commit that applied ``command``, at or below an open ``DeltaTable``'s
-    snapshot, or None: how a rewind is never applied twice."""
+    snapshot, or None: how a rewind is never applied twice. With ``issued_at`` (when the
+    command was issued) the search stops at commits older than that (less
+    :data:`REWIND_CLOCK_SKEW`): its cost is the command's age, not the log's."""
+    stop_ms = None if issued_at is None else event_time_to_micros(issued_at - REWIND_CLOCK_SKEW)
     for commit, _ in commit_entries(table, pipeline):
         if commit.is_rewind and commit.command == command:
             return commit
+        at_ms = commit.committed_at_ms
+        if stop_ms is not None and at_ms is not None and at_ms * 1000 < stop_ms:
+            return None
     return None
+
+
+def find_rewind_since(
+    table_uri: str,
+    pipeline: str,
+    command: int,
+    issued_at: datetime,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> SinkCommit | None:
+    """:func:`find_rewind` in the sink's newest snapshot; None if the sink does not exist."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
+    except TableNotFoundError:
+        return None
+    return find_rewind(table, pipeline, command, issued_at=issued_at)
 
 
 def commit_entries(table: Any, pipeline: str) -> Iterator[tuple[SinkCommit, dict]]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Literal
 
 from modeswitch.errors import FencedError, RewindRefusedError
@@ -120,6 +121,7 @@ def rewind_sink(
     buckets: Iterable[int],
     quarantine_uri: str | None = None,
     storage_options: Mapping[str, str] | None = None,
+    issued_at: datetime | None = None,
 ) -> RewindOutcome:
     """Apply ``rewind`` command ``command`` to the sink (and the quarantine), once.
 
@@ -127,6 +129,8 @@ def rewind_sink(
     ``decide``), and fences out that epoch's zombies. Raises :class:`RewindRefusedError`
     (nothing written) for a bad rewind or a sink that holds nothing of the pipeline, and
     :class:`~modeswitch.errors.FencedError` if a later epoch already committed.
+    ``issued_at``: when the command was issued; the search for its commit (applied before a
+    crash) then reads only the log since (:func:`~modeswitch.sinks.commits.find_rewind`).
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
     from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -143,7 +147,7 @@ def rewind_sink(
                 f"rewind command #{command} refused: the sink {sink_uri} does not exist yet; "
                 "there is nothing to rewind"
             ) from exc
-        done = find_rewind(table, pipeline, command)
+        done = find_rewind(table, pipeline, command, issued_at=issued_at)
         if done is not None:
             log.info(
                 "rewind command #%d is already in the sink (version %s): not applied again",

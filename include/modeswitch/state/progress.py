@@ -31,7 +31,7 @@ from modeswitch.state.records import (
     check_timestamp,
     utc_now,
 )
-from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table
+from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, no_rows, rows_table
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,20 @@ _CLOSED_EPOCH_MAXIMA: dict[tuple[str, str], tuple[int, dict[int, dict[int, int]]
 per-bucket max event times are kept, and those maxima. Rows are only ever added to the newest
 epoch or two (a job's commits; ``reconcile`` repairing the epoch that crashed), so older
 epochs' maxima never change."""
+
+
+def progress_keys(commits: Sequence[SinkCommit | Progress]) -> pc.Expression:
+    """A scan filter for the progress rows of ``commits`` (at least one): per epoch, its range
+    of sequences, which the files' and row groups' statistics prune on."""
+    return functools.reduce(
+        operator.or_,
+        (
+            (pc.field("epoch") == epoch)
+            & (pc.field("sequence") >= min(c.sequence for c in commits if c.epoch == epoch))
+            & (pc.field("sequence") <= max(c.sequence for c in commits if c.epoch == epoch))
+            for epoch in sorted({c.epoch for c in commits})
+        ),
+    )
 
 
 class ProgressState(ControlState):
@@ -68,24 +82,19 @@ class ProgressState(ControlState):
         *,
         watermark: datetime | None = None,
         recorded_by: str = "sink",
+        through: int | None = None,
     ) -> int:
         """Record several sink commits in one commit of the progress table (a stream records
         its micro-batches this way, about once a second); returns how many were new. Same
-        idempotence and refusal as :meth:`record_progress`."""
+        idempotence and refusal as :meth:`record_progress`. ``through``: a sink version up to
+        which every commit of the pipeline is recorded once these are (the caller read the
+        log up to it); it moves :meth:`reconciled_through` forward in the same commit."""
         rows = [self._progress_of(c, watermark=watermark, recorded_by=recorded_by) for c in commits]
         if not rows:
             return 0
         # Only the files that may hold these keys are read (statistics prune the rest): a
         # long stream adds a file a second, and its recording must not slow down with them.
-        where = functools.reduce(
-            operator.or_,
-            (
-                (pc.field("epoch") == epoch)
-                & (pc.field("sequence") >= min(p.sequence for p in rows if p.epoch == epoch))
-                & (pc.field("sequence") <= max(p.sequence for p in rows if p.epoch == epoch))
-                for epoch in sorted({p.epoch for p in rows})
-            ),
-        )
+        where = progress_keys(rows)
         label = ", ".join(f"{p.epoch}/{p.sequence}" for p in rows[:3])
 
         def plan(snapshot: Snapshot) -> Change[int]:
@@ -106,12 +115,28 @@ class ProgressState(ControlState):
                         f"; refusing {offsets_to_dict(progress.start)} -> "
                         f"{offsets_to_dict(progress.end)}"
                     )
+            held = snapshot.transaction_version(self._reconciled_app)
+            mark = None
+            if through is not None and through > (-1 if held is None else held):
+                mark = (self._reconciled_app, through)
             if not new:
-                return Change(0)
+                return Change(0, None if mark is None else no_rows(), mark=mark)
             table = rows_table(SCHEMAS["progress"], [progress_to_row(p) for p in new])
-            return Change(len(new), insert(table))
+            return Change(len(new), insert(table), mark=mark)
 
         return self._table("progress").transact(f"record_progress {label}", plan)
+
+    @property
+    def _reconciled_app(self) -> str:
+        return f"{self.pipeline}/reconciled"
+
+    def reconciled_through(self) -> int:
+        """The sink version up to which every commit of the pipeline is recorded in
+        ``progress`` (-1 before any): where :meth:`reconcile` and a stream's supervisor start
+        reading the sink's log."""
+        table = self._table("progress").load()
+        held = None if table is None else table.transaction_version(self._reconciled_app)
+        return -1 if held is None else held
 
     def progress(self, epoch: int | None = None) -> list[Progress]:
         """Recorded sink commits (of one epoch, or all), by epoch and sequence."""

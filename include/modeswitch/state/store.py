@@ -35,16 +35,24 @@ import pyarrow.compute as pc
 
 from modeswitch.errors import InvalidStateInputError
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import SinkCommit, sink_commits
+from modeswitch.sinks.commits import SinkCommit, commits_after, find_rewind_since
 from modeswitch.state.base import _PIPELINE_NAME, STATE_DIR, _normalise_uri
 from modeswitch.state.codec import progress_to_row, split_from_row, split_to_row
 from modeswitch.state.commands import CommandsState
 from modeswitch.state.decisions import DecisionsState
 from modeswitch.state.epochs import EpochsState
 from modeswitch.state.ledger import _SPLIT_KEY_COLUMNS, LedgerState
-from modeswitch.state.progress import ProgressState
+from modeswitch.state.progress import ProgressState, progress_keys
 from modeswitch.state.records import LedgerSplit, Reconciliation, check_text, utc_now
-from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_table, upsert
+from modeswitch.state.tables import (
+    SCHEMAS,
+    Change,
+    Snapshot,
+    insert,
+    no_rows,
+    rows_table,
+    upsert,
+)
 
 if TYPE_CHECKING:
     from modeswitch.config import PipelineSettings
@@ -109,7 +117,7 @@ class StateStore(EpochsState, LedgerState, ProgressState, DecisionsState, Comman
             compact_at_files=compact_at_files,
         )
 
-    def reconcile(self) -> Reconciliation:
+    def reconcile(self, *, full: bool = False) -> Reconciliation:
         """Bring ``progress``, the split ledger and the commands up to the sink's Delta log.
 
         Inserts a progress row (``recorded_by="reconcile"``) for every sink commit of the
@@ -118,36 +126,33 @@ class StateStore(EpochsState, LedgerState, ProgressState, DecisionsState, Comman
         reached ``end`` in that bucket. A rewind commit whose command is still pending marks
         it applied (a crash came between the two). Rewinds get no progress row. Returns what
         it repaired; a second call right after repairs nothing.
+
+        Incremental: ``progress`` carries a mark, the sink version up to which every commit of
+        the pipeline is recorded and followed up (:meth:`reconciled_through`), so a call reads
+        only the log's commit files above it and the progress rows of the commits found there:
+        its cost is what changed since the last call, not the pipeline's age. The mark moves
+        last, in the commit that records the missing rows, after the splits and rewinds are
+        repaired: a crash part-way leaves it where the next call starts over. ``full`` reads
+        the whole log instead (what the log still holds after cleanup).
         """
-        every = list(
-            sink_commits(self.sink_table_uri, self.pipeline, storage_options=self.storage_options)
-        )
+        mark = -1 if full else self.reconciled_through()
+        found, newest = commits_after(self.sink_table_uri, self.pipeline, mark)
+        every = found[::-1]  # newest first
         commits = [c for c in every if not c.is_rewind]
         now = utc_now()
-
-        def plan_progress(snapshot: Snapshot) -> Change[tuple[tuple[int, int], ...]]:
-            have = snapshot.read().select(["epoch", "sequence"]).to_pylist()
-            recorded = {(row["epoch"], row["sequence"]) for row in have}
-            missing = [c for c in reversed(commits) if (c.epoch, c.sequence) not in recorded]
-            if not missing:
-                return Change(())
-            rows = [
-                progress_to_row(self._progress_of(c, recorded_by="reconcile", now=now))
-                for c in missing
-            ]
-            keys = tuple((c.epoch, c.sequence) for c in missing)
-            return Change(keys, insert(rows_table(SCHEMAS["progress"], rows)))
-
-        inserted = self._table("progress").transact("reconcile progress", plan_progress)
 
         newest_end: dict[int, OffsetsMap] = {}
         for commit in commits:  # newest first: the first one seen of an epoch is its newest
             newest_end.setdefault(commit.epoch, commit.end)
 
         def plan_splits(snapshot: Snapshot) -> Change[tuple[LedgerSplit, ...]]:
+            if not newest_end:
+                return Change(())
             pending = [
                 split_from_row(row)
-                for row in snapshot.read(match=pc.field("status") == "pending").to_pylist()
+                for row in snapshot.read(
+                    pc.field("epoch") >= min(newest_end), match=pc.field("status") == "pending"
+                ).to_pylist()
             ]
             covered = tuple(
                 replace(split, status="committed", updated_at=now)
@@ -160,12 +165,27 @@ class StateStore(EpochsState, LedgerState, ProgressState, DecisionsState, Comman
             return Change(covered, upsert(rows, _SPLIT_KEY_COLUMNS))
 
         committed = self._table("splits").transact("reconcile splits", plan_splits)
-        pending = {c.id for c in self.pending_commands() if c.kind == "rewind"}
-        rewinds = tuple(
-            c.command
-            for c in reversed(every)
-            if c.is_rewind and c.command in pending and self.acknowledge_rewind(c)
-        )
+        rewinds = self._acknowledge_rewinds(every)
+
+        def plan_progress(snapshot: Snapshot) -> Change[tuple[tuple[int, int], ...]]:
+            recorded = set()
+            if commits:
+                have = snapshot.read(progress_keys(commits), columns=["epoch", "sequence"])
+                recorded = {(row["epoch"], row["sequence"]) for row in have.to_pylist()}
+            missing = [c for c in reversed(commits) if (c.epoch, c.sequence) not in recorded]
+            held = snapshot.transaction_version(self._reconciled_app)
+            advance = newest > (-1 if held is None else held)
+            if not missing and not advance:
+                return Change(())
+            rows = [
+                progress_to_row(self._progress_of(c, recorded_by="reconcile", now=now))
+                for c in missing
+            ]
+            keys = tuple((c.epoch, c.sequence) for c in missing)
+            write = insert(rows_table(SCHEMAS["progress"], rows)) if rows else no_rows()
+            return Change(keys, write, mark=(self._reconciled_app, newest) if advance else None)
+
+        inserted = self._table("progress").transact("reconcile progress", plan_progress)
         result = Reconciliation(progress=inserted, splits=committed, rewinds=rewinds)
         if result.repaired:
             log.warning(
@@ -179,6 +199,24 @@ class StateStore(EpochsState, LedgerState, ProgressState, DecisionsState, Comman
                 list(rewinds),
             )
         return result
+
+    def _acknowledge_rewinds(self, commits: list[SinkCommit]) -> tuple[int, ...]:
+        """Mark applied the pending rewind commands whose commit is among ``commits`` (newest
+        first) or, for one not there, in the log since the command was issued."""
+        pending = [c for c in self.pending_commands() if c.kind == "rewind"]
+        if not pending:
+            return ()
+        found = {c.command: c for c in commits if c.is_rewind}
+        acknowledged = []
+        for command in pending:
+            commit = found.get(command.id)
+            if commit is None:
+                commit = find_rewind_since(
+                    self.sink_table_uri, self.pipeline, command.id, command.created_at
+                )
+            if commit is not None and self.acknowledge_rewind(commit):
+                acknowledged.append(command.id)
+        return tuple(acknowledged)
 
     def acknowledge_rewind(self, commit: SinkCommit) -> bool:
         """Mark the rewind command of sink commit ``commit`` applied, with the commit's epoch

@@ -23,7 +23,13 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake import (
+    CommitProperties,
+    DeltaTable,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from modeswitch.errors import ModeswitchError, StateConflictError
@@ -157,10 +163,14 @@ little more than they hold."""
 @dataclass(frozen=True)
 class Change(Generic[T]):
     """What a planned change returns: its result, and the write to commit (None: nothing to
-    write, the result stands as read)."""
+    write, the result stands as read). ``mark``: a Delta application transaction
+    ``(app_id, version)`` committed with the write, read back with
+    :meth:`Snapshot.transaction_version` (how ``progress`` records how far it follows the
+    sink's log)."""
 
     result: T
     write: Write | None = None
+    mark: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,11 @@ class Snapshot:
     def version(self) -> int:
         """The Delta version the change is computed from."""
         return self.table.version()
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The version of application transaction ``app_id`` at this version, None if no
+        commit has set it."""
+        return self.table.transaction_version(app_id)
 
     def read(
         self,
@@ -198,6 +213,17 @@ def insert(rows: pa.Table) -> Write:
 
     def write(table: DeltaTable, properties: CommitProperties) -> None:
         write_deltalake(table, rows, mode="append", commit_properties=properties)
+
+    return write
+
+
+def no_rows() -> Write:
+    """A write of no rows: a commit that carries only its :attr:`Change.mark`."""
+
+    def write(table: DeltaTable, properties: CommitProperties) -> None:
+        table.create_write_transaction(
+            [], mode="append", schema=table.schema(), commit_properties=properties
+        )
 
     return write
 
@@ -284,7 +310,9 @@ class ControlTable:
             if change.write is None:
                 return change.result
             properties = CommitProperties(
-                max_commit_retries=0, custom_metadata={METADATA_KEY: operation}
+                max_commit_retries=0,
+                custom_metadata={METADATA_KEY: operation},
+                app_transactions=None if change.mark is None else [Transaction(*change.mark)],
             )
             change.write(snapshot.table, properties)  # CommitFailedError: the race was lost
             self._compact_if_due()
