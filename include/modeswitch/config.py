@@ -1,11 +1,11 @@
 """Settings, validated in one place.
 
 Layering (code defaults < config file < Airflow Variables < run params) builds on the value
-parsers here. Every parser takes the setting's name so that its error names the setting and
-the bad value.
+parsers of :mod:`modeswitch.setting_values`. Every parser takes the setting's name so that its
+error names the setting and the bad value.
 
-Why one module of ~640 lines: STYLE.md asks for settings validated in one place, so every
-setting's parser, default, layer and cross-field rule is here (a fifth of it docstrings). Not
+STYLE.md asks for settings validated in one place: every setting's default, layer and
+cross-field rule is here, in four groups (pipeline, policy, planner, maintenance). Not
 pydantic-settings (installed with Airflow): its sources (environment, files) are not our
 layers (Airflow Variables, one per setting, and a run's param); its errors name a field path
 and a pydantic error type where ours name the Airflow Variable or the param and the bad
@@ -16,144 +16,42 @@ above exit) would still be our own validators.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
-import pendulum
-
 from modeswitch.errors import ConfigError
+from modeswitch.setting_values import (
+    MIN_DRIVER_MEMORY,
+    _refuse_unknown,
+    parse_bool,
+    parse_duration,
+    parse_jvm_memory,
+    parse_positive_int,
+    parse_rate,
+    parse_threshold_count,
+    parse_threshold_duration,
+)
 
-_SHORT_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: str | float | int | timedelta, *, setting: str) -> timedelta:
-    """A duration from ``30s``, ``5m``, ``250ms``, ``1.5h``, ISO-8601 (``PT5M``) or seconds.
-
-    Numbers are seconds. Negative durations are refused.
-    """
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool):
-        raise ConfigError(f"{setting}: {value!r} is not a duration")
-    elif isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _SHORT_DURATION.match(value)
-        if match:
-            seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        else:
-            try:
-                parsed = pendulum.parse(value.strip())
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(
-                    f"{setting}: {value!r} is not a duration "
-                    "(use e.g. '30s', '5m', '250ms' or ISO-8601 'PT5M')"
-                ) from exc
-            if not isinstance(parsed, pendulum.Duration):
-                raise ConfigError(
-                    f"{setting}: {value!r} is a date or time, not a duration "
-                    "(use e.g. '30s', '5m' or ISO-8601 'PT5M')"
-                )
-            seconds = parsed.total_seconds()
-    else:
-        raise ConfigError(f"{setting}: {value!r} is not a duration")
-    if seconds < 0:
-        raise ConfigError(f"{setting}: {value!r} is negative")
-    return timedelta(seconds=seconds)
-
-
-def parse_rate(value: str | float | int, *, setting: str) -> float:
-    """Records per second from ``5000``, ``5000/s``, ``300/m`` or ``1000/h``; must be > 0."""
-    text = str(value).strip()
-    match = re.match(r"^(\d+(?:\.\d+)?)\s*(?:/\s*(s|m|h))?$", text)
-    if not match:
-        raise ConfigError(f"{setting}: {value!r} is not a rate (use e.g. '5000/s' or '300/m')")
-    per = {"s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
-    rate = float(match.group(1)) / per
-    if rate <= 0:
-        raise ConfigError(f"{setting}: {value!r} must be greater than 0")
-    return rate
-
-
-# --- value parsers shared by the settings classes --------------------------------------------
-
-_OFF_WORDS = frozenset({"none", "null", "off", ""})
-
-
-def parse_positive_int(value: str | int, *, setting: str) -> int:
-    """A whole number > 0 from an int or a string such as ``"1000"`` or ``"1_000_000"``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{setting}: {value!r} is not a whole number")
-    if isinstance(value, str):
-        try:
-            number = int(value.strip(), 10)
-        except ValueError as exc:
-            raise ConfigError(f"{setting}: {value!r} is not a whole number") from exc
-    elif isinstance(value, int):
-        number = value
-    else:
-        raise ConfigError(f"{setting}: {value!r} is not a whole number")
-    if number <= 0:
-        raise ConfigError(f"{setting}: {value!r} must be greater than 0")
-    return number
-
-
-_TRUE_WORDS = frozenset({"true", "on", "yes", "1"})
-_FALSE_WORDS = frozenset({"false", "off", "no", "0"})
-
-
-def parse_bool(value: str | bool, *, setting: str) -> bool:
-    """A switch from a bool or ``true``/``false``, ``on``/``off``, ``yes``/``no``, ``1``/``0``."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE_WORDS:
-        return True
-    if text in _FALSE_WORDS:
-        return False
-    raise ConfigError(f"{setting}: {value!r} is not on or off (use 'true' or 'false')")
-
-
-def parse_threshold_duration(
-    value: str | float | int | timedelta | None, *, setting: str
-) -> timedelta | None:
-    """A duration threshold: ``None`` (or ``"none"``, ``"null"``, ``"off"``) turns it off;
-    otherwise a duration as :func:`parse_duration` reads it, which must be greater than 0.
-    """
-    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
-        return None
-    duration = parse_duration(value, setting=setting)
-    if duration <= timedelta(0):
-        raise ConfigError(
-            f"{setting}: {value!r} must be greater than 0 (use 'none' to turn it off)"
-        )
-    return duration
-
-
-def parse_threshold_count(value: str | int | None, *, setting: str) -> int | None:
-    """A record-count threshold: ``None`` (or ``"none"``, ``"null"``, ``"off"``) turns it off;
-    otherwise a whole number greater than 0.
-    """
-    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
-        return None
-    try:
-        return parse_positive_int(value, setting=setting)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (use 'none' to turn it off)") from exc
-
-
-def _refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
-    known = frozenset(known)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown {what} setting(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(sorted(known))}"
-        )
-
+__all__ = [
+    "MIN_DRIVER_MEMORY",
+    "MaintenanceSettings",
+    "PipelineSettings",
+    "PlannerSettings",
+    "PolicySettings",
+    "layer_settings",
+    "load_job_settings",
+    "parse_bool",
+    "parse_duration",
+    "parse_jvm_memory",
+    "parse_positive_int",
+    "parse_rate",
+    "parse_threshold_count",
+    "parse_threshold_duration",
+    "read_settings_file",
+    "setting_origins",
+]
 
 # --- planner settings ------------------------------------------------------------------------
 
@@ -189,6 +87,62 @@ class PlannerSettings:
         the gaps; an unknown name is refused, naming it."""
         _refuse_unknown(raw, (f.name for f in fields(cls)), what="planner")
         return cls(**{name: parse_positive_int(value, setting=name) for name, value in raw.items()})
+
+
+# --- maintenance settings --------------------------------------------------------------------
+
+MIN_VACUUM_RETENTION = timedelta(hours=1)
+"""Vacuum never deletes files younger than this, whatever the setting: a reader that opened
+the table's previous version (a dashboard query, a batch job's wave) must still find them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceSettings:
+    """What ``modeswitch maintain`` (:mod:`modeswitch.maintenance`) does to the tables.
+
+    - ``compact_target_mb`` (128): the file size compaction aims at (delta-rs
+      ``optimize.compact``'s ``target_size``).
+    - ``vacuum_retention`` (``7d``, Delta's own default; at least ``1h``): files a compaction
+      or a rewind removed are deleted once they are this old. A reader of an older version
+      than this (time travel) no longer finds them.
+    - ``progress_horizon`` (``7d``): ``progress`` rows older than this are merged, one row
+      per epoch and hour, keeping the offsets, counts and max event times.
+    - ``maintenance_lease`` (``1h``): a run holds the pipeline's maintenance lease this long
+      at most; a second run is refused while it holds it, and takes over a lease left by a
+      run that died.
+    """
+
+    compact_target_mb: int = 128
+    vacuum_retention: timedelta = timedelta(days=7)
+    progress_horizon: timedelta = timedelta(days=7)
+    maintenance_lease: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        value = self.compact_target_mb
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"compact_target_mb: {value!r} must be a whole number > 0")
+        for name in ("vacuum_retention", "progress_horizon", "maintenance_lease"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta) or value <= timedelta(0):
+                raise ConfigError(f"{name}: {value!r} must be a duration greater than 0")
+        if self.vacuum_retention < MIN_VACUUM_RETENTION:
+            raise ConfigError(
+                f"vacuum_retention: {self.vacuum_retention} is less than "
+                f"{MIN_VACUUM_RETENTION}: a reader of the previous version could lose its files"
+            )
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> MaintenanceSettings:
+        """Settings from raw values; defaults fill the gaps; an unknown name is refused."""
+        _refuse_unknown(raw, (f.name for f in fields(cls)), what="maintenance")
+        return cls(
+            **{
+                name: parse_positive_int(value, setting=name)
+                if name == "compact_target_mb"
+                else parse_duration(value, setting=name)
+                for name, value in raw.items()
+            }
+        )
 
 
 # --- policy settings -------------------------------------------------------------------------
@@ -302,26 +256,6 @@ STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
 BATCH_READERS = ("bucketlog", "native")
 START_FROM = ("earliest", "latest")
-_JVM_MEMORY = re.compile(r"^(\d+)([kmgt]?)$")
-_JVM_UNIT_BYTES = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-MIN_DRIVER_MEMORY = 512 * 2**20
-"""Spark refuses a driver heap under ~450 MB (its 300 MB reserve, times 1.5)."""
-
-
-def parse_jvm_memory(value: str | None, *, setting: str) -> str:
-    """A JVM memory size as Spark takes it (``1g``, ``768m``), at least 512 MB, or ``""``
-    (``none``, ``off``: Spark's own default)."""
-    if value is None or str(value).strip().lower() in _OFF_WORDS:
-        return ""
-    text = str(value).strip().lower()
-    match = _JVM_MEMORY.match(text.removesuffix("b"))
-    if not match:
-        raise ConfigError(f"{setting}: {value!r} is not a memory size (use e.g. '1g' or '768m')")
-    if int(match.group(1)) * _JVM_UNIT_BYTES[match.group(2)] < MIN_DRIVER_MEMORY:
-        raise ConfigError(f"{setting}: {value!r} is less than 512m, which Spark needs at least")
-    return text.removesuffix("b")
-
-
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -385,7 +319,7 @@ class PipelineSettings:
     keep their Spark checkpoint folders (closing an epoch deletes older ones; within an epoch
     Spark keeps its last ``spark.sql.streaming.minBatchesToRetain`` micro-batches, 100 by
     default). ``policy`` and ``planner``
-    hold the switching and planning settings.
+    hold the switching and planning settings, ``maintenance`` those of ``modeswitch maintain``.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
     :func:`layer_settings`; every layer is a flat mapping of setting name to raw value.
@@ -414,6 +348,7 @@ class PipelineSettings:
     stream_checkpoints_kept: int = 3
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
 
     def __post_init__(self) -> None:
         if not isinstance(self.pipeline, str) or not _PIPELINE_NAME.match(self.pipeline):
@@ -489,26 +424,18 @@ class PipelineSettings:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """Every setting name a layer may hold (pipeline, policy and planner settings)."""
-        own = tuple(f.name for f in fields(cls) if f.name not in ("policy", "planner"))
-        return (
-            *own,
-            *(f.name for f in fields(PolicySettings)),
-            *(f.name for f in fields(PlannerSettings)),
-        )
+        own = tuple(f.name for f in fields(cls) if f.name not in _GROUPS)
+        return (*own, *(f.name for group in _GROUPS.values() for f in fields(group)))
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> PipelineSettings:
         """Settings from one flat mapping of raw values; unknown names are refused."""
         _refuse_unknown(raw, cls.names(), what="pipeline")
-        policy_names = {f.name for f in fields(PolicySettings)}
-        planner_names = {f.name for f in fields(PlannerSettings)}
         values: dict[str, Any] = {
-            "policy": PolicySettings.from_mapping(
-                {k: v for k, v in raw.items() if k in policy_names}
-            ),
-            "planner": PlannerSettings.from_mapping(
-                {k: v for k, v in raw.items() if k in planner_names}
-            ),
+            key: group.from_mapping(
+                {k: v for k, v in raw.items() if k in {f.name for f in fields(group)}}
+            )
+            for key, group in _GROUPS.items()
         }
         for name, value in raw.items():
             if name in _DURATION_SETTINGS:
@@ -532,9 +459,9 @@ class PipelineSettings:
     def to_mapping(self) -> dict[str, str]:
         """A flat mapping of strings that :meth:`from_mapping` reads back to equal settings."""
         out: dict[str, str] = {}
-        for group in (self, self.policy, self.planner):
+        for group in (self, self.policy, self.planner, self.maintenance):
             for f in fields(group):
-                if f.name in ("policy", "planner"):
+                if f.name in _GROUPS:
                     continue
                 value = getattr(group, f.name)
                 if value is None:
@@ -563,6 +490,14 @@ class PipelineSettings:
         if not isinstance(raw, dict):
             raise ConfigError(f"settings: expected a JSON object, got {type(raw).__name__}")
         return cls.from_mapping(raw)
+
+
+_GROUPS: dict[str, Any] = {
+    "policy": PolicySettings,
+    "planner": PlannerSettings,
+    "maintenance": MaintenanceSettings,
+}
+"""The setting groups a flat layer's names are sorted into, by the group's field names."""
 
 
 def _location(value: str) -> str:
