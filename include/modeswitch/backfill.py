@@ -55,6 +55,7 @@ import pendulum
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import BackfillRefusedError, ModeswitchError
 from modeswitch.sinks.commits import event_time_to_micros, sink_commits
+from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
 from modeswitch.sources.kafka import is_kafka_source
@@ -65,8 +66,6 @@ log = logging.getLogger(__name__)
 
 BackfillMode = Literal["fill", "reprocess"]
 BACKFILL_MODES: tuple[str, ...] = get_args(BackfillMode)
-BACKFILL_KEY = "modeswitch_backfill"
-"""The ``commitInfo`` key of a backfill commit's metadata (live commits use ``modeswitch``)."""
 CLAIM_EXPIRES = timedelta(hours=4)
 """A ``running`` backfill older than this (its job's timeout is 3 h) no longer holds its
 window: its run died without recording an end."""
@@ -219,6 +218,17 @@ def backfill_commits(
     for info in table.history():
         commit = BackfillCommit.from_commit_info(info)
         if commit is not None and commit.pipeline == pipeline:
+            found.append(commit)
+    return found
+
+
+def summarised_backfills(summary: LogSummary) -> list[BackfillCommit]:
+    """The backfill commits a log summary kept (:mod:`modeswitch.sinks.history`)."""
+    found = []
+    for kept in summary.backfills:
+        info = {BACKFILL_KEY: kept["metadata"], "version": kept["version"]}
+        commit = BackfillCommit.from_commit_info(info)
+        if commit is not None:
             found.append(commit)
     return found
 

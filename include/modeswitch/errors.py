@@ -78,3 +78,7 @@ class BackfillRefusedError(ModeswitchError, ValueError):
     """A backfill run that cannot go ahead (a window in the future or beyond retention, a
     pipeline that does not exist, another run holding an overlapping window); nothing was
     written."""
+
+
+class MaintenanceRefusedError(ModeswitchError):
+    """A maintenance run that cannot start: another run of the pipeline holds the lease."""

@@ -57,10 +57,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from modeswitch.backfill import backfill_commits, backfilled_positions
+from modeswitch.backfill import backfill_commits, backfilled_positions, summarised_backfills
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import SinkCommit, offset_regressions, sink_commits
+from modeswitch.sinks.history import LogSummary, join_summaries, unsummarised_cleanup
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
 
@@ -177,12 +178,18 @@ def audit(
     *,
     spot_check: int = 0,
     storage_options: Mapping[str, str] | None = None,
+    summaries: Sequence[LogSummary] = (),
 ) -> AuditReport:
     """Audit ``pipeline``'s sink and quarantine tables against the log at ``source_root``.
 
     A table that does not exist counts as empty. ``spot_check`` > 0 compares up to that many
     quarantined records (spread evenly over them) with the source. Raises
     :class:`ModeswitchError` if a table lacks the ``bucket`` / ``offset`` columns.
+
+    ``summaries``: what maintenance runs kept of the sink's log before cleaning it
+    (:meth:`StateStore.log_summaries`); they stand for the commits up to their newest
+    version, so the audit does not depend on commit files log cleanup removed. Commit files
+    missing with no summary for them are reported as a problem.
     """
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
@@ -195,12 +202,17 @@ def audit(
     except TableNotFoundError:
         sink = None
     sink_version = sink.version() if sink is not None else None
+    before, history_problems = join_summaries(summaries)
+    through = before.through if before is not None else -1
     commits = [
         c
         for c in sink_commits(sink_uri, pipeline, storage_options=options)
-        if sink_version is not None and (c.table_version is None or c.table_version <= sink_version)
+        if sink_version is not None
+        and (c.table_version is None or through < c.table_version <= sink_version)
     ]
-    starts, committed = expected_ranges(commits)
+    if sink is not None:
+        history_problems += unsummarised_cleanup(sink_uri, through)
+    starts, committed = expected_ranges(commits, before=before)
 
     sink_positions = _positions(sink, "sink", sink_uri)
     try:
@@ -220,8 +232,11 @@ def audit(
     fills = [
         c
         for c in backfill_commits(sink_uri, pipeline, storage_options=options)
-        if sink_version is not None and (c.table_version is None or c.table_version <= sink_version)
+        if sink_version is not None
+        and (c.table_version is None or through < c.table_version <= sink_version)
     ]
+    if before is not None:
+        fills = summarised_backfills(before) + fills
     if fills:
         starts, committed, held = _with_backfills(
             backfilled_positions(source, fills, below=starts), starts, committed, held
@@ -234,7 +249,12 @@ def audit(
         known_buckets=source.buckets(),
         held=held,
     )
-    problems = _source_problems(source, source_root, committed) + offset_regressions(commits)
+    baseline = [] if before is None or not before.end else [before.as_commit()]
+    problems = (
+        history_problems
+        + _source_problems(source, source_root, committed)
+        + offset_regressions(commits + baseline)
+    )
     checked = _spot_check(source, quarantine_rows, spot_check) if spot_check > 0 else None
     report = AuditReport(
         pipeline=pipeline,
@@ -246,7 +266,7 @@ def audit(
         problems=tuple(problems),
         spot_check=checked,
         seconds=time.monotonic() - began,
-        sink_commits=len(commits),
+        sink_commits=len(commits) + (before.commits if before is not None else 0),
         backfill_commits=len(fills),
     )
     totals = report.totals
@@ -289,12 +309,23 @@ def _with_backfills(
     return starts, committed, held
 
 
-def expected_ranges(commits: list[SinkCommit]) -> tuple[OffsetsMap, OffsetsMap]:
-    """``(start, committed)`` per bucket from a pipeline's sink commits, newest first.
+def expected_ranges(
+    commits: list[SinkCommit], *, before: LogSummary | None = None
+) -> tuple[OffsetsMap, OffsetsMap]:
+    """``(start, committed)`` per bucket from a pipeline's sink commits, newest first, and the
+    summary of the commits ``before`` them (log cleanup removed their files).
 
     ``start`` is the bucket's start in the oldest commit that covers it; ``committed`` is the
     newest commit's end map. Buckets of neither map have nothing committed.
     """
+    if before is not None:
+        starts, committed = expected_ranges(commits)
+        committed = committed or dict(before.end)
+        older = {**before.starts}
+        for bucket, offset in before.rewound.items():
+            older[bucket] = min(offset, older.get(bucket, offset))
+        starts = {**starts, **older}
+        return {b: starts.get(b, 0) for b in committed}, committed
     if not commits:
         return {}, {}
     starts: OffsetsMap = {}

@@ -29,12 +29,12 @@ from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.orchestration import close_epoch, decide
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
-from modeswitch.state.records import COMMAND_KINDS
+from modeswitch.state.records import COMMAND_KINDS, RUN_KINDS
 
 log = logging.getLogger(__name__)
 
 FORCE_MODES = ("auto", "batch", "stream")
-CONTROL_COMMANDS = tuple(kind for kind in COMMAND_KINDS if kind != "backfill")
+CONTROL_COMMANDS = tuple(kind for kind in COMMAND_KINDS if kind not in RUN_KINDS)
 """What the control DAG queues; a backfill records itself when its run starts."""
 BATCH_TASK = "backlog_batch"
 STREAM_TASK = "stream"

@@ -208,15 +208,28 @@ def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[Sin
     loaded): what a stream's supervisor calls after every micro-batch, and what
     :meth:`~modeswitch.state.StateStore.reconcile` reads since its mark. If log cleanup has
     removed the files just above ``version``, reading starts at the oldest file kept."""
-    log_dir = _log_dir(table_uri)
     found: list[SinkCommit] = []
+    newest = version
+    for at, info in commit_infos_after(table_uri, version):
+        newest = at
+        commit = SinkCommit.from_commit_info(info)
+        if commit is not None and commit.pipeline == pipeline:
+            found.append(commit)
+    return found, newest
+
+
+def commit_infos_after(table_uri: str, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every commit's ``commitInfo`` (with its ``version``) at table versions above
+    ``version``, oldest first, read from the log's commit files; if log cleanup has removed
+    the files just above ``version``, from the oldest file kept."""
+    log_dir = _log_dir(table_uri)
     first = True
     while True:
-        entry = _read_commit_file(log_dir, version + 1, pipeline)
-        if entry is _MISSING:
+        info = _read_commit_info(log_dir, version + 1)
+        if info is _MISSING:
             oldest = _oldest_log_version(log_dir) if first else None
             if oldest is None or oldest <= version + 1:
-                return found, version
+                return
             log.warning(
                 "sink %s: log files %d to %d were cleaned up; reading from %d",
                 table_uri,
@@ -229,8 +242,13 @@ def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[Sin
             continue
         first = False
         version += 1
-        if entry is not None:
-            found.append(entry[0])
+        yield version, info
+
+
+def oldest_log_version(table_uri: str) -> int | None:
+    """The oldest commit file the sink's log still holds (0 until log cleanup removes
+    some), None if it holds none."""
+    return _oldest_log_version(_log_dir(table_uri))
 
 
 def _oldest_log_version(log_dir: tuple[Any, str]) -> int | None:
@@ -272,6 +290,18 @@ def _log_dir(table_uri: str) -> tuple[Any, str]:
 def _read_commit_file(log_dir: tuple[Any, str], version: int, pipeline: str) -> Any:
     """The pipeline's commit in log file ``version`` (None: another writer's commit;
     ``_MISSING``: no such file)."""
+    info = _read_commit_info(log_dir, version)
+    if info is _MISSING:
+        return _MISSING
+    commit = SinkCommit.from_commit_info(info)
+    if commit is not None and commit.pipeline == pipeline:
+        return commit, info
+    return None
+
+
+def _read_commit_info(log_dir: tuple[Any, str], version: int) -> Any:
+    """The ``commitInfo`` of log file ``version``, with its ``version`` (``{}`` if it has
+    none; ``_MISSING``: no such file)."""
     fs, path = log_dir
     try:
         with fs.open_input_stream(f"{path}/{version:020d}.json") as src:
@@ -279,13 +309,9 @@ def _read_commit_file(log_dir: tuple[Any, str], version: int, pipeline: str) -> 
     except FileNotFoundError:
         return _MISSING
     for line in lines:
-        if '"commitInfo"' not in line:
-            continue
-        info = {**json.loads(line)["commitInfo"], "version": version}
-        commit = SinkCommit.from_commit_info(info)
-        if commit is not None and commit.pipeline == pipeline:
-            return commit, info
-    return None
+        if '"commitInfo"' in line:
+            return {**json.loads(line)["commitInfo"], "version": version}
+    return {"version": version}
 
 
 def latest_sink_commit(

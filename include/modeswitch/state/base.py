@@ -71,6 +71,10 @@ class ControlState:
         check_choice(name, tuple(SCHEMAS), what="control table")
         return f"{self.state_root}/{name}"
 
+    def control_table(self, name: str) -> ControlTable:
+        """Control table ``name`` (``epochs``, ``progress``, ...), for maintenance."""
+        return self._table(name)
+
     def _table(self, name: str) -> ControlTable:
         return ControlTable(
             name=name,

@@ -98,6 +98,7 @@ def progress_to_row(progress: Progress) -> dict[str, Any]:
         "sink_version": progress.sink_version,
         "recorded_at": progress.recorded_at,
         "recorded_by": progress.recorded_by,
+        "commits": progress.commits,
     }
 
 
@@ -117,6 +118,7 @@ def progress_from_row(row: Mapping[str, Any]) -> Progress:
         sink_version=row["sink_version"],
         recorded_at=as_utc(row["recorded_at"]),
         recorded_by=row["recorded_by"],
+        commits=row.get("commits") or 1,
     )
 
 

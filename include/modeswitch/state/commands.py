@@ -13,14 +13,17 @@ import pyarrow.compute as pc
 from modeswitch.errors import (
     BackfillRefusedError,
     InvalidStateInputError,
+    MaintenanceRefusedError,
     StateRecordNotFoundError,
 )
 from modeswitch.offsets import offsets_to_dict
+from modeswitch.sinks.history import LogSummary
 from modeswitch.state.base import ControlState, _json_roundtrip
 from modeswitch.state.codec import command_from_row, command_to_row
 from modeswitch.state.records import (
     COMMAND_KINDS,
     COMMAND_STATUSES,
+    RUN_KINDS,
     Command,
     CommandKind,
     check_choice,
@@ -49,10 +52,10 @@ class CommandsState(ControlState):
         JSON-safe ``args`` (e.g. a note). ``issuer`` names who asked.
         """
         kind = check_choice(kind, COMMAND_KINDS, what="command kind")
-        if kind == "backfill":
+        if kind in RUN_KINDS:
             raise InvalidStateInputError(
-                "backfill: not a queued command; a backfill run records itself with "
-                "claim_backfill when it starts"
+                f"{kind}: not a queued command; a {kind} run records itself with "
+                f"claim_{'backfill' if kind == 'backfill' else 'maintenance'} when it starts"
             )
         issuer = check_text(issuer, what="command issuer", allow_empty=False)
         if args is None:
@@ -199,9 +202,64 @@ class CommandsState(ControlState):
         finishing) is marked rejected, superseded by this one. The check and the insert are
         one commit of the commands table, so of two runs racing for one window one wins.
         """
-        run_id = check_text(run_id, what="backfill run id", allow_empty=False)
+
+        def refuse(held: Command, args: Mapping[str, Any]) -> Exception:
+            return BackfillRefusedError(
+                f"backfill {describe_backfill(args)} refused: run "
+                f"{held.args.get('run_id')!r} (command {held.id}, started "
+                f"{held.created_at.isoformat()}) is backfilling "
+                f"{describe_backfill(held.args)}, which overlaps it"
+            )
+
+        command_id = self._claim_run(
+            "backfill", args, run_id, issuer, overlaps, stale_after=stale_after, refuse=refuse
+        )
+        log.info(
+            "pipeline %s: backfill command %d %s (run %s)",
+            self.pipeline,
+            command_id,
+            describe_backfill(args),
+            run_id,
+        )
+        return command_id
+
+    def claim_maintenance(self, *, run_id: str, issuer: str, lease: timedelta) -> int:
+        """Take the pipeline's maintenance lease: a ``running`` ``maintain`` command, whose
+        id this returns (the id it already holds for a retried ``run_id``). Refused with
+        :class:`~modeswitch.errors.MaintenanceRefusedError`, nothing written, while another
+        run holds a lease younger than ``lease``; an older one (its run died) is superseded.
+        One commit of the commands table: of two runs starting at once, one holds it."""
+
+        def refuse(held: Command, args: Mapping[str, Any]) -> Exception:
+            return MaintenanceRefusedError(
+                f"maintenance of pipeline {self.pipeline!r} refused: run "
+                f"{held.args.get('run_id')!r} (command {held.id}, started "
+                f"{held.created_at.isoformat()}) holds the maintenance lease until "
+                f"{(held.created_at + lease).isoformat()}"
+            )
+
+        return self._claim_run(
+            "maintain", {}, run_id, issuer, lambda _: True, stale_after=lease, refuse=refuse
+        )
+
+    def holds_claim(self, command: int) -> bool:
+        """Whether run ``command`` still holds its claim (no later run superseded it)."""
+        return self.command(command).status == "running"
+
+    def _claim_run(
+        self,
+        kind: str,
+        args: Mapping[str, Any],
+        run_id: str,
+        issuer: str,
+        conflicts: Callable[[Mapping[str, Any]], bool],
+        *,
+        stale_after: timedelta,
+        refuse: Callable[[Command, Mapping[str, Any]], Exception],
+    ) -> int:
+        run_id = check_text(run_id, what=f"{kind} run id", allow_empty=False)
         issuer = check_text(issuer, what="command issuer", allow_empty=False)
-        stored_args = _json_roundtrip({**args, "run_id": run_id}, what="backfill command args")
+        stored_args = _json_roundtrip({**args, "run_id": run_id}, what=f"{kind} command args")
         now = utc_now()
 
         def plan(snapshot: Snapshot) -> Change[int]:
@@ -209,22 +267,17 @@ class CommandsState(ControlState):
             running = [
                 command_from_row(row)
                 for row in table.filter(
-                    (pc.field("kind") == "backfill") & (pc.field("status") == "running")
+                    (pc.field("kind") == kind) & (pc.field("status") == "running")
                 ).to_pylist()
             ]
             superseded = []
             for held in running:
                 if held.args.get("run_id") == run_id:
                     return Change(held.id)
-                if not overlaps(held.args):
+                if not conflicts(held.args):
                     continue
                 if now - held.created_at < stale_after:
-                    raise BackfillRefusedError(
-                        f"backfill {describe_backfill(stored_args)} refused: run "
-                        f"{held.args.get('run_id')!r} (command {held.id}, started "
-                        f"{held.created_at.isoformat()}) is backfilling "
-                        f"{describe_backfill(held.args)}, which overlaps it"
-                    )
+                    raise refuse(held, stored_args)
                 superseded.append(
                     replace(
                         held,
@@ -235,7 +288,7 @@ class CommandsState(ControlState):
                 )
             command = Command(
                 id=max(table.column("id").to_pylist(), default=0) + 1,
-                kind="backfill",
+                kind=kind,  # type: ignore[arg-type]
                 args=stored_args,
                 issuer=issuer,
                 status="running",
@@ -246,20 +299,13 @@ class CommandsState(ControlState):
             )
             return Change(command.id, upsert(rows, ("id",), insert_missing=True))
 
-        command_id = self._table("commands").transact("claim_backfill", plan)
-        log.info(
-            "pipeline %s: backfill command %d %s (run %s)",
-            self.pipeline,
-            command_id,
-            describe_backfill(stored_args),
-            run_id,
-        )
-        return command_id
+        return self._table("commands").transact(f"claim_{kind}", plan)
 
     def finish_backfill(self, command: int, *, error: str | None = None, **outcome: Any) -> bool:
         """Mark a running backfill ``applied`` (its ``outcome``, e.g. records and sink version,
         joins its args) or, with ``error``, ``rejected`` saying why. True if this call ended
-        it, False if it was no longer running (superseded by a later run of its window)."""
+        it, False if it was no longer running (superseded by a later run of its window).
+        A maintenance run ends the same way (:meth:`finish_run`)."""
         now = utc_now()
 
         def finish(current: Command) -> Command:
@@ -271,6 +317,29 @@ class CommandsState(ControlState):
         return self._resolve_command(
             command, "rejected" if error else "applied", finish, expected="running"
         )
+
+    finish_run = finish_backfill
+
+    def note_run(self, command: int, **outcome: Any) -> bool:
+        """Add ``outcome`` to a running run's args while it runs (what it must not lose if it
+        dies before it ends). False, nothing written, if it no longer holds its claim."""
+
+        def note(current: Command) -> Command:
+            return replace(current, args=_json_roundtrip({**current.args, **outcome}, what="run"))
+
+        return self._resolve_command(command, "noted", note, expected="running")
+
+    def log_summaries(self) -> list[LogSummary]:
+        """What maintenance runs kept of the sink's log before cleaning it, oldest first
+        (:mod:`modeswitch.sinks.history`): what the exactly-once audit reads in its place.
+        A run that died after keeping its summary counts too."""
+        rows = self._table("commands").read(match=pc.field("kind") == "maintain")
+        found = []
+        for command in map(command_from_row, rows.to_pylist()):
+            raw = command.args.get("log_summary")
+            if raw is not None:
+                found.append(LogSummary.from_dict(raw))
+        return sorted(found, key=lambda s: s.through)
 
     def pending_commands(self) -> list[Command]:
         """Commands waiting for a commit boundary, oldest first."""

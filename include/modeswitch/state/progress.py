@@ -7,14 +7,20 @@ import io
 import logging
 import operator
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pendulum
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import json as pa_json
 
-from modeswitch.errors import InvalidStateInputError, InvalidStateTransitionError
+from modeswitch.errors import (
+    InvalidStateInputError,
+    InvalidStateTransitionError,
+    StateConflictError,
+)
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
 from modeswitch.sinks.commits import SinkCommit, rewind_txn_version, split_txn_version
 from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
@@ -31,7 +37,17 @@ from modeswitch.state.records import (
     check_timestamp,
     utc_now,
 )
-from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, no_rows, rows_table
+from modeswitch.state.tables import (
+    METADATA_KEY,
+    SCHEMAS,
+    TIMESTAMP,
+    Change,
+    Snapshot,
+    insert,
+    no_rows,
+    rows_table,
+)
+from modeswitch.storage import retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +154,79 @@ class ProgressState(ControlState):
         held = None if table is None else table.transaction_version(self._reconciled_app)
         return -1 if held is None else held
 
+    def downsample_progress(self, horizon: timedelta, *, now: datetime | None = None) -> int:
+        """Merge the progress rows recorded more than ``horizon`` ago into one row per epoch
+        and hour (its first commit's start, its last commit's end, the records summed, the
+        max event times, ``commits`` the number of commits it stands for); returns how many
+        rows fewer the table holds.
+
+        Only rows at or below :meth:`reconciled_through` are merged (nothing reads their
+        single keys again), and only those recorded since the previous run's cut (kept as an
+        application transaction of ``progress``): a run's cost is the rows of the hours that
+        passed the horizon since. One replace-where commit; concurrent appends (a stream
+        recording) land beside it, and a concurrent rewrite of the same rows (a compaction of
+        the table) makes it start over on the new snapshot.
+        """
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        table = self._table("progress")
+        hour = timedelta(hours=1)
+        now_s = int((as_utc(now) if now is not None else utc_now()).timestamp())
+        cut_s = (now_s - int(horizon.total_seconds())) // 3600 * 3600
+        app = f"{self.pipeline}/downsampled"
+
+        def attempt(number: int) -> int:
+            delta = table.load()
+            mark = self.reconciled_through()
+            if delta is None or mark < 0:
+                return 0
+            since_s = delta.transaction_version(app) or 0
+            if cut_s <= since_s:
+                return 0
+            since, cut = (pendulum.from_timestamp(t, tz="UTC") for t in (since_s, cut_s))
+            where = (
+                (pc.field("recorded_at") >= pa.scalar(since, TIMESTAMP))
+                & (pc.field("recorded_at") < pa.scalar(cut, TIMESTAMP))
+                & (pc.field("sink_version") <= mark)
+            )
+            rows = [progress_from_row(r) for r in Snapshot(delta).read(where).to_pylist()]
+            groups: dict[tuple[int, int], list[Progress]] = {}
+            for row in sorted(rows, key=lambda p: (p.epoch, p.sequence)):
+                slot = int(row.recorded_at.timestamp()) // int(hour.total_seconds())
+                groups.setdefault((row.epoch, slot), []).append(row)
+            merged = [_merge(group) for group in groups.values()]
+            predicate = (
+                f"recorded_at >= '{_sql_time(since)}' AND recorded_at < '{_sql_time(cut)}' "
+                f"AND sink_version <= {mark}"
+            )
+            write_deltalake(
+                delta,
+                rows_table(SCHEMAS["progress"], [progress_to_row(m) for m in merged]),
+                mode="overwrite",
+                predicate=predicate,
+                schema_mode="merge",
+                commit_properties=CommitProperties(
+                    custom_metadata={METADATA_KEY: "downsample progress"},
+                    app_transactions=[Transaction(app, cut_s)],
+                ),
+            )
+            return len(rows) - len(merged)
+
+        removed = retry_commit_races(
+            attempt,
+            attempts=self.attempts,
+            what=f"downsampling progress of pipeline {self.pipeline!r}",
+            error=StateConflictError,
+        )
+        if removed:
+            log.info(
+                "pipeline %s: progress older than %s merged: %d rows fewer",
+                self.pipeline,
+                horizon,
+                removed,
+            )
+        return removed
+
     def progress(self, epoch: int | None = None) -> list[Progress]:
         """Recorded sink commits (of one epoch, or all), by epoch and sequence."""
         where = None
@@ -152,21 +241,26 @@ class ProgressState(ControlState):
         only (older row groups are skipped by their statistics)."""
         rows = self._table("progress").read(
             pc.field("epoch") >= check_int(first_epoch, what="first_epoch"),
-            columns=["epoch", "records", "committed_at"],
+            columns=["epoch", "records", "committed_at", "commits"],
         )
         if rows.num_rows == 0:
             return {}
-        grouped = rows.group_by("epoch").aggregate(
-            [
-                ("records", "count"),
-                ("records", "sum"),
-                ("committed_at", "min"),
-                ("committed_at", "max"),
-            ]
+        commits = pc.fill_null(rows.column("commits").cast(pa.int64()), 1)
+        grouped = (
+            rows.set_column(3, "commits", commits)
+            .group_by("epoch")
+            .aggregate(
+                [
+                    ("commits", "sum"),
+                    ("records", "sum"),
+                    ("committed_at", "min"),
+                    ("committed_at", "max"),
+                ]
+            )
         )
         return {
             row["epoch"]: {
-                "commits": row["records_count"],
+                "commits": row["commits_sum"],
                 "records": row["records_sum"],
                 "first_commit_at": as_utc(row["committed_at_min"]),
                 "last_commit_at": as_utc(row["committed_at_max"]),
@@ -285,3 +379,26 @@ class ProgressState(ControlState):
             recorded_at=now or utc_now(),
             recorded_by=check_text(recorded_by, what="recorded_by", allow_empty=False),
         )
+
+
+def _merge(rows: list[Progress]) -> Progress:
+    """One progress row standing for ``rows``: consecutive commits of one epoch."""
+    first, last = rows[0], rows[-1]
+    if len(rows) == 1:
+        return first
+    event_times: dict[int, int] = {}
+    for row in rows:
+        for bucket, micros in row.max_event_time_us.items():
+            event_times[bucket] = max(micros, event_times.get(bucket, micros))
+    return replace(
+        last,
+        start={b: o for r in reversed(rows) for b, o in r.start.items()},  # each bucket's first
+        records=sum(r.records for r in rows),
+        max_event_time_us=event_times,
+        recorded_by="maintain",
+        commits=sum(r.commits for r in rows),
+    )
+
+
+def _sql_time(moment: datetime) -> str:
+    return pendulum.instance(moment).in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss.SSSSSS[Z]")

@@ -24,7 +24,7 @@ Mode = Literal["batch", "stream"]
 EpochStatus = Literal["running", "completed", "failed", "superseded"]
 SplitStatus = Literal["pending", "committed", "replanned"]
 CommandKind = Literal[
-    "switch_to_batch", "switch_to_stream", "pause", "resume", "rewind", "backfill"
+    "switch_to_batch", "switch_to_stream", "pause", "resume", "rewind", "backfill", "maintain"
 ]
 CommandStatus = Literal["pending", "running", "applied", "rejected"]
 """``running``: a backfill run holding its window (backfills never wait in ``pending``)."""
@@ -34,6 +34,9 @@ EPOCH_STATUSES: tuple[str, ...] = get_args(EpochStatus)
 CLOSED_EPOCH_STATUSES: tuple[str, ...] = tuple(s for s in EPOCH_STATUSES if s != "running")
 SPLIT_STATUSES: tuple[str, ...] = get_args(SplitStatus)
 COMMAND_KINDS: tuple[str, ...] = get_args(CommandKind)
+RUN_KINDS: tuple[str, ...] = ("backfill", "maintain")
+"""Kinds that are not queued for a pipeline but record a run of their own while it runs
+(``running``), claimed when it starts: a backfill's window, the maintenance lease."""
 COMMAND_STATUSES: tuple[str, ...] = get_args(CommandStatus)
 
 # A split leaves "pending" once: committed by the sink, or replaced by a re-plan.
@@ -182,7 +185,9 @@ class Progress:
     """One sink commit as the control state knows it (row of ``progress``).
 
     ``recorded_by`` is ``"sink"`` when the writer recorded it after its commit, or
-    ``"reconcile"`` when :meth:`StateStore.reconcile` repaired it from the sink's Delta log.
+    ``"reconcile"`` when :meth:`StateStore.reconcile` repaired it from the sink's Delta log;
+    ``"maintain"`` for a row that stands for ``commits`` consecutive commits of its epoch,
+    merged past the progress horizon (:meth:`StateStore.downsample_progress`).
     """
 
     epoch: int
@@ -197,6 +202,7 @@ class Progress:
     sink_version: int | None
     recorded_at: pendulum.DateTime
     recorded_by: str
+    commits: int = 1
 
 
 @dataclass(frozen=True)

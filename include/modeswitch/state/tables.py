@@ -94,6 +94,9 @@ PROGRESS_SCHEMA = pa.schema(
         _optional("sink_version", pa.int64()),
         _required("recorded_at", TIMESTAMP),
         _required("recorded_by", pa.string()),
+        # How many sink commits the row stands for (null: one; more after downsampling). Added
+        # after the table's first release: older tables gain it on their next write.
+        _optional("commits", pa.int64()),
     ]
 )
 
@@ -202,9 +205,12 @@ class Snapshot:
         it for strings (measured with deltalake 1.6 and pyarrow 26: delta-rs's string
         statistics are ``string_view`` literals, and pyarrow refuses to compare them with the
         ``string`` column, so pushing a string condition down fails)."""
-        rows = self.table.to_pyarrow_dataset().to_table(
-            filter=where, columns=None if columns is None else list(columns)
-        )
+        present = set(self.table.schema().to_arrow().names)
+        wanted = None if columns is None else [c for c in columns if c in present]
+        rows = self.table.to_pyarrow_dataset().to_table(filter=where, columns=wanted)
+        for name in [c for c in columns or () if c not in present]:
+            # A column added to the schema after the table was made: null until written.
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.int64()))
         return rows if match is None else rows.filter(match)
 
 
@@ -212,7 +218,10 @@ def insert(rows: pa.Table) -> Write:
     """A write appending ``rows``."""
 
     def write(table: DeltaTable, properties: CommitProperties) -> None:
-        write_deltalake(table, rows, mode="append", commit_properties=properties)
+        # "merge": a table made before a column was added to its schema gains it.
+        write_deltalake(
+            table, rows, mode="append", schema_mode="merge", commit_properties=properties
+        )
 
     return write
 
@@ -315,7 +324,7 @@ class ControlTable:
                 app_transactions=None if change.mark is None else [Transaction(*change.mark)],
             )
             change.write(snapshot.table, properties)  # CommitFailedError: the race was lost
-            self._compact_if_due()
+            self.compact(at_files=self.compact_at_files)
             return change.result
 
         return retry_commit_races(
@@ -327,10 +336,12 @@ class ControlTable:
             max_backoff=self.max_backoff_s,
         )
 
-    def _compact_if_due(self) -> None:
+    def compact(self, *, at_files: int) -> bool:
+        """Rewrite the table into one file if it has ``at_files`` files or more; True if this
+        call did. A rewrite that loses the race to another writer is left to a later call."""
         table = self.load()
-        if table is None or len(table.file_uris()) < self.compact_at_files:
-            return
+        if table is None or len(table.file_uris()) < max(at_files, 2):
+            return False
         # Not optimize.compact(): measured with deltalake 1.6, two concurrent compactions both
         # commit, even with max_commit_retries=0, and every row is then there twice. A
         # rewrite of the snapshot committed with zero retries is a compare-and-swap like
@@ -353,8 +364,9 @@ class ControlTable:
             log.info(
                 "compaction of %s lost to a concurrent writer; a later write retries it", self.uri
             )
-            return
+            return False
         log.debug("compacted %s: %d rows into one file", self.uri, rows.num_rows)
+        return True
 
     def _load_or_create(self) -> DeltaTable:
         table = self.load()
