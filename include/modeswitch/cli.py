@@ -5,231 +5,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import time
 from collections.abc import Sequence
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from modeswitch.config import parse_duration, parse_rate
+from modeswitch.cli_log import (
+    StopFlag,
+    _add_offsets,
+    _add_produce,
+    _add_retain,
+    _offsets,
+    _produce,
+    _retain,
+    console,
+    errors,
+)
+from modeswitch.config import parse_duration
 from modeswitch.errors import ModeswitchError
-from modeswitch.offsets import offsets_from_json
-
-console = Console()
-errors = Console(stderr=True)
-
-
-def _add_produce(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "produce",
-        help="append synthetic events to the embedded log",
-        description=(
-            "Append synthetic events with a JSON payload to an embedded bucketed log. Without "
-            "--rate, --records events are written as fast as possible (a backlog). With --rate, "
-            "events are written live until --duration has passed or --records were written."
-        ),
-    )
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--log", help="the embedded log's root folder or URI")
-    where.add_argument(
-        "--kafka",
-        metavar="BOOTSTRAP",
-        help="produce to Kafka at these bootstrap servers (other client settings, such as "
-        "credentials, from MODESWITCH_KAFKA_CONFIG); needs --topic",
-    )
-    p.add_argument("--topic", help="the Kafka topic (it must exist: partitions are buckets)")
-    p.add_argument("--buckets", type=int, help="bucket count (required to create a new log)")
-    p.add_argument("--records", type=int, help="how many events to write")
-    p.add_argument("--skew", default="uniform", help="'uniform' or 'zipf:S' (bucket 0 heaviest)")
-    p.add_argument("--rate", help="live rate, e.g. 5000/s; omit for a backlog")
-    p.add_argument("--duration", help="how long a live run lasts, e.g. 60s or PT5M")
-    p.add_argument("--span", default="0s", help="backlog event times spread over this, to now")
-    p.add_argument("--late-fraction", type=float, default=0.0, help="share of late events")
-    p.add_argument("--max-lateness", default="10m", help="how late a late event can be")
-    p.add_argument("--malformed-fraction", type=float, default=0.0, help="share of bad JSON")
-    p.add_argument("--seed", type=int, default=0, help="same seed, same events")
-    p.add_argument("--segment-records", type=int, default=100_000, help="backlog segment size")
-    p.add_argument("--flush", default="100ms", help="live flush interval")
-
-
-def _produce(args: argparse.Namespace) -> int:
-    from modeswitch.produce import EventGenerator, produce_backlog, produce_live
-
-    rate = parse_rate(args.rate, setting="--rate") if args.rate else None
-    duration = parse_duration(args.duration, setting="--duration") if args.duration else None
-    if rate is None and args.records is None:
-        raise ModeswitchError("produce: give --records for a backlog, or --rate for a live run")
-    if rate is None and duration is not None:
-        raise ModeswitchError("produce: --duration needs --rate (a backlog stops at --records)")
-    if args.records is not None and args.records < 0:
-        raise ModeswitchError(f"produce: --records {args.records} is negative")
-    log_ = _producer_log(args)
-    generator = EventGenerator(
-        seed=args.seed,
-        buckets=len(log_.buckets()),
-        skew=args.skew,
-        late_fraction=args.late_fraction,
-        malformed_fraction=args.malformed_fraction,
-        max_lateness=parse_duration(args.max_lateness, setting="--max-lateness"),
-    )
-    # Continue the event numbering of what the log already holds.
-    first = sum(log_.latest_offsets().values())
-    total = args.records
-    if total is None and rate is not None and duration is not None:
-        total = int(rate * duration.total_seconds())
-    stop = _StopFlag()
-    with _progress(total) as (progress, task):
-
-        def advance(n: int) -> None:
-            progress.advance(task, n)
-
-        if rate is None:
-            report = produce_backlog(
-                log_,
-                generator,
-                records=args.records,
-                first=first,
-                span=parse_duration(args.span, setting="--span"),
-                segment_records=args.segment_records,
-                on_progress=advance,
-            )
-        else:
-            report = produce_live(
-                log_,
-                generator,
-                rate=rate,
-                duration=duration,
-                records=args.records,
-                first=first,
-                flush_every=parse_duration(args.flush, setting="--flush"),
-                should_stop=stop,
-                on_progress=advance,
-            )
-    latest = log_.latest_offsets()
-    table = Table(title=f"produced into {args.log or log_}")
-    table.add_column("bucket", justify="right")
-    table.add_column("appended", justify="right")
-    table.add_column("latest offset", justify="right")
-    for bucket in log_.buckets():
-        table.add_row(str(bucket), f"{report.per_bucket.get(bucket, 0):,}", f"{latest[bucket]:,}")
-    table.add_row("total", f"{report.records:,}", f"{sum(latest.values()):,}")
-    console.print(table)
-    per_second = report.records / report.seconds if report.seconds else 0.0
-    console.print(f"{report.records:,} records in {report.seconds:.1f} s ({per_second:,.0f}/s)")
-    return 0
-
-
-class _StopFlag:
-    """Turns SIGINT / SIGTERM into a clean stop at the next flush of a live run."""
-
-    def __init__(self) -> None:
-        self.stopped = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._stop)
-
-    def _stop(self, *_: object) -> None:
-        self.stopped = True
-
-    def __call__(self) -> bool:
-        return self.stopped
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, less if a stop comes; True when stopped."""
-        until = time.monotonic() + seconds
-        while not self.stopped and time.monotonic() < until:
-            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
-        return self.stopped
-
-
-class _progress:
-    def __init__(self, total: int | None) -> None:
-        self.progress = Progress(
-            TextColumn("producing"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=errors,
-            disable=not errors.is_terminal,
-            transient=True,
-        )
-        self.total = total
-
-    def __enter__(self) -> tuple[Progress, int]:
-        self.progress.start()
-        return self.progress, self.progress.add_task("produce", total=self.total)
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-
-def _producer_log(args: argparse.Namespace):
-    """The log ``produce`` writes to: a Kafka topic (``--kafka``, ``--topic``) or the embedded
-    log (``--log``, created with ``--buckets``)."""
-    if args.kafka is None:
-        if args.topic is not None:
-            raise ModeswitchError("produce: --topic goes with --kafka, not --log")
-        return _open_or_create(args.log, args.buckets)
-    from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_config
-
-    if not args.topic:
-        raise ModeswitchError("produce: --kafka needs --topic")
-    if args.buckets is not None:
-        raise ModeswitchError(
-            "produce: --buckets creates an embedded log; a Kafka topic's partitions are its "
-            "buckets (create the topic with them)"
-        )
-    return KafkaLog(f"{SCHEME}{args.topic}", {**kafka_config(), "bootstrap.servers": args.kafka})
-
-
-def _open_or_create(root: str, buckets: int | None):
-    from modeswitch.sources.segments import SegmentLog
-
-    if buckets is not None:
-        return SegmentLog.create(root, buckets=buckets)
-    return SegmentLog(root)
-
-
-def _add_offsets(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("offsets", help="show a log's earliest and latest offsets per bucket")
-    p.add_argument("--log", required=True)
-
-
-def _offsets(args: argparse.Namespace) -> int:
-    from modeswitch.sources import open_log
-
-    log_ = open_log(args.log)
-    earliest, latest = log_.earliest_offsets(), log_.latest_offsets()
-    table = Table(title=f"offsets of {args.log}")
-    for name in ("bucket", "earliest", "latest", "records"):
-        table.add_column(name, justify="right")
-    for bucket in log_.buckets():
-        table.add_row(
-            str(bucket),
-            f"{earliest[bucket]:,}",
-            f"{latest[bucket]:,}",
-            f"{latest[bucket] - earliest[bucket]:,}",
-        )
-    console.print(table)
-    return 0
-
-
-def _add_retain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("retain", help="drop whole segments below per-bucket offsets")
-    p.add_argument("--log", required=True)
-    p.add_argument("--before", required=True, help='offsets map as JSON, e.g. {"0": 1000}')
-
-
-def _retain(args: argparse.Namespace) -> int:
-    from modeswitch.sources.segments import SegmentLog
-
-    log_ = SegmentLog(args.log)
-    before = offsets_from_json(args.before, source="--before")
-    dropped = log_.drop_before(before)
-    console.print(f"dropped {dropped} segments; earliest offsets now {log_.earliest_offsets()}")
-    return 0
 
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
@@ -281,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     duration = parse_duration(args.duration, setting="--for") if args.duration else None
-    stop = _StopFlag()
+    stop = StopFlag()
 
     def report(plan, status, end) -> None:
         console.print(
@@ -414,7 +207,7 @@ def _status(args: argparse.Namespace) -> int:
             console.print(render_status(status()))
         return 0
     every = parse_duration(args.watch, setting="--watch").total_seconds()
-    stop = _StopFlag()
+    stop = StopFlag()
     if args.json:
         while True:
             print(json.dumps(status()), flush=True)
@@ -447,6 +240,12 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="also compare up to N quarantined records' key and value with the source",
     )
+    p.add_argument(
+        "--state",
+        metavar="ROOT",
+        help="the pipeline's control tables (default: <sink's folder>/_modeswitch/<pipeline>): "
+        "the summaries maintenance kept of the sink's log before cleaning it",
+    )
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -456,15 +255,22 @@ def _verify(args: argparse.Namespace) -> int:
 
     if args.spot_check < 0:
         raise ModeswitchError(f"verify: --spot-check {args.spot_check} is negative")
+    from modeswitch.state import StateStore
     from modeswitch.storage import storage_options
 
+    options = storage_options()  # MODESWITCH_STORAGE_OPTIONS, if set
+    state_root = (
+        args.state or f"{args.sink.rstrip('/').rsplit('/', 1)[0]}/_modeswitch/{args.pipeline}"
+    )
+    store = StateStore(state_root, args.sink, args.pipeline, storage_options=options)
     report = audit(
         args.log,
         args.sink,
         args.quarantine,
         args.pipeline,
         spot_check=args.spot_check,
-        storage_options=storage_options(),  # MODESWITCH_STORAGE_OPTIONS, if set
+        storage_options=options,
+        summaries=store.log_summaries(),
     )
     table = Table(title=f"exactly-once audit of pipeline {report.pipeline!r}", box=box.SIMPLE_HEAD)
     for name in ("bucket", "expected", "sink", "quarantine", "missing", "duplicated"):
@@ -545,6 +351,55 @@ def _verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _add_maintain(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "maintain",
+        help="compact, checkpoint, clean and vacuum the pipeline's tables, beside the pipeline",
+        description=(
+            "One maintenance run, as one run of the modeswitch_maintenance DAG: the sink's and "
+            "quarantine's small files compacted, their logs checkpointed and cleaned, old "
+            "files vacuumed; progress merged past progress_horizon; the control tables "
+            "rewritten; old stream checkpoints deleted. Safe while the pipeline runs. "
+            "Refused while another run holds the pipeline's maintenance lease."
+        ),
+    )
+    p.add_argument("--config", required=True, help="the pipeline's settings file")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    import json
+
+    from rich import box
+
+    from modeswitch.config import layer_settings, read_settings_file
+    from modeswitch.maintenance import maintain
+
+    settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
+    report = maintain(settings, issuer="modeswitch maintain")
+    if args.json:
+        console.print_json(json.dumps(report.to_dict()))
+        return 0
+    table = Table(title=f"maintenance of pipeline {report.pipeline!r}", box=box.SIMPLE_HEAD)
+    for name in ("table", "files", "log KiB", "vacuumed", "seconds"):
+        table.add_column(name, justify="left" if name == "table" else "right")
+    for done in report.tables:
+        table.add_row(
+            done.table,
+            f"{done.files_before:,} -> {done.files_after:,}",
+            f"{done.log_bytes_before // 1024:,} -> {done.log_bytes_after // 1024:,}",
+            f"{done.vacuumed:,}",
+            f"{done.seconds:.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"command {report.command}: {report.progress_merged:,} progress rows merged, "
+        f"{len(report.checkpoints_removed)} stream checkpoint folders deleted, the sink's log "
+        f"summarised to version {report.summarised_through}; {report.seconds:.2f} s"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -556,6 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo,
         _add_run,
         _add_backfill,
+        _add_maintain,
         _add_status,
         _add_verify,
     ):
@@ -570,6 +426,7 @@ COMMANDS = {
     "demo": _demo,
     "run": _run,
     "backfill": _backfill,
+    "maintain": _maintain,
     "status": _status,
     "verify": _verify,
 }

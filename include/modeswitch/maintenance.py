@@ -149,7 +149,7 @@ def maintain(
 
         hold()
         removed = clean_checkpoints(settings, store, keep=settings.stream_checkpoints_kept)
-    except Exception as exc:
+    except BaseException as exc:  # a task timeout or a signal too: the lease is released
         store.finish_run(command, error=f"{type(exc).__name__}: {exc}")
         raise
     report = MaintenanceReport(
@@ -209,11 +209,12 @@ def maintain_table(
 
     retry_commit_races(compact, attempts=COMPACT_ATTEMPTS, what=f"compaction of {name} table {uri}")
     newest = DeltaTable(uri, storage_options=options)
-    newest.create_checkpoint()  # after the compaction: readers load one file's add action
     at = newest
     if clean_below is not None and 0 <= clean_below < newest.version():
         at = DeltaTable(uri, version=clean_below, storage_options=options)
-    at.cleanup_metadata()  # expired log files below ``at``'s version only
+        at.create_checkpoint()  # log cleanup at a version needs a checkpoint there
+    newest.create_checkpoint()  # after the compaction: readers load one file's add action
+    at.cleanup_metadata()  # the expired log files below ``at``'s checkpoint
     vacuumed = DeltaTable(uri, storage_options=options).vacuum(
         retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
     )

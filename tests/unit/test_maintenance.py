@@ -1,0 +1,198 @@
+"""Maintenance without Spark: tables written with deltalake as the sink writes them, then
+compacted, their logs cleaned and vacuumed; the audit still finds every record once; the lease
+lets one run at a time; progress past the horizon is merged without changing what it says."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pendulum
+import pytest
+from deltalake import DeltaTable
+from test_state_reconcile import commit_to_sink
+from test_verify import BUCKETS, PIPELINE, build
+
+from modeswitch.config import PipelineSettings
+from modeswitch.errors import MaintenanceRefusedError
+from modeswitch.maintenance import maintain, maintain_table
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.history import LogSummary
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+pytestmark = pytest.mark.unit
+
+# Many small waves: the small files and log entries a stream leaves.
+SMALL_WAVES = [{0: (10 + 10 * i, 20 + 10 * i), 1: (10 * i, 10 + 10 * i)} for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> SegmentLog:
+    log = SegmentLog.create(str(tmp_path_factory.mktemp("maintain") / "log"), buckets=BUCKETS)
+    produce_backlog(log, EventGenerator(seed=3, buckets=BUCKETS), records=1_600)
+    return log
+
+
+def settings_for(tmp_path: Path, log: SegmentLog) -> PipelineSettings:
+    return PipelineSettings(
+        pipeline=PIPELINE,
+        source=log.root,
+        warehouse=str(tmp_path),
+        sink=str(tmp_path / "sink"),
+        quarantine=str(tmp_path / "quarantine"),
+    )
+
+
+def expire_log_at_once(uri: str) -> None:
+    """A table whose log files expire at once (``delta.logRetentionDuration`` 0): what a
+    month of age does to the default's 30 days."""
+    DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+
+
+def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
+    tmp_path: Path, log: SegmentLog
+) -> None:
+    tables = build(tmp_path, log, waves=SMALL_WAVES)
+    before = audit(log.root, tables.sink, tables.quarantine, PIPELINE)
+    assert before.ok and before.sink_commits == 24
+    rows_before = DeltaTable(tables.sink).to_pyarrow_table().num_rows
+    expire_log_at_once(tables.sink)
+    settings = settings_for(tmp_path, log)
+    store = StateStore.from_settings(settings)
+
+    report = maintain(settings, store=store)
+
+    sink = next(t for t in report.tables if t.table == "sink")
+    assert (sink.files_before, sink.files_after) == (24, 1)
+    assert DeltaTable(tables.sink).to_pyarrow_table().num_rows == rows_before
+    # The compacted-away files go once they are older than the retention (0 h here).
+    vacuumed = maintain_table("sink", tables.sink, target_mb=128, retention_hours=0)
+    assert vacuumed is not None and vacuumed.vacuumed == 24
+    log_files = sorted(p.name for p in (Path(tables.sink) / "_delta_log").glob("*.json"))
+    assert log_files[0] != "00000000000000000000.json"  # the commits' log files are gone
+
+    # The audit reads the run's summary in place of the cleaned commits.
+    summaries = store.log_summaries()
+    assert [s.commits for s in summaries] == [24]
+    after = audit(log.root, tables.sink, tables.quarantine, PIPELINE, summaries=summaries)
+    assert after.ok, after.problems
+    assert after.totals == before.totals
+    assert after.sink_commits == 24
+    # Without it, the audit says what it cannot see rather than miscounting.
+    blind = audit(log.root, tables.sink, tables.quarantine, PIPELINE)
+    assert any("were cleaned up" in p for p in blind.problems)
+    # The command records the run.
+    command = store.command(report.command)
+    assert (command.kind, command.status) == ("maintain", "applied")
+
+
+def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> None:
+    whole = build(tmp_path / "whole", log, waves=SMALL_WAVES)
+    expected = audit(log.root, whole.sink, whole.quarantine, PIPELINE).totals
+    tables = build(tmp_path, log, waves=SMALL_WAVES[:12])
+    expire_log_at_once(tables.sink)
+    settings = settings_for(tmp_path, log)
+    store = StateStore.from_settings(settings)
+    maintain(settings, store=store)
+    build(tmp_path, log, waves=SMALL_WAVES[12:])  # the pipeline goes on
+    maintain(settings, store=store)
+    maintain_table("sink", tables.sink, target_mb=128, retention_hours=0)
+
+    first, second = store.log_summaries()
+    assert second.after == first.through
+    assert (first.commits, second.commits) == (12, 12)
+    report = audit(
+        log.root, tables.sink, tables.quarantine, PIPELINE, summaries=store.log_summaries()
+    )
+    assert report.ok, report.problems
+    assert report.totals == expected
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path: Path) -> None:
+    store = StateStore.for_warehouse(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
+    lease = timedelta(hours=1)
+    first = store.claim_maintenance(run_id="a", issuer="test", lease=lease)
+
+    with pytest.raises(MaintenanceRefusedError, match="holds the maintenance lease"):
+        store.claim_maintenance(run_id="b", issuer="test", lease=lease)
+    assert store.claim_maintenance(run_id="a", issuer="test", lease=lease) == first  # a retry
+
+    # A lease older than its length was left by a run that died: the next run takes it.
+    taken = store.claim_maintenance(run_id="c", issuer="test", lease=timedelta(0))
+    assert store.command(first).status == "rejected"
+    assert not store.holds_claim(first) and store.holds_claim(taken)
+    assert not store.note_run(first, step="compact")  # the superseded run learns it
+
+
+def test_two_runs_at_once_one_maintains_and_no_row_is_doubled(
+    tmp_path: Path, log: SegmentLog
+) -> None:
+    tables = build(tmp_path, log, waves=SMALL_WAVES)
+    rows = DeltaTable(tables.sink).to_pyarrow_table().num_rows
+    settings = settings_for(tmp_path, log)
+    start = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        start.wait()
+        try:
+            outcomes.append(maintain(settings))
+        except MaintenanceRefusedError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    refused = [o for o in outcomes if isinstance(o, MaintenanceRefusedError)]
+    assert len(refused) == 1, outcomes
+    assert DeltaTable(tables.sink).to_pyarrow_table().num_rows == rows
+    assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
+
+
+def test_progress_past_the_horizon_is_merged_and_says_the_same(tmp_path: Path) -> None:
+    store = StateStore.for_warehouse(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
+    epoch = store.open_epoch("stream", "live", {0: 0, 1: 0})
+    for sequence in range(30):
+        commit = commit_to_sink(
+            store.sink_table_uri, epoch, sequence, {0: 10 * sequence, 1: 5 * sequence},
+            {0: 10 * sequence + 10, 1: 5 * sequence + 5}, mode="stream",
+        )  # fmt: skip
+        store.record_progress(commit)
+    store.reconcile()
+    summary, event_times = store.epoch_summaries(epoch), store.max_event_times()
+    assert summary[epoch]["commits"] == 30
+
+    # Nothing is past a horizon of a day yet; all of it is past one of a second, an hour on.
+    assert store.downsample_progress(timedelta(days=1)) == 0
+    later = pendulum.now("UTC").add(hours=2)
+    merged = store.downsample_progress(timedelta(seconds=1), now=later)
+
+    rows = store.progress(epoch)
+    assert merged == 30 - len(rows) and len(rows) <= 2
+    assert sum(p.commits for p in rows) == 30
+    assert rows[0].start == {0: 0, 1: 0} and rows[-1].end == {0: 300, 1: 150}
+    assert store.epoch_summaries(epoch)[epoch]["commits"] == 30
+    assert store.epoch_summaries(epoch)[epoch]["records"] == summary[epoch]["records"]
+    assert store.max_event_times() == event_times
+    assert not store.reconcile().repaired
+    # A second run finds nothing new past the horizon.
+    assert store.downsample_progress(timedelta(seconds=1), now=later) == 0
+    # New commits are recorded as before.
+    commit = commit_to_sink(store.sink_table_uri, epoch, 30, {0: 300}, {0: 310}, mode="stream")
+    assert store.record_progress(commit)
+
+
+def test_the_log_summary_folds_commits_in_order(tmp_path: Path, log: SegmentLog) -> None:
+    tables = build(tmp_path, log)
+    summary = LogSummary.read(tables.sink, PIPELINE, after=-1)
+    assert (summary.after, summary.through, summary.commits) == (-1, 1, 2)
+    assert summary.starts == {0: 10, 1: 0, 2: 5}
+    assert summary.end == {0: 300, 1: 240, 2: 30}
+    assert LogSummary.from_dict(summary.to_dict()) == summary
+    assert LogSummary.read(tables.sink, PIPELINE, after=1).commits == 0
