@@ -1,5 +1,6 @@
 """What the fault tests share: kill a job at a fault point, stop a stream once caught up,
-audit exactly once, count a backfill window's records in the log. (Imported by tests of the
+audit exactly once, count a backfill window's records in the log, commit to a sink as the sink
+does without Spark. (Imported by tests of the
 faults, kafka, spark and airflow tiers; pytest puts this folder on the import path.)"""
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from modeswitch.config import PipelineSettings
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.local_runner import job_command
-from modeswitch.sinks.commits import committed_offsets, sink_commits
+from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
 from modeswitch.state import StateStore
 from modeswitch.verify import audit
 
@@ -96,3 +100,43 @@ def records_in_window(log, start, end, below: dict[int, int]) -> int:
             )
             count += pc.sum(inside).as_py() or 0
     return count
+
+
+def commit_to_sink(
+    uri: str,
+    epoch: int,
+    sequence: int,
+    start: dict[int, int],
+    end: dict[int, int],
+    *,
+    mode: str = "batch",
+    pipeline: str = "orders",
+) -> SinkCommit:
+    """What the sink does: data, offsets and the app transaction in one Delta commit (the rows
+    hold only ``bucket`` and ``offset``: what the audit and reconcile read)."""
+    buckets, offsets = [], []
+    for bucket in sorted(end):
+        for offset in range(start.get(bucket, 0), end[bucket]):
+            buckets.append(bucket)
+            offsets.append(offset)
+    rows = pa.table({"bucket": pa.array(buckets, pa.int32()), "offset": pa.array(offsets)})
+    commit = SinkCommit(
+        pipeline=pipeline,
+        epoch=epoch,
+        mode=mode,  # type: ignore[arg-type]
+        sequence=sequence,
+        start=start,
+        end=end,
+        records=len(offsets),
+        max_event_time_us={b: 1_700_000_000_000_000 + end[b] for b in end},
+    )
+    write_deltalake(
+        uri,
+        rows,
+        mode="append",
+        commit_properties=CommitProperties(
+            custom_metadata=commit.to_metadata(),
+            app_transactions=[Transaction(pipeline, commit.txn_version)],
+        ),
+    )
+    return replace(commit, table_version=DeltaTable(uri).version())

@@ -25,9 +25,12 @@ def dagbag():
 
 def test_no_import_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert {"modeswitch_pipeline", "modeswitch_control", "modeswitch_backfill"} <= set(
-        dagbag.dag_ids
-    )
+    assert {
+        "modeswitch_pipeline",
+        "modeswitch_control",
+        "modeswitch_backfill",
+        "modeswitch_maintenance",
+    } <= set(dagbag.dag_ids)
 
 
 def test_pipeline_dag_shape(dagbag) -> None:

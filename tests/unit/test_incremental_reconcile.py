@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from fault_tools import commit_to_sink
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_state_reconcile import PIPELINE, Split, Wave, commit_to_sink
+from test_state_reconcile import PIPELINE, Split, Wave
 
 from modeswitch.sinks.commits import commits_after, sink_commits
 from modeswitch.state import StateStore

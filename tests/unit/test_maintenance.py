@@ -11,7 +11,7 @@ from pathlib import Path
 import pendulum
 import pytest
 from deltalake import DeltaTable
-from test_state_reconcile import commit_to_sink
+from fault_tools import commit_to_sink
 from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.config import PipelineSettings

@@ -3,14 +3,12 @@ repaired from the sink's Delta log, and a second reconcile finds nothing left to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from fault_tools import commit_to_sink
 
-from modeswitch.sinks.commits import SinkCommit
 from modeswitch.state import StateStore
 
 pytestmark = pytest.mark.unit
@@ -40,45 +38,6 @@ PLAN = [
 @pytest.fixture
 def store(tmp_path: Path) -> StateStore:
     return StateStore.for_warehouse(str(tmp_path / "warehouse"), PIPELINE, str(tmp_path / "sink"))
-
-
-def commit_to_sink(
-    uri: str,
-    epoch: int,
-    sequence: int,
-    start: dict[int, int],
-    end: dict[int, int],
-    *,
-    mode: str = "batch",
-    pipeline: str = PIPELINE,
-) -> SinkCommit:
-    """What the sink does: data, offsets and the app transaction in one Delta commit."""
-    buckets, offsets = [], []
-    for bucket in sorted(end):
-        for offset in range(start.get(bucket, 0), end[bucket]):
-            buckets.append(bucket)
-            offsets.append(offset)
-    rows = pa.table({"bucket": pa.array(buckets, pa.int32()), "offset": pa.array(offsets)})
-    commit = SinkCommit(
-        pipeline=pipeline,
-        epoch=epoch,
-        mode=mode,  # type: ignore[arg-type]
-        sequence=sequence,
-        start=start,
-        end=end,
-        records=len(offsets),
-        max_event_time_us={b: 1_700_000_000_000_000 + end[b] for b in end},
-    )
-    write_deltalake(
-        uri,
-        rows,
-        mode="append",
-        commit_properties=CommitProperties(
-            custom_metadata=commit.to_metadata(),
-            app_transactions=[Transaction(pipeline, commit.txn_version)],
-        ),
-    )
-    return replace(commit, table_version=DeltaTable(uri).version())
 
 
 def test_reconcile_repairs_a_crash_between_sink_commit_and_state_write(
