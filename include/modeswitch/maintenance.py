@@ -134,7 +134,6 @@ def maintain(
                 target_mb=cfg.compact_target_mb,
                 retention_hours=_hours(cfg.vacuum_retention),
                 storage_options=options,
-                clean_below=summary.through if name == "sink" else None,
             )
             if done is not None:
                 tables.append(done)
@@ -182,12 +181,15 @@ def maintain_table(
     target_mb: int,
     retention_hours: int,
     storage_options: Mapping[str, str] | None = None,
-    clean_below: int | None = None,
 ) -> TableMaintenance | None:
     """Compact, checkpoint, clean the log of and vacuum one data table; None if it does not
-    exist. ``clean_below``: log files are cleaned below that version only, not the newest
-    (the sink's: what the run's log summary covers, so no commit it has not summarised is
-    removed)."""
+    exist.
+
+    Log cleanup removes the commit files below the newest checkpoint that are older than the
+    table's ``delta.logRetentionDuration``; delta-rs writers do the same on their own after
+    each checkpoint (measured), so the run's log summary, read just before, covers every file
+    that can go unless the retention is shorter than the time between runs (the audit then
+    reports the files no summary covers)."""
     from deltalake import CommitProperties, DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -209,12 +211,8 @@ def maintain_table(
 
     retry_commit_races(compact, attempts=COMPACT_ATTEMPTS, what=f"compaction of {name} table {uri}")
     newest = DeltaTable(uri, storage_options=options)
-    at = newest
-    if clean_below is not None and 0 <= clean_below < newest.version():
-        at = DeltaTable(uri, version=clean_below, storage_options=options)
-        at.create_checkpoint()  # log cleanup at a version needs a checkpoint there
     newest.create_checkpoint()  # after the compaction: readers load one file's add action
-    at.cleanup_metadata()  # the expired log files below ``at``'s checkpoint
+    newest.cleanup_metadata()  # log files below it older than delta.logRetentionDuration
     vacuumed = DeltaTable(uri, storage_options=options).vacuum(
         retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
     )

@@ -49,7 +49,9 @@ class LogSummary:
     @classmethod
     def read(cls, table_uri: str, pipeline: str, *, after: int) -> LogSummary:
         """The summary of the log's commits above version ``after`` (read from its commit
-        files, the newest included)."""
+        files, the newest included). If log cleanup removed the files just above ``after``,
+        the summary starts where the log does: its ``after`` says so, and
+        :func:`join_summaries` reports the break."""
         starts: dict[int, int] = {}
         rewound: dict[int, int] = {}
         end: OffsetsMap = {}
@@ -57,6 +59,8 @@ class LogSummary:
         backfills = []
         through = after
         for version, info in commit_infos_after(table_uri, after):
+            if through == after:
+                after = version - 1  # more than requested if log cleanup got there first
             through = version
             commit = SinkCommit.from_commit_info(info)
             if commit is not None and commit.pipeline == pipeline:
@@ -123,6 +127,11 @@ def join_summaries(summaries: Iterable[LogSummary]) -> tuple[LogSummary | None, 
     problems = []
     for summary in sorted(summaries, key=lambda s: s.through):
         if joined is None:
+            if summary.after != -1:
+                problems.append(
+                    f"log summaries start after sink version {summary.after}: the log files "
+                    "below were cleaned up before any maintenance run summarised them"
+                )
             joined = summary
             continue
         if summary.after != joined.through:
