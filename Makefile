@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
 
-.PHONY: install java cds chromium demo test lint format bench soak clean
+.PHONY: install java cds chromium demo test lint format bench soak soak-faults clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -50,16 +50,23 @@ test: install chromium lint
 bench: install
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
+# Half an hour of the demo's pipeline under a live producer, maintenance every 5 minutes and a
+# SIGKILL of the stream job every ~7; audit and memory at the end (bench/soak.py; results in
+# docs/BENCHMARKS.md). SOAK_MINUTES sets its length.
+SOAK_MINUTES ?= 30
+soak: install
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json soak-result.json
+
 # The random-fault test of `make test` (3 seeds, 5 SIGKILLs each, ~5 min) for longer:
 # SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a seed on 2 cores).
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
-soak: install
+soak-faults: install
 	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
 		$(PY) -m pytest -rP tests/faults/test_random_faults.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf .demo .pytest_cache .ruff_cache
+	rm -rf .demo .pytest_cache .ruff_cache soak-result.json
 
 # --- Airflow -----------------------------------------------------------------------------
 # `make demo` runs the pipeline DAG (dag.test, one run per epoch) on a local Airflow under

@@ -384,7 +384,9 @@ def _command(command: Command) -> dict[str, Any]:
     return {
         "id": command.id,
         "kind": command.kind,
-        "args": command.args,
+        "args": command.args
+        if command.kind != "maintain"
+        else {k: v for k, v in command.args.items() if k not in ("log_summary", "tables")},
         "issuer": command.issuer,
         "status": command.status,
         "created_at": command.created_at.isoformat(),
@@ -395,8 +397,29 @@ def _command(command: Command) -> dict[str, Any]:
         else offsets_to_dict(command.applied_offsets),
         "rejected_at": None if command.rejected_at is None else command.rejected_at.isoformat(),
         "reason": command.reason,
-        "outcome": _backfill_outcome(command) if command.kind == "backfill" else None,
+        "outcome": _backfill_outcome(command)
+        if command.kind == "backfill"
+        else _maintain_outcome(command)
+        if command.kind == "maintain"
+        else None,
     }
+
+
+def _maintain_outcome(command: Command) -> str:
+    """What a maintenance run did, in words: files per table before and after."""
+    if command.status == "running":
+        return "maintaining (holds the lease)"
+    if command.status == "rejected":
+        return f"failed: {command.reason}"
+    tables = ", ".join(
+        f"{t['table']} {t['files_before']:,} -> {t['files_after']:,} files"
+        for t in command.args.get("tables", [])
+        if t["files_before"] != t["files_after"]
+    )
+    return (
+        f"{tables or 'nothing to compact'}; {command.args.get('progress_merged', 0):,} progress "
+        f"rows merged ({command.args.get('seconds', 0):.1f} s)"
+    )
 
 
 def _backfill_outcome(command: Command) -> str:

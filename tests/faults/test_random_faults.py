@@ -15,7 +15,7 @@ hold every record exactly once, each ``(epoch, sequence)`` once, with committed 
 never go back, and each epoch must start where the one before it ended (safety).
 
 Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three); faults per seed ``MODESWITCH_FAULTS_PER_SEED``
-(default 5). ``make soak`` runs more of both. A failure names its seed: rerun with
+(default 5). ``make soak-faults`` runs more of both. A failure names its seed: rerun with
 ``MODESWITCH_FAULT_SEEDS=<seed> make test PYTEST_ARGS=tests/faults/test_random_faults.py``
 (the fault schedule replays; the moments a job reaches depend on the machine).
 """

@@ -21,6 +21,7 @@ from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.history import LogSummary
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.status import pipeline_status
 from modeswitch.verify import audit
 
 pytestmark = pytest.mark.unit
@@ -84,9 +85,13 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     # Without it, the audit says what it cannot see rather than miscounting.
     blind = audit(log.root, tables.sink, tables.quarantine, PIPELINE)
     assert any("were cleaned up" in p for p in blind.problems)
-    # The command records the run.
+    # The command records the run, and the operator's view says what it did.
     command = store.command(report.command)
     assert (command.kind, command.status) == ("maintain", "applied")
+    store.open_epoch("batch", "backlog", {0: 0}, {0: 0})  # the view needs an epoch
+    [shown] = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "maintain"]
+    assert "sink 24 -> 1 files" in shown["outcome"]
+    assert "log_summary" not in shown["args"]
 
 
 def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> None:
