@@ -626,6 +626,30 @@ def test_decisions_pages_and_windows_read_like_the_whole_table(tmp_path: Path) -
     assert store.decisions(limit=0) == []
 
 
+def test_the_newest_decisions_are_found_over_any_span(tmp_path: Path) -> None:
+    """The newest ``limit`` are read from a stretch back from the newest time, widened until
+    it holds them: times spread over days, in bursts, give what a sort of all would."""
+    import random
+
+    store = StateStore.for_warehouse(
+        str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"), compact_at_files=8
+    )
+    rng = random.Random(4)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    times = sorted(
+        {t0 + timedelta(seconds=rng.choice([rng.uniform(0, 3 * 86400), rng.uniform(0, 30)]))
+         for _ in range(60)}
+    )  # fmt: skip
+    for i, at in enumerate(rng.sample(times, len(times))):
+        store.record_decision("stream", f"d{i}", {}, at=at)
+    newest_first = times[::-1]
+    for limit, offset in [(1, 0), (5, 0), (10, 20), (59, 0), (60, 0), (70, 3)]:
+        got = [d.at for d in store.decisions(limit=limit, offset=offset)]
+        assert got == newest_first[offset : offset + limit], (limit, offset)
+    until = newest_first[30]
+    assert [d.at for d in store.decisions(limit=4, until=until)] == newest_first[30:34]
+
+
 def test_max_event_times_read_every_commit_but_only_after_a_rewind(store: StateStore) -> None:
     def commit(epoch: int, sequence: int, times: dict[int, int]) -> None:
         end = {b: sequence + 1 for b in times}

@@ -6,7 +6,7 @@ import functools
 import logging
 import operator
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from modeswitch.state.records import (
     check_timestamp,
     utc_now,
 )
-from modeswitch.state.tables import SCHEMAS, TIMESTAMP, Change, insert, rows_table
+from modeswitch.state.tables import SCHEMAS, TIMESTAMP, Change, Snapshot, insert, rows_table
 
 log = logging.getLogger(__name__)
 
@@ -87,25 +87,25 @@ class DecisionsState(ControlState):
         before ``until``. Without ``inputs`` their inputs (the largest column) are neither
         read nor decoded: each decision's ``inputs`` is then ``{}``.
 
-        Bounded by what it returns, not by the table: the times are read first (one column),
-        and only the rows from the oldest wanted one on are read and decoded (compacted files
-        hold row groups in time order, so older ones are skipped by their statistics)."""
+        Bounded by what it returns, not by the table: the times of the newest stretch are read
+        first (one column; a stretch twice as long as needed, found from the newest time on and
+        widened until it holds ``limit``), then only the rows from the oldest wanted one on
+        (compacted files hold row groups in time order, so older ones are skipped by their
+        statistics)."""
         offset = check_int(offset, what="offset")
-        table = self._table("decisions")
+        delta = self._table("decisions").load()
+        if delta is None:
+            return []
+        snapshot = Snapshot(delta)
         low = None if since is None else check_timestamp(since, what="since")
         high = None if until is None else check_timestamp(until, what="until")
         if limit is not None:
             wanted = offset + check_int(limit, what="limit")
             if wanted == 0:
                 return []
-            times = table.read(columns=["at"]).column("at")
-            if high is not None:
-                times = times.filter(pc.less_equal(times, pa.scalar(high, TIMESTAMP)))
-            times = times.to_numpy()
-            if len(times) > wanted:
-                oldest = np.partition(times, len(times) - wanted)[len(times) - wanted]
-                at = pendulum.instance(oldest.astype("datetime64[us]").item(), tz="UTC")
-                low = at if low is None else max(low, at)
+            oldest = _oldest_of_newest(snapshot, wanted, high)
+            if oldest is not None:
+                low = oldest if low is None else max(low, oldest)
         conditions = []
         if low is not None:
             conditions.append(pc.field("at") >= pa.scalar(low, TIMESTAMP))
@@ -113,7 +113,7 @@ class DecisionsState(ControlState):
             conditions.append(pc.field("at") <= pa.scalar(high, TIMESTAMP))
         where = functools.reduce(operator.and_, conditions) if conditions else None
         columns = None if inputs else [n for n in SCHEMAS["decisions"].names if n != "inputs"]
-        rows = table.read(where, columns=columns)  # the scan applies ``where`` to the rows
+        rows = snapshot.read(where, columns=columns)  # the scan applies ``where`` to the rows
         order = pc.sort_indices(rows, [("at", "descending")])
         end = None if limit is None else offset + limit
         picked = rows.take(order[offset:end]).to_pylist()
@@ -129,3 +129,35 @@ class DecisionsState(ControlState):
         return newest[0] if newest else None
 
     # --- commands ----------------------------------------------------------------------------
+
+
+_FIRST_STRETCH = timedelta(minutes=1)
+
+
+def _oldest_of_newest(snapshot: Snapshot, wanted: int, high: datetime | None) -> Any:
+    """The time of the ``wanted``-th newest decision at or before ``high`` (None: there are
+    no more than ``wanted``). Reads the ``at`` column of a stretch back from the newest time,
+    doubled until it holds ``wanted`` rows or reaches the oldest (file statistics give both
+    ends); older row groups are never read."""
+    actions = pa.table(snapshot.table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return None
+    newest = pc.max(actions.column("max.at")).as_py()
+    first = pc.min(actions.column("min.at")).as_py()
+    if newest is None or first is None:
+        return None
+    top = newest if high is None else min(high, newest + timedelta(milliseconds=1))
+    stretch = _FIRST_STRETCH
+    while True:
+        # Statistics are in milliseconds: a millisecond of slack at each end.
+        start = top - stretch
+        where = pc.field("at") >= pa.scalar(start - timedelta(milliseconds=1), TIMESTAMP)
+        if high is not None:
+            where = where & (pc.field("at") <= pa.scalar(high, TIMESTAMP))
+        times = snapshot.read(where, columns=["at"]).column("at").to_numpy()
+        if len(times) >= wanted:
+            oldest = np.partition(times, len(times) - wanted)[len(times) - wanted]
+            return pendulum.instance(oldest.astype("datetime64[us]").item(), tz="UTC")
+        if start <= first:
+            return None
+        stretch *= 8
