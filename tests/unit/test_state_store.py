@@ -21,7 +21,6 @@ from modeswitch.errors import (
 )
 from modeswitch.sinks.commits import SinkCommit
 from modeswitch.state import StateStore
-from modeswitch.state import progress as progress_module
 
 pytestmark = pytest.mark.unit
 
@@ -696,14 +695,33 @@ def test_max_event_times_follow_new_commits_after_older_epochs_are_kept(
 
     for epoch in range(1, 6):
         commit(epoch, 0, {0: 10 * epoch, 1: 5})
-    assert store.max_event_times() == {0: 50, 1: 5}  # epochs 1-3 are now kept in the process
+    assert store.max_event_times() == {0: 50, 1: 5}
     commit(5, 1, {1: 70})
     commit(6, 0, {0: 60})
     assert store.max_event_times() == {0: 60, 1: 70}
     command = store.submit_command("rewind", {"offsets": {"1": 0}}, issuer="test")
     store.apply_command(command, 6, {1: 0})  # drops every commit of bucket 1 so far
     assert store.max_event_times() == {0: 60}
-    # Another process (no kept epochs) reads the same.
+    # Another process reads the same.
     fresh = StateStore(store.state_root, store.sink_table_uri, store.pipeline)
-    progress_module._CLOSED_EPOCH_MAXIMA.clear()
     assert fresh.max_event_times() == {0: 60}
+
+
+def test_a_closed_epoch_keeps_its_max_event_times(store: StateStore) -> None:
+    """Closing an epoch keeps its maxima with it: what the watermark reads of closed epochs
+    comes from the epochs table, not from their progress rows."""
+    first = store.open_epoch("stream", "live", {0: 0, 1: 0})
+    for sequence, times in enumerate([{0: 10, 1: 30}, {0: 20}]):
+        store.record_progress(
+            sink_commit(first, sequence, {}, {0: sequence + 1, 1: 1}, max_event_time_us=times)
+        )
+    store.close_epoch(first, {0: 2, 1: 1})
+    assert store.epoch(first).max_event_time_us == {0: 20, 1: 30}
+    second = store.open_epoch("stream", "live", {0: 2, 1: 1})
+    store.record_progress(sink_commit(second, 0, {0: 2}, {0: 3, 1: 1}, max_event_time_us={0: 25}))
+    assert store.max_event_times() == {0: 25, 1: 30}
+    # The closed epoch's rows are no longer read: gone from progress, nothing changes.
+    from deltalake import DeltaTable
+
+    DeltaTable(store.table_uri("progress")).delete(f"epoch = {first}")
+    assert store.max_event_times() == {0: 25, 1: 30}

@@ -71,6 +71,10 @@ class ControlState:
         check_choice(name, tuple(SCHEMAS), what="control table")
         return f"{self.state_root}/{name}"
 
+    def epoch_event_maxima(self, epoch: int) -> dict[int, int]:
+        """Per bucket, the max event time of one epoch's sink commits (``progress``)."""
+        raise NotImplementedError
+
     def control_table(self, name: str) -> ControlTable:
         """Control table ``name`` (``epochs``, ``progress``, ...), for maintenance."""
         return self._table(name)

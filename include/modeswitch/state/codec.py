@@ -32,6 +32,12 @@ def epoch_to_row(epoch: Epoch) -> dict[str, Any]:
         "ended_at": epoch.ended_at,
         "end_offsets": json_or_none(epoch.end),
         "end_reason": epoch.end_reason,
+        "max_event_times": None
+        if epoch.max_event_time_us is None
+        else json.dumps(
+            {str(b): t for b, t in sorted(epoch.max_event_time_us.items())},
+            separators=(",", ":"),
+        ),
     }
 
 
@@ -49,6 +55,9 @@ def epoch_from_row(row: Mapping[str, Any]) -> Epoch:
         ended_at=as_utc(row["ended_at"]),
         end=offsets_or_none(row["end_offsets"], source=f"{source} end"),
         end_reason=row["end_reason"],
+        max_event_time_us=None
+        if row.get("max_event_times") is None
+        else {int(b): int(t) for b, t in json.loads(row["max_event_times"]).items()},
     )
 
 

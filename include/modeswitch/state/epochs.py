@@ -137,7 +137,8 @@ class EpochsState(ControlState):
         status: EpochStatus = "completed",
         reason: str = "",
     ) -> bool:
-        """Close a running epoch at the offsets ``end``; True if this call closed it.
+        """Close a running epoch at the offsets ``end``, with the max event times of its sink
+        commits; True if this call closed it.
 
         Closing it again with the same status and end offsets is a no-op returning False (an
         Airflow retry); any other change to a closed epoch raises
@@ -148,6 +149,9 @@ class EpochsState(ControlState):
         status = check_choice(status, CLOSED_EPOCH_STATUSES, what="closing status")
         reason = check_text(reason, what="closing reason")
         now = utc_now()
+        # Kept with the epoch, so that the watermark's inputs are read from the epochs table
+        # and the running epoch's rows, not from every progress row the pipeline ever wrote.
+        maxima = self.epoch_event_maxima(epoch_id)
 
         def plan(snapshot: Snapshot) -> Change[bool]:
             current = _one_epoch(snapshot, epoch_id, self.table_uri("epochs"))
@@ -158,7 +162,14 @@ class EpochsState(ControlState):
                     f"epoch {epoch_id} is already {current.status} (ended "
                     f"{_iso(current.ended_at)}); it cannot be closed again as {status}"
                 )
-            closed = replace(current, status=status, ended_at=now, end=end, end_reason=reason)
+            closed = replace(
+                current,
+                status=status,
+                ended_at=now,
+                end=end,
+                end_reason=reason,
+                max_event_time_us=maxima,
+            )
             rows = rows_table(SCHEMAS["epochs"], [epoch_to_row(closed)])
             return Change(True, upsert(rows, ("id",)))
 

@@ -51,12 +51,6 @@ from modeswitch.storage import retry_commit_races
 
 log = logging.getLogger(__name__)
 
-_CLOSED_EPOCH_MAXIMA: dict[tuple[str, str], tuple[int, dict[int, dict[int, int]]]] = {}
-"""Per progress table (location, Delta table id) in this process: the epoch below which the
-per-bucket max event times are kept, and those maxima. Rows are only ever added to the newest
-epoch or two (a job's commits; ``reconcile`` repairing the epoch that crashed), so older
-epochs' maxima never change."""
-
 
 def progress_keys(commits: Sequence[SinkCommit | Progress]) -> pc.Expression:
     """A scan filter for the progress rows of ``commits`` (at least one): per epoch, its range
@@ -294,48 +288,49 @@ class ProgressState(ControlState):
         # exactly when e <= a.
         after = {bucket: split_txn_version(v)[0] for bucket, v in cutoff.items()}
         latest: dict[int, int] = {}
-        for epoch, maxima in self._epoch_event_maxima().items():
+        for epoch, maxima in self._event_maxima_by_epoch().items():
             for bucket, micros in maxima.items():
                 if epoch > after.get(bucket, 0):
                     latest[bucket] = max(micros, latest.get(bucket, micros))
         return latest
 
-    def _epoch_event_maxima(self) -> dict[int, dict[int, int]]:
-        """Per epoch and bucket, the max event time of its sink commits. Epochs older than the
-        newest two are kept in this process (:data:`_CLOSED_EPOCH_MAXIMA`: no write changes
-        them), so a call reads the rows of the newest epochs only; the first call reads all,
-        in one vectorised pass."""
-        table = self._table("progress")
-        delta = table.load()
-        if delta is None:
-            return {}
-        key = (table.uri, delta.metadata().id)
-        mark, kept = _CLOSED_EPOCH_MAXIMA.get(key, (0, {}))
-        rows = Snapshot(delta).read(
-            pc.field("epoch") >= mark, columns=["epoch", "max_event_time_us"]
+    def epoch_event_maxima(self, epoch: int) -> dict[int, int]:
+        """Per bucket, the max event time of one epoch's sink commits: what closing the epoch
+        keeps with it. Reads that epoch's rows only (statistics prune the rest)."""
+        return self._progress_maxima(pc.field("epoch") == check_int(epoch, what="epoch")).get(
+            epoch, {}
         )
-        maxima = {epoch: dict(buckets) for epoch, buckets in kept.items()}
-        if rows.num_rows:
-            # The JSON maps become one column per bucket.
-            text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
-            times = pa_json.read_json(io.BytesIO(text))
-            per_epoch = (
-                times.append_column("epoch", rows.column("epoch"))
-                .group_by("epoch")
-                .aggregate([(name, "max") for name in times.column_names])  # nulls skipped
-            )
-            for row in per_epoch.to_pylist():
-                epoch = row.pop("epoch")
-                buckets = maxima.setdefault(epoch, {})
-                for name, micros in row.items():
-                    if micros is not None:
-                        buckets[int(name.removesuffix("_max"))] = int(micros)
-        if maxima:
-            closed_below = max(maxima) - 1
-            _CLOSED_EPOCH_MAXIMA[key] = (
-                closed_below,
-                {e: m for e, m in maxima.items() if e < closed_below},
-            )
+
+    def _event_maxima_by_epoch(self) -> dict[int, dict[int, int]]:
+        """Per epoch and bucket, the max event time of its sink commits: a closed epoch's
+        from the epochs table (kept when it closed), the others' (the running one, and any
+        closed before the maxima were kept) from their progress rows only."""
+        epochs = self.epochs()
+        kept = {e.id: e.max_event_time_us for e in epochs if e.max_event_time_us is not None}
+        unkept = [e.id for e in epochs if e.id not in kept]
+        lowest = min([*unkept, max(kept, default=0) + 1])
+        read = self._progress_maxima(pc.field("epoch") >= lowest)
+        return {**read, **kept}  # type: ignore[dict-item]
+
+    def _progress_maxima(self, where: pc.Expression) -> dict[int, dict[int, int]]:
+        """Per epoch and bucket, the max event time of the progress rows ``where`` selects,
+        in one vectorised pass (the JSON maps become one column per bucket)."""
+        rows = self._table("progress").read(where, columns=["epoch", "max_event_time_us"])
+        maxima: dict[int, dict[int, int]] = {}
+        if not rows.num_rows:
+            return maxima
+        text = "\n".join(rows.column("max_event_time_us").to_pylist()).encode()
+        times = pa_json.read_json(io.BytesIO(text))
+        per_epoch = (
+            times.append_column("epoch", rows.column("epoch"))
+            .group_by("epoch")
+            .aggregate([(name, "max") for name in times.column_names])  # nulls skipped
+        )
+        for row in per_epoch.to_pylist():
+            buckets = maxima.setdefault(row.pop("epoch"), {})
+            for name, micros in row.items():
+                if micros is not None:
+                    buckets[int(name.removesuffix("_max"))] = int(micros)
         return maxima
 
     def _progress_of(

@@ -140,7 +140,9 @@ class Epoch:
     """One stretch of the pipeline in one mode (row of ``epochs``).
 
     ``start`` is where the epoch begins reading, per bucket; ``boundary`` (batch epochs only)
-    where it must stop; ``end`` where it actually ended, once closed.
+    where it must stop; ``end`` where it actually ended, once closed; ``max_event_time_us``
+    the max event time (µs) per bucket of its sink commits, recorded when it closed (None for
+    a running epoch, or one closed before it was recorded).
     """
 
     id: int
@@ -153,6 +155,7 @@ class Epoch:
     ended_at: pendulum.DateTime | None = None
     end: OffsetsMap | None = None
     end_reason: str | None = None
+    max_event_time_us: dict[int, int] | None = None
 
     @property
     def running(self) -> bool:

@@ -64,6 +64,9 @@ EPOCHS_SCHEMA = pa.schema(
         _optional("ended_at", TIMESTAMP),
         _optional("end_offsets", pa.string()),
         _optional("end_reason", pa.string()),
+        # Per bucket, the max event time of the epoch's sink commits, set when it closes.
+        # Added after the table's first release: older tables gain it on their next write.
+        _optional("max_event_times", pa.string()),
     ]
 )
 
@@ -248,6 +251,7 @@ def upsert(rows: pa.Table, keys: Sequence[str], *, insert_missing: bool = False)
             predicate,
             source_alias="s",
             target_alias="t",
+            merge_schema=True,  # a table made before a column was added gains it
             commit_properties=properties,
         ).when_matched_update_all()
         if insert_missing:
