@@ -105,6 +105,11 @@ class MaintenanceSettings:
     - ``vacuum_retention`` (``7d``, Delta's own default; at least ``1h``): files a compaction
       or a rewind removed are deleted once they are this old. A reader of an older version
       than this (time travel) no longer finds them.
+    - ``log_retention`` (``1d``; at least ``1h``; ``none``: leave the tables' own): the
+      sink's and quarantine's ``delta.logRetentionDuration``, set by maintenance. Log files
+      and checkpoints older than this are cleaned; Delta's default of 30 days keeps a
+      checkpoint of every file every 100 commits for a month, which a stream committing every
+      100 ms turns into gigabytes a day. Time travel reaches back this far.
     - ``progress_horizon`` (``7d``): ``progress`` rows older than this are merged, one row
       per epoch and hour, keeping the offsets, counts and max event times.
     - ``maintenance_lease`` (``1h``): a run holds the pipeline's maintenance lease this long
@@ -114,6 +119,7 @@ class MaintenanceSettings:
 
     compact_target_mb: int = 128
     vacuum_retention: timedelta = timedelta(days=7)
+    log_retention: timedelta | None = timedelta(days=1)
     progress_horizon: timedelta = timedelta(days=7)
     maintenance_lease: timedelta = timedelta(hours=1)
 
@@ -125,6 +131,14 @@ class MaintenanceSettings:
             value = getattr(self, name)
             if not isinstance(value, timedelta) or value <= timedelta(0):
                 raise ConfigError(f"{name}: {value!r} must be a duration greater than 0")
+        retention = self.log_retention
+        if retention is not None and (
+            not isinstance(retention, timedelta) or retention < MIN_VACUUM_RETENTION
+        ):
+            raise ConfigError(
+                f"log_retention: {retention!r} must be a duration of at least "
+                f"{MIN_VACUUM_RETENTION} (or none): maintenance must summarise the log first"
+            )
         if self.vacuum_retention < MIN_VACUUM_RETENTION:
             raise ConfigError(
                 f"vacuum_retention: {self.vacuum_retention} is less than "
@@ -139,6 +153,8 @@ class MaintenanceSettings:
             **{
                 name: parse_positive_int(value, setting=name)
                 if name == "compact_target_mb"
+                else parse_threshold_duration(value, setting=name)
+                if name == "log_retention"
                 else parse_duration(value, setting=name)
                 for name, value in raw.items()
             }

@@ -11,8 +11,8 @@ holds it), does, in order:
    :class:`~modeswitch.sinks.history.LogSummary` and records it with the run, before any log
    file is deleted: the exactly-once audit reads it in place of commits log cleanup removes.
 2. **Sink and quarantine**: compaction (delta-rs ``optimize.compact``: a rewrite with no data
-   change, to ``compact_target_mb`` files), a checkpoint, log cleanup (the table's own
-   ``delta.logRetentionDuration``, 30 days by default) and vacuum of the files removed more
+   change, to ``compact_target_mb`` files), a checkpoint, log cleanup (``log_retention``, set
+   as the table's ``delta.logRetentionDuration``) and vacuum of the files removed more
    than ``vacuum_retention`` ago. The stream keeps committing: its appends land beside the
    compaction (they touch no file it rewrites); a rewind or backfill that removes a file the
    compaction rewrites makes one of the two fail Delta's conflict check (measured), and the
@@ -48,6 +48,7 @@ from modeswitch.storage import filesystem, retry_commit_races
 
 log = logging.getLogger(__name__)
 
+LOG_RETENTION = "delta.logRetentionDuration"
 COMPACT_ATTEMPTS = 5
 """How many times a compaction starts over after a rewind or backfill removed a file it was
 rewriting."""
@@ -133,6 +134,7 @@ def maintain(
                 uri,
                 target_mb=cfg.compact_target_mb,
                 retention_hours=_hours(cfg.vacuum_retention),
+                log_retention=cfg.log_retention,
                 storage_options=options,
             )
             if done is not None:
@@ -180,10 +182,12 @@ def maintain_table(
     *,
     target_mb: int,
     retention_hours: int,
+    log_retention: timedelta | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> TableMaintenance | None:
     """Compact, checkpoint, clean the log of and vacuum one data table; None if it does not
-    exist.
+    exist. ``log_retention``: the table's ``delta.logRetentionDuration`` to set first (None:
+    leave it).
 
     Log cleanup removes the commit files below the newest checkpoint that are older than the
     table's ``delta.logRetentionDuration``; delta-rs writers do the same on their own after
@@ -201,6 +205,12 @@ def maintain_table(
         return None
     files_before = len(table.file_uris())
     log_before = log_bytes(uri)
+    if log_retention is not None:
+        wanted = f"interval {int(log_retention.total_seconds())} seconds"
+        if table.metadata().configuration.get(LOG_RETENTION) != wanted:
+            # A metadata commit: a stream commit racing it fails Delta's check and retries.
+            table.alter.set_table_properties({LOG_RETENTION: wanted})
+            log.info("%s table %s: %s set to %s", name, uri, LOG_RETENTION, wanted)
 
     def compact(number: int) -> dict[str, Any]:
         fresh = DeltaTable(uri, storage_options=options)

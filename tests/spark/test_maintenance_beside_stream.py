@@ -50,6 +50,7 @@ def test_maintenance_runs_beside_a_committing_stream(spark, tmp_path: Path) -> N
             "exit_threshold": "1h",
             "enter_threshold": "2h",
             "watermark_lag_threshold": "2h",
+            "log_retention": "none",  # the test sets the sink's own, in seconds
         }
     )
     log = SegmentLog.create(settings.source, buckets=2)

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from fault_tools import commit_to_sink
 from test_verify import BUCKETS, PIPELINE, build
 
-from modeswitch.config import PipelineSettings
+from modeswitch.config import MaintenanceSettings, PipelineSettings
 from modeswitch.errors import MaintenanceRefusedError
 from modeswitch.maintenance import maintain, maintain_table
 from modeswitch.produce import EventGenerator, produce_backlog
@@ -33,17 +33,19 @@ SMALL_WAVES = [{0: (10 + 10 * i, 20 + 10 * i), 1: (10 * i, 10 + 10 * i)} for i i
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> SegmentLog:
     log = SegmentLog.create(str(tmp_path_factory.mktemp("maintain") / "log"), buckets=BUCKETS)
-    produce_backlog(log, EventGenerator(seed=3, buckets=BUCKETS), records=1_600)
+    produce_backlog(log, EventGenerator(seed=3, buckets=BUCKETS, malformed_fraction=0.1), records=1_600)
     return log
 
 
-def settings_for(tmp_path: Path, log: SegmentLog) -> PipelineSettings:
+def settings_for(tmp_path: Path, log: SegmentLog, **maintenance: object) -> PipelineSettings:
+    """The tests set the sink's log retention themselves (``log_retention`` none)."""
     return PipelineSettings(
         pipeline=PIPELINE,
         source=log.root,
         warehouse=str(tmp_path),
         sink=str(tmp_path / "sink"),
         quarantine=str(tmp_path / "quarantine"),
+        maintenance=MaintenanceSettings(**{"log_retention": None, **maintenance}),
     )
 
 
@@ -92,6 +94,18 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     [shown] = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "maintain"]
     assert "sink 24 -> 1 files" in shown["outcome"]
     assert "log_summary" not in shown["args"]
+
+
+def test_maintenance_sets_the_log_retention(tmp_path: Path, log: SegmentLog) -> None:
+    tables = build(tmp_path, log, waves=SMALL_WAVES[:3])
+    settings = settings_for(tmp_path, log, log_retention=timedelta(hours=6))
+
+    maintain(settings)
+
+    for uri in (tables.sink, tables.quarantine):
+        properties = DeltaTable(uri).metadata().configuration
+        assert properties["delta.logRetentionDuration"] == "interval 21600 seconds"
+    assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
 
 
 def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> None:
