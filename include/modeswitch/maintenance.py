@@ -250,7 +250,7 @@ def maintain_control_table(
         return None
     files_before = len(table.file_uris())
     log_before = log_bytes(control.uri)
-    control.compact(at_files=2)
+    control.compact(at_files=2, whole=True)
     table = control.load()
     assert table is not None
     table.create_checkpoint()

@@ -21,6 +21,7 @@ from modeswitch.errors import (
 )
 from modeswitch.sinks.commits import SinkCommit
 from modeswitch.state import StateStore
+from modeswitch.state.tables import TAIL_KEYS
 
 pytestmark = pytest.mark.unit
 
@@ -725,3 +726,44 @@ def test_a_closed_epoch_keeps_its_max_event_times(store: StateStore) -> None:
 
     DeltaTable(store.table_uri("progress")).delete(f"epoch = {first}")
     assert store.max_event_times() == {0: 25, 1: 30}
+
+
+def test_a_writer_compacts_only_the_tail_of_progress_and_decisions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer that takes progress or decisions to ``compact_at_files`` rewrites only the
+    rows appended since the table's big files: its cost is the tail, not the table's age."""
+    from deltalake import DeltaTable
+
+    from modeswitch.state import tables
+
+    store = StateStore.for_warehouse(
+        str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"), compact_at_files=4
+    )
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    store.record_progress_many([sink_commit(1, i, {0: i}, {0: i + 1}) for i in range(200)])
+    for i in range(40):
+        store.record_decision("stream", f"d{i}", {"pad": "x" * 200}, at=t0 + timedelta(seconds=i))
+    big = {}
+    for name in TAIL_KEYS:  # the table so far, in one file bigger than any append
+        store.control_table(name).compact(at_files=2, whole=True)
+        [big[name]] = DeltaTable(store.table_uri(name)).file_uris()
+
+    def big_is_not_small(name: str) -> None:
+        actions = DeltaTable(store.table_uri(name)).get_add_actions(flatten=True)
+        monkeypatch.setattr(tables, "SMALL_FILE_BYTES", actions.column("size_bytes")[0].as_py())
+
+    big_is_not_small("progress")
+    for i in range(200, 204):  # epoch 2 for half of them: a tail that spans epochs
+        store.record_progress(sink_commit(1 if i < 202 else 2, i, {0: i}, {0: i + 1}))
+    big_is_not_small("decisions")
+    for i in range(40, 44):
+        store.record_decision("stream", f"d{i}", {}, at=t0 + timedelta(seconds=i))
+
+    for name in TAIL_KEYS:
+        files = DeltaTable(store.table_uri(name)).file_uris()
+        # Compacted at the 4th file: the big one untouched, the 3 appends in one, then 1 more.
+        assert big[name] in files and len(files) == 3, (name, files)
+    keys = [(p.epoch, p.sequence) for p in store.progress()]
+    assert keys == [(1, i) for i in range(202)] + [(2, 202), (2, 203)]
+    assert [d.reason for d in store.decisions()] == [f"d{i}" for i in range(43, -1, -1)]

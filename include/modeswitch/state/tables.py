@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, timedelta
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -161,9 +162,51 @@ ORDER: dict[str, tuple[str, ...]] = {
 that a row group's statistics cover a narrow range and a read of the newest rows (decisions
 since a time, progress since an epoch) skips the older row groups."""
 
+TAIL_KEYS: dict[str, tuple[str, ...]] = {"progress": ("epoch", "sequence"), "decisions": ("at",)}
+"""The append-only tables whose writers compact only their tail (:meth:`ControlTable.compact`),
+and the key their rows are appended in."""
+
+SMALL_FILE_BYTES = 4 * 2**20
+"""A file under this size is the tail's: appended since the table's bigger files were
+written."""
+
 COMPACT_ROW_GROUP_ROWS = 1024
 """Rows per row group in a compacted file: small enough that a read of the newest rows decodes
 little more than they hold."""
+
+
+def _tail(table: DeltaTable, name: str) -> tuple[pc.Expression, str] | None:
+    """The rows from the smallest key of the table's small files on, as a scan filter and a
+    replace-where predicate; None to rewrite the whole table (a table without a tail key, or
+    without big files)."""
+    keys = TAIL_KEYS.get(name)
+    if keys is None:
+        return None
+    files = pa.table(table.get_add_actions(flatten=True))
+    small = files.filter(pc.less(files.column("size_bytes"), SMALL_FILE_BYTES))
+    if small.num_rows == files.num_rows or small.num_rows == 0:
+        return None
+    if keys == ("at",):
+        # Statistics hold milliseconds: a millisecond of slack.
+        low = pc.min(small.column("min.at")).as_py() - timedelta(milliseconds=1)
+        text = low.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return pc.field("at") >= pa.scalar(low, TIMESTAMP), f"at >= '{text}'"
+    # progress: the smallest (epoch, sequence) of the small files; a file spanning epochs
+    # counts from its first epoch's start.
+    low_epoch, low_sequence = min(
+        (e, s if e == e_max else 0)
+        for e, e_max, s in zip(
+            small.column("min.epoch").to_pylist(),
+            small.column("max.epoch").to_pylist(),
+            small.column("min.sequence").to_pylist(),
+            strict=True,
+        )
+    )
+    where = (pc.field("epoch") > low_epoch) | (
+        (pc.field("epoch") == low_epoch) & (pc.field("sequence") >= low_sequence)
+    )
+    predicate = f"epoch > {low_epoch} OR (epoch = {low_epoch} AND sequence >= {low_sequence})"
+    return where, predicate
 
 
 @dataclass(frozen=True)
@@ -340,9 +383,15 @@ class ControlTable:
             max_backoff=self.max_backoff_s,
         )
 
-    def compact(self, *, at_files: int) -> bool:
-        """Rewrite the table into one file if it has ``at_files`` files or more; True if this
-        call did. A rewrite that loses the race to another writer is left to a later call."""
+    def compact(self, *, at_files: int, whole: bool = False) -> bool:
+        """Rewrite the table's small files into one if it has ``at_files`` files or more; True
+        if this call did. A rewrite that loses the race to another writer is left to a later
+        call.
+
+        Append-only tables that grow with the pipeline's age (``progress``, ``decisions``:
+        :data:`TAIL_KEYS`) have only their tail rewritten, the rows from the smallest key of
+        their small files on: a writer's compaction then costs what was appended since, not
+        the table. ``whole`` (maintenance) rewrites every row into one file."""
         table = self.load()
         if table is None or len(table.file_uris()) < max(at_files, 2):
             return False
@@ -350,7 +399,8 @@ class ControlTable:
         # commit, even with max_commit_retries=0, and every row is then there twice. A
         # rewrite of the snapshot committed with zero retries is a compare-and-swap like
         # every other write: it lands only if nothing else did since the snapshot.
-        rows = Snapshot(table).read()
+        tail = None if whole else _tail(table, self.name)
+        rows = Snapshot(table).read(None if tail is None else tail[0])
         order = ORDER.get(self.name, ())
         if order:
             rows = rows.sort_by([(column, "ascending") for column in order])
@@ -359,6 +409,7 @@ class ControlTable:
                 table,
                 rows,
                 mode="overwrite",
+                predicate=None if tail is None else tail[1],
                 writer_properties=WriterProperties(max_row_group_size=COMPACT_ROW_GROUP_ROWS),
                 commit_properties=CommitProperties(
                     max_commit_retries=0, custom_metadata={METADATA_KEY: "compact"}
