@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from fault_tools import commit_to_sink
 from test_verify import BUCKETS, PIPELINE, build
 
+from modeswitch.cli import main
 from modeswitch.config import MaintenanceSettings, PipelineSettings
 from modeswitch.errors import MaintenanceRefusedError
 from modeswitch.maintenance import maintain, maintain_table
@@ -33,7 +34,8 @@ SMALL_WAVES = [{0: (10 + 10 * i, 20 + 10 * i), 1: (10 * i, 10 + 10 * i)} for i i
 @pytest.fixture(scope="module")
 def log(tmp_path_factory: pytest.TempPathFactory) -> SegmentLog:
     log = SegmentLog.create(str(tmp_path_factory.mktemp("maintain") / "log"), buckets=BUCKETS)
-    produce_backlog(log, EventGenerator(seed=3, buckets=BUCKETS, malformed_fraction=0.1), records=1_600)
+    generator = EventGenerator(seed=3, buckets=BUCKETS, malformed_fraction=0.1)
+    produce_backlog(log, generator, records=1_600)
     return log
 
 
@@ -87,6 +89,11 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     # Without it, the audit says what it cannot see rather than miscounting.
     blind = audit(log.root, tables.sink, tables.quarantine, PIPELINE)
     assert any("were cleaned up" in p for p in blind.problems)
+    # The command line finds the summaries in the pipeline's state.
+    command = ["verify", "--log", log.root, "--sink", tables.sink]
+    command += ["--quarantine", tables.quarantine, "--pipeline", PIPELINE]
+    assert main([*command, "--state", settings.state_root]) == 0
+    assert main([*command, "--state", str(tmp_path / "elsewhere")]) == 1
     # The command records the run, and the operator's view says what it did.
     command = store.command(report.command)
     assert (command.kind, command.status) == ("maintain", "applied")
