@@ -155,13 +155,15 @@ class Soak:
         every = self.args.kill_every.total_seconds()
         while not self.stop.wait(self.rng.uniform(every - 60, every + 60)):
             while not self.stop.is_set():
-                streams = {p: g for p, g in job_groups().items() if g[0] == "stream"}
+                # A stream epoch runs in a stream job, or in the standby it was handed to.
+                streams = {p: g for p, g in job_groups().items() if g[0] in ("stream", "standby")}
                 if streams:
                     pid = self.rng.choice(sorted(streams))
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)
-                    self.kills.append((self.at(), f"stream job group {pid}"))
-                    self.note(f"[red]SIGKILL[/red] stream job group {pid}")
+                    what = f"{streams[pid][0]} job group {pid}"
+                    self.kills.append((self.at(), what))
+                    self.note(f"[red]SIGKILL[/red] {what}")
                     break
                 self.stop.wait(2)
 
