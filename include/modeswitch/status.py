@@ -68,7 +68,7 @@ def pipeline_status(
         )
     current = next((e for e in reversed(epochs) if e.running), None)
     shown = current or (epochs[-1] if epochs else None)
-    commands = sorted(store.commands(), key=lambda c: c.id, reverse=True)
+    commands = store.commands(last=rows)[::-1]
     latest_decision = store.latest_decision()
     opened_by = None
     if shown is not None:

@@ -767,3 +767,17 @@ def test_a_writer_compacts_only_the_tail_of_progress_and_decisions(
     keys = [(p.epoch, p.sequence) for p in store.progress()]
     assert keys == [(1, i) for i in range(202)] + [(2, 202), (2, 203)]
     assert [d.reason for d in store.decisions()] == [f"d{i}" for i in range(43, -1, -1)]
+
+
+def test_commands_by_status_or_the_last_ones_read_like_all(store: StateStore) -> None:
+    ids = [store.submit_command("pause", {"note": str(i)}, issuer="t") for i in range(6)]
+    store.apply_command(ids[1], 1, {0: 0})
+    store.reject_command(ids[3], "no")
+    everything = store.commands()
+
+    for status in ("pending", "applied", "rejected"):
+        assert store.commands(status) == [c for c in everything if c.status == status]
+    assert store.commands(last=2) == everything[-2:]
+    assert store.commands("pending", last=1) == [everything[-1]]
+    assert store.commands(last=100) == everything
+    assert store.commands("running") == []

@@ -173,13 +173,28 @@ class CommandsState(ControlState):
             )
         return command_from_row(rows[0])
 
-    def commands(self, status: str | None = None) -> list[Command]:
-        """Commands in submission order, optionally only those with ``status``."""
-        match = None
+    def commands(self, status: str | None = None, *, last: int | None = None) -> list[Command]:
+        """Commands in submission order, optionally only those with ``status``, or only the
+        ``last`` ones submitted.
+
+        The table keeps every command (maintenance adds one an hour), so a stream's poll for
+        pending commands, twice a second, must not read them all: the ids and statuses are
+        read first (two small columns), then only the rows wanted."""
+        table = self._table("commands")
+        if status is None and last is None:
+            rows = table.read().to_pylist()
+            return sorted((command_from_row(row) for row in rows), key=lambda c: c.id)
+        keys = table.read(columns=["id", "status"])
         if status is not None:
             check_choice(status, COMMAND_STATUSES, what="command status")
-            match = pc.field("status") == status
-        rows = self._table("commands").read(match=match).to_pylist()
+            keys = keys.filter(pc.field("status") == status)
+        ids = sorted(keys.column("id").to_pylist())
+        if last is not None:
+            ids = ids[-check_int(last, what="last", minimum=1) :]
+        if not ids:
+            return []
+        where = (pc.field("id") >= ids[0]) & (pc.field("id") <= ids[-1])
+        rows = table.read(where, match=pc.field("id").isin(ids)).to_pylist()
         return sorted((command_from_row(row) for row in rows), key=lambda c: c.id)
 
     # --- backfill runs -----------------------------------------------------------------------
