@@ -61,6 +61,7 @@ from modeswitch.sources.base import BucketedLog
 from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.state import StateStore
 from modeswitch.state.records import Command
+from modeswitch.state.tables import sql_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class Window:
 def backfill_app_id(pipeline: str, window: Window) -> str:
     """The Delta app-transaction id of a pipeline's backfill commits of one window: runs of
     other windows commit at the same time without fencing each other out."""
-    return f"{pipeline}/backfill/{_timestamp(window.start)}/{_timestamp(window.end)}"
+    return f"{pipeline}/backfill/{sql_timestamp(window.start)}/{sql_timestamp(window.end)}"
 
 
 @dataclass(frozen=True)
@@ -268,16 +269,12 @@ def window_predicate(window: Window, ranges: Mapping[int, tuple[int, int]]) -> s
     the commit's conflict check."""
     if not ranges:
         return "false"
-    start, end = (_timestamp(moment) for moment in (window.start, window.end))
+    start, end = (sql_timestamp(moment) for moment in (window.start, window.end))
     positions = " OR ".join(
         f'(bucket = {int(b)} AND "offset" >= {int(lo)} AND "offset" < {int(hi)})'
         for b, (lo, hi) in sorted(ranges.items())
     )
     return f"event_time >= '{start}' AND event_time < '{end}' AND ({positions})"
-
-
-def _timestamp(moment: datetime) -> str:
-    return pendulum.instance(moment).in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss.SSSSSS[Z]")
 
 
 # --- planning and guards -----------------------------------------------------------------------

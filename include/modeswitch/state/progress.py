@@ -46,6 +46,7 @@ from modeswitch.state.tables import (
     insert,
     no_rows,
     rows_table,
+    sql_timestamp,
 )
 from modeswitch.storage import retry_commit_races
 
@@ -190,7 +191,7 @@ class ProgressState(ControlState):
                 groups.setdefault((row.epoch, slot), []).append(row)
             merged = [_merge(group) for group in groups.values()]
             predicate = (
-                f"recorded_at >= '{_sql_time(since)}' AND recorded_at < '{_sql_time(cut)}' "
+                f"recorded_at >= '{sql_timestamp(since)}' AND recorded_at < '{sql_timestamp(cut)}' "
                 f"AND sink_version <= {mark}"
             )
             write_deltalake(
@@ -393,7 +394,3 @@ def _merge(rows: list[Progress]) -> Progress:
         recorded_by="maintain",
         commits=sum(r.commits for r in rows),
     )
-
-
-def _sql_time(moment: datetime) -> str:
-    return pendulum.instance(moment).in_timezone("UTC").format("YYYY-MM-DDTHH:mm:ss.SSSSSS[Z]")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -175,6 +175,11 @@ COMPACT_ROW_GROUP_ROWS = 1024
 little more than they hold."""
 
 
+def sql_timestamp(moment: datetime) -> str:
+    """A moment as a UTC timestamp literal of a delta-rs predicate (microseconds)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _tail(table: DeltaTable, name: str) -> tuple[pc.Expression, str] | None:
     """The rows from the smallest key of the table's small files on, as a scan filter and a
     replace-where predicate; None to rewrite the whole table (a table without a tail key, or
@@ -189,8 +194,7 @@ def _tail(table: DeltaTable, name: str) -> tuple[pc.Expression, str] | None:
     if keys == ("at",):
         # Statistics hold milliseconds: a millisecond of slack.
         low = pc.min(small.column("min.at")).as_py() - timedelta(milliseconds=1)
-        text = low.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return pc.field("at") >= pa.scalar(low, TIMESTAMP), f"at >= '{text}'"
+        return pc.field("at") >= pa.scalar(low, TIMESTAMP), f"at >= '{sql_timestamp(low)}'"
     # progress: the smallest (epoch, sequence) of the small files; a file spanning epochs
     # counts from its first epoch's start.
     low_epoch, low_sequence = min(
