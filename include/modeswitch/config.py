@@ -102,9 +102,12 @@ class MaintenanceSettings:
 
     - ``compact_target_mb`` (128): the file size compaction aims at (delta-rs
       ``optimize.compact``'s ``target_size``).
-    - ``vacuum_retention`` (``7d``, Delta's own default; at least ``1h``): files a compaction
-      or a rewind removed are deleted once they are this old. A reader of an older version
-      than this (time travel) no longer finds them.
+    - ``vacuum_retention`` (``1d``; at least ``1h``): files a compaction or a rewind removed
+      are deleted once they are this old; it is also the tables'
+      ``delta.deletedFileRetentionDuration``, how long every checkpoint carries a tombstone
+      for each removed file, so it bounds what each reader of the sink loads: a stream leaves
+      one tombstone per micro-batch, 860 000 a day at 100 ms. Delta's own default is 7 days;
+      1 day matches ``log_retention``, the reach of time travel anyway.
     - ``log_retention`` (``1d``; at least ``1h``; ``none``: leave the tables' own): the
       sink's and quarantine's ``delta.logRetentionDuration``, set by maintenance. Log files
       and checkpoints older than this are cleaned; Delta's default of 30 days keeps a
@@ -118,7 +121,7 @@ class MaintenanceSettings:
     """
 
     compact_target_mb: int = 128
-    vacuum_retention: timedelta = timedelta(days=7)
+    vacuum_retention: timedelta = timedelta(days=1)
     log_retention: timedelta | None = timedelta(days=1)
     progress_horizon: timedelta = timedelta(days=7)
     maintenance_lease: timedelta = timedelta(hours=1)

@@ -13,7 +13,9 @@ holds it), does, in order:
 2. **Sink and quarantine**: compaction (delta-rs ``optimize.compact``: a rewrite with no data
    change, to ``compact_target_mb`` files), a checkpoint, log cleanup (``log_retention``, set
    as the table's ``delta.logRetentionDuration``) and vacuum of the files removed more
-   than ``vacuum_retention`` ago. The stream keeps committing: its appends land beside the
+   than ``vacuum_retention`` ago (set as the table's ``delta.deletedFileRetentionDuration``:
+   every checkpoint carries a tombstone for each file removed within it, so it bounds what
+   every reader of the table loads). The stream keeps committing: its appends land beside the
    compaction (they touch no file it rewrites); a rewind or backfill that removes a file the
    compaction rewrites makes one of the two fail Delta's conflict check (measured), and the
    compaction starts over on the new snapshot. Two compactions at once are what the lease
@@ -49,6 +51,7 @@ from modeswitch.storage import filesystem, retry_commit_races
 log = logging.getLogger(__name__)
 
 LOG_RETENTION = "delta.logRetentionDuration"
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
 COMPACT_ATTEMPTS = 5
 """How many times a compaction starts over after a rewind or backfill removed a file it was
 rewriting."""
@@ -120,20 +123,25 @@ def maintain(
                 f"{cfg.maintenance_lease}: another run superseded it; stopping"
             )
 
+    data_tables = (("sink", settings.sink), ("quarantine", settings.quarantine))
     try:
+        for name, uri in data_tables:  # before the summary: these commits are cleaned up too
+            table = _open(uri, options)
+            if table is not None:
+                _set_retentions(table, name, cfg.vacuum_retention, cfg.log_retention)
         kept = store.log_summaries()
         summary = LogSummary.read(
             settings.sink, settings.pipeline, after=kept[-1].through if kept else -1
         )
         hold(log_summary=summary.to_dict())
         tables = []
-        for name, uri in (("sink", settings.sink), ("quarantine", settings.quarantine)):
+        for name, uri in data_tables:
             hold()
             done = maintain_table(
                 name,
                 uri,
                 target_mb=cfg.compact_target_mb,
-                retention_hours=_hours(cfg.vacuum_retention),
+                vacuum_retention=cfg.vacuum_retention,
                 log_retention=cfg.log_retention,
                 storage_options=options,
             )
@@ -143,7 +151,7 @@ def maintain(
         merged = store.downsample_progress(cfg.progress_horizon, now=now)
         for name in SCHEMAS:
             hold()
-            done = maintain_control_table(store, name, retention_hours=_hours(cfg.vacuum_retention))
+            done = maintain_control_table(store, name, vacuum_retention=cfg.vacuum_retention)
             if done is not None:
                 tables.append(done)
         from modeswitch.orchestration import clean_checkpoints
@@ -181,13 +189,21 @@ def maintain_table(
     uri: str,
     *,
     target_mb: int,
-    retention_hours: int,
+    vacuum_retention: timedelta,
     log_retention: timedelta | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> TableMaintenance | None:
     """Compact, checkpoint, clean the log of and vacuum one data table; None if it does not
-    exist. ``log_retention``: the table's ``delta.logRetentionDuration`` to set first (None:
-    leave it).
+    exist. First sets the table's ``delta.deletedFileRetentionDuration`` to
+    ``vacuum_retention`` and, unless None, its ``delta.logRetentionDuration`` to
+    ``log_retention``.
+
+    A removed file's tombstone stays in every checkpoint until it is older than
+    ``delta.deletedFileRetentionDuration`` (Delta's default: a week), and every reader loads
+    the checkpoint. Compaction removes every small file a stream wrote, so that is one
+    tombstone per micro-batch: at 10 000 micro-batches a checkpoint held 10 000 tombstones
+    beside 495 live files (``bench/bench_soak.py``), and a week of 100 ms micro-batches would
+    be six million. The retention bounds it to what was removed within it.
 
     Log cleanup removes the commit files below the newest checkpoint that are older than the
     table's ``delta.logRetentionDuration``; delta-rs writers do the same on their own after
@@ -195,22 +211,15 @@ def maintain_table(
     that can go unless the retention is shorter than the time between runs (the audit then
     reports the files no summary covers)."""
     from deltalake import CommitProperties, DeltaTable
-    from deltalake.exceptions import TableNotFoundError
 
     began = time.monotonic()
     options = dict(storage_options or {})
-    try:
-        table = DeltaTable(uri, storage_options=options)
-    except TableNotFoundError:
+    table = _open(uri, options)
+    if table is None:
         return None
     files_before = len(table.file_uris())
     log_before = log_bytes(uri)
-    if log_retention is not None:
-        wanted = f"interval {int(log_retention.total_seconds())} seconds"
-        if table.metadata().configuration.get(LOG_RETENTION) != wanted:
-            # A metadata commit: a stream commit racing it fails Delta's check and retries.
-            table.alter.set_table_properties({LOG_RETENTION: wanted})
-            log.info("%s table %s: %s set to %s", name, uri, LOG_RETENTION, wanted)
+    _set_retentions(table, name, vacuum_retention, log_retention)
 
     def compact(number: int) -> dict[str, Any]:
         fresh = DeltaTable(uri, storage_options=options)
@@ -223,9 +232,7 @@ def maintain_table(
     newest = DeltaTable(uri, storage_options=options)
     newest.create_checkpoint()  # after the compaction: readers load one file's add action
     newest.cleanup_metadata()  # log files below it older than delta.logRetentionDuration
-    vacuumed = DeltaTable(uri, storage_options=options).vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
-    )
+    vacuumed = _vacuum(DeltaTable(uri, storage_options=options), vacuum_retention)
     return TableMaintenance(
         table=name,
         uri=uri,
@@ -239,10 +246,11 @@ def maintain_table(
 
 
 def maintain_control_table(
-    store: StateStore, name: str, *, retention_hours: int
+    store: StateStore, name: str, *, vacuum_retention: timedelta
 ) -> TableMaintenance | None:
     """Rewrite one control table into one file (the same compare-and-swap rewrite its writers
-    make every ``compact_at_files`` writes), checkpoint it, clean its log and vacuum it."""
+    make every ``compact_at_files`` writes), checkpoint it, clean its log and vacuum it; its
+    tombstones are kept for ``vacuum_retention`` too (``progress`` leaves one a second)."""
     began = time.monotonic()
     control = store.control_table(name)
     table = control.load()
@@ -250,14 +258,17 @@ def maintain_control_table(
         return None
     files_before = len(table.file_uris())
     log_before = log_bytes(control.uri)
+    retry_commit_races(
+        lambda _: _set_retentions(control.load(), name, vacuum_retention, None),
+        attempts=COMPACT_ATTEMPTS,
+        what=f"the retention of the {name} table",
+    )
     control.compact(at_files=2, whole=True)
     table = control.load()
     assert table is not None
     table.create_checkpoint()
     table.cleanup_metadata()
-    vacuumed = table.vacuum(
-        retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
-    )
+    vacuumed = _vacuum(table, vacuum_retention)
     return TableMaintenance(
         table=f"state/{name}",
         uri=control.uri,
@@ -279,6 +290,54 @@ def log_bytes(uri: str) -> int:
     return sum(e.size or 0 for e in entries if e.type == pafs.FileType.File)
 
 
+def _open(uri: str, options: Mapping[str, str]) -> Any:
+    """The Delta table at ``uri``, or None if there is none yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(uri, storage_options=dict(options))
+    except TableNotFoundError:
+        return None
+
+
+def _set_retentions(
+    table: Any, name: str, vacuum_retention: timedelta, log_retention: timedelta | None
+) -> None:
+    """Set the table's tombstone retention to ``vacuum_retention`` and, unless None, its log
+    retention to ``log_retention``; a metadata commit, made only when one differs."""
+    wanted = {TOMBSTONE_RETENTION: _interval(vacuum_retention)}
+    if log_retention is not None:
+        wanted[LOG_RETENTION] = _interval(log_retention)
+    configured = table.metadata().configuration
+    changed = {key: value for key, value in wanted.items() if configured.get(key) != value}
+    if changed:
+        # A stream commit racing it fails Delta's conflict check and retries.
+        table.alter.set_table_properties(changed)
+        log.info("%s table %s: set %s", name, table.table_uri, changed)
+
+
+def _vacuum(table: Any, retention: timedelta) -> list[str]:
+    """Delete the files the table no longer references that are older than ``retention``.
+
+    A full vacuum: it lists the table's folder rather than trusting the tombstones, which
+    checkpoints drop once they are older than the tombstone retention (the same duration):
+    a file whose tombstone a stream's checkpoint dropped between two runs is still found, and
+    so are the files of a job killed before its commit. Files younger than ``retention`` stay
+    (a writer's files before its commit among them)."""
+    return table.vacuum(
+        retention_hours=_hours(retention),
+        dry_run=False,
+        enforce_retention_duration=False,
+        full=True,
+    )
+
+
 def _hours(duration: timedelta) -> int:
     """Whole hours, rounded up (vacuum takes hours; the setting is at least one)."""
-    return max(1, math.ceil(duration.total_seconds() / 3600))
+    return math.ceil(duration.total_seconds() / 3600)
+
+
+def _interval(duration: timedelta) -> str:
+    """A Delta table property's duration (``delta.logRetentionDuration`` and the like)."""
+    return f"interval {int(duration.total_seconds())} seconds"

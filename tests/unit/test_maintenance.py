@@ -73,9 +73,6 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     sink = next(t for t in report.tables if t.table == "sink")
     assert (sink.files_before, sink.files_after) == (24, 1)
     assert DeltaTable(tables.sink).to_pyarrow_table().num_rows == rows_before
-    # The compacted-away files go once they are older than the retention (0 h here).
-    vacuumed = maintain_table("sink", tables.sink, target_mb=128, retention_hours=0)
-    assert vacuumed is not None and vacuumed.vacuumed == 24
     log_files = sorted(p.name for p in (Path(tables.sink) / "_delta_log").glob("*.json"))
     assert log_files[0] != "00000000000000000000.json"  # the commits' log files are gone
 
@@ -101,17 +98,51 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     [shown] = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "maintain"]
     assert "sink 24 -> 1 files" in shown["outcome"]
     assert "log_summary" not in shown["args"]
+    # The compacted-away files go once they are older than the retention (0 h here, which
+    # settings refuse; a run of its own, without a summary of the commits it cleans).
+    vacuumed = maintain_table("sink", tables.sink, target_mb=128, vacuum_retention=timedelta(0))
+    assert vacuumed is not None and vacuumed.vacuumed == 24
+    assert DeltaTable(tables.sink).to_pyarrow_table().num_rows == rows_before
 
 
-def test_maintenance_sets_the_log_retention(tmp_path: Path, log: SegmentLog) -> None:
+def test_maintenance_sets_the_log_and_tombstone_retentions(tmp_path: Path, log: SegmentLog) -> None:
     tables = build(tmp_path, log, waves=SMALL_WAVES[:3])
-    settings = settings_for(tmp_path, log, log_retention=timedelta(hours=6))
+    settings = settings_for(
+        tmp_path, log, log_retention=timedelta(hours=6), vacuum_retention=timedelta(hours=2)
+    )
 
     maintain(settings)
 
     for uri in (tables.sink, tables.quarantine):
         properties = DeltaTable(uri).metadata().configuration
         assert properties["delta.logRetentionDuration"] == "interval 21600 seconds"
+        assert properties["delta.deletedFileRetentionDuration"] == "interval 7200 seconds"
+    assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
+
+
+def checkpoint_tombstones(uri: str) -> int:
+    """The remove actions in the table's newest checkpoint: what every reader loads."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    version = json.loads(Path(uri, "_delta_log", "_last_checkpoint").read_text())["version"]
+    removes = pq.read_table(Path(uri, "_delta_log", f"{version:020d}.checkpoint.parquet"))
+    return sum(1 for action in removes.column("remove").to_pylist() if action)
+
+
+@pytest.mark.parametrize(("retention", "tombstones"), [(timedelta(hours=1), 24), (timedelta(0), 0)])
+def test_the_tombstone_retention_bounds_what_each_checkpoint_carries(
+    tmp_path: Path, log: SegmentLog, retention: timedelta, tombstones: int
+) -> None:
+    """Compaction leaves a tombstone per small file; the checkpoints carry them until they
+    are older than the retention maintenance sets (0 here, which settings refuse, to see them
+    go without waiting an hour)."""
+    tables = build(tmp_path, log, waves=SMALL_WAVES)
+
+    maintain_table("sink", tables.sink, target_mb=128, vacuum_retention=retention)
+
+    assert checkpoint_tombstones(tables.sink) == tombstones
     assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
 
 
@@ -125,7 +156,8 @@ def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> N
     maintain(settings, store=store)
     build(tmp_path, log, waves=SMALL_WAVES[12:])  # the pipeline goes on
     maintain(settings, store=store)
-    maintain_table("sink", tables.sink, target_mb=128, retention_hours=0)
+    # The compacted-away files gone too (settings keep them an hour at least).
+    DeltaTable(tables.sink).vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
 
     first, second = store.log_summaries()
     assert second.after == first.through
