@@ -3,6 +3,7 @@ every decision costs as it grows.
 
     .venv/bin/python bench/bench_soak.py [--commits 200000] [--marks 1000,10000,50000,200000]
         [--maintain-every 36000] [--epoch-every 50000] [--workdir DIR] [--json FILE]
+        [--profile DIR]
 
 The history is written the way a live stream writes it, without Spark: per micro-batch the
 sink's own task-side writer (:func:`modeswitch.sinks.files.write_files`) writes a small Parquet
@@ -26,6 +27,7 @@ Targets (issue 19): ``decide`` <= 2 s and bookkeeping <= 20 ms at 200 k commits,
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import shutil
 import statistics
@@ -126,16 +128,21 @@ class History:
         self.sequence = 0
         self.supervisor: StreamSupervisor | None = None
 
-    def open_epoch(self) -> tuple[float, float]:
+    def open_epoch(self, profile: cProfile.Profile | None = None) -> tuple[float, float]:
         """End the running epoch as the stream job and ``close_epoch`` do, and ``decide`` the
-        next; returns the seconds of ``close_epoch`` and of ``decide``."""
+        next; returns the seconds of ``close_epoch`` and of ``decide`` (profiled into
+        ``profile`` when one is given)."""
         closing = 0.0
         if self.epoch:
             assert self.supervisor is not None
             self.supervisor.follow_commits()
             self.supervisor.record_progress(force=True)  # what the job does when it stops
             closing, _ = seconds(lambda: close_epoch(self.settings, self.epoch))
+        if profile is not None:
+            profile.enable()
         took, plan = seconds(lambda: decide(self.settings, force_mode="stream", now=self.clock()))
+        if profile is not None:
+            profile.disable()
         self.epoch, self.sequence = plan.epoch, 0
         self.options = DeltaSinkOptions.parse(
             {
@@ -187,7 +194,11 @@ def measure(history: History, args: argparse.Namespace) -> dict[str, object]:
     write_deltalake(str(one_go), DeltaTable(settings.sink).to_pyarrow_table())
     read_one_go = full_read(str(one_go))
     shutil.rmtree(one_go)
-    close_s, decide_s = history.open_epoch()
+    profile = cProfile.Profile() if args.profile else None
+    close_s, decide_s = history.open_epoch(profile)
+    if profile is not None:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(str(Path(args.profile) / f"decide-{history.commits}.prof"))
     return {
         "commits": history.commits,
         "decide_s": round(decide_s, 3),
@@ -213,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maintain-every", type=int, default=36_000)
     parser.add_argument("--epoch-every", type=int, default=50_000)
     parser.add_argument("--workdir")
-    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--json", help="also write the results to this file, mark by mark")
+    parser.add_argument("--profile", help="write a cProfile of each mark's decide into this folder")
     args = parser.parse_args(argv)
     marks = sorted({int(m) for m in args.marks.split(",") if int(m) <= args.commits})
     root = Path(args.workdir or tempfile.mkdtemp(prefix="modeswitch-soak-"))
@@ -229,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             if done in marks:
                 results.append(measure(history, args))
                 console.print(results[-1])
+                if args.json:  # mark by mark: a run stopped early keeps what it measured
+                    Path(args.json).write_text(json.dumps(results, indent=2))
             elif done % args.maintain_every == 0:
                 maintain(history.settings, store=history.store)
             elif done % args.epoch_every == 0:
@@ -247,8 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     for row in results:
         table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()))
     console.print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
     first, last = results[0], results[-1]
     ok = (
         last["decide_s"] <= 2

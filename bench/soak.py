@@ -9,12 +9,19 @@ The pipeline runs as the demo runs it (the demo's settings; ``decide`` -> the ep
 child process with the stream standby -> ``close_epoch``; after a failed job, ``decide`` again
 and rerun, as the DAG's task retries do), on a log fed by a live producer at the demo's rate,
 with a burst of 400 000 records every 12 minutes (stream -> batch -> stream). Beside it:
-``modeswitch maintain`` every ``--maintain-every``, and a killer that SIGKILLs the running
-stream job's process group (driver, JVM, Python workers) every ``--kill-every`` (+-1 min).
+``modeswitch maintain --config FILE`` every ``--maintain-every``, and a killer that SIGKILLs
+the running stream job's process group (driver, JVM, Python workers) every ``--kill-every``
+(+-1 min).
 
-Memory: every 10 s, the resident set of this process ("soak process": the operator's loop,
-the producer and maintenance) and of each job's process group; the report gives each one's
-peak in the first 5 minutes and in the last 5. At the end the producer stops, the pipeline
+Each part runs in the process it has in production: this process is the operator's loop (what
+``modeswitch run``'s process does: ``decide``, the jobs, ``close_epoch``); the jobs are its
+children; maintenance is a process of its own per run, as the CLI and the DAG's task run it;
+the producer and its bursts (the outside world) are a child process too, so that their
+memory is not counted as the pipeline's.
+
+Memory: every 10 s, the resident set of this process, of the producer, of a running
+``maintain``, and of each job's process group; the report gives each one's peak in the first 5
+minutes, in the last 5, and minute by minute. At the end the producer stops, the pipeline
 catches up on its own, and the exactly-once audit (reading maintenance's log summaries) must
 find 0 missing and 0 duplicated.
 """
@@ -24,10 +31,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,7 +51,6 @@ from modeswitch.config import PipelineSettings, parse_duration
 from modeswitch.demo import DEMO_SETTINGS, LIVE_RATE
 from modeswitch.errors import ModeswitchError
 from modeswitch.local_runner import LocalRunner
-from modeswitch.maintenance import maintain
 from modeswitch.orchestration import close_epoch, decide
 from modeswitch.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
@@ -55,6 +63,7 @@ BURST = 400_000
 BURST_EVERY = 12 * 60
 WINDOW = 5 * 60  # seconds: the first and the last window of the memory report
 JOB_SCRIPTS = ("backlog_batch.py", "stream.py")
+MODESWITCH = Path(sys.executable).with_name("modeswitch")  # the CLI beside this interpreter
 
 console = Console()
 
@@ -81,6 +90,38 @@ def group_rss(leader: psutil.Process) -> int:
     return total
 
 
+def produce(source: str, stop: threading.Event, began: float) -> None:
+    """The outside world, in a process of its own: the live producer and, every 12 minutes, a
+    burst of 400 000 records, until ``stop`` is set."""
+    log = SegmentLog(source)
+
+    def bursts() -> None:
+        number = 0
+        while not stop.wait(BURST_EVERY):
+            number += 1
+            produce_backlog(
+                log,
+                EventGenerator(seed=100 + number, buckets=BUCKETS),
+                records=BURST,
+                first=20_000_000 + number * 1_000_000,
+            )
+            console.print(
+                f"[dim]{(time.monotonic() - began) / 60:5.1f} min[/dim] burst of {BURST:,} records"
+            )
+
+    burster = threading.Thread(target=bursts, name="bursts", daemon=True)
+    burster.start()
+    produce_live(
+        log,
+        EventGenerator(seed=8, buckets=BUCKETS),
+        rate=LIVE_RATE,
+        duration=timedelta(hours=24),
+        first=10_000_000,
+        should_stop=stop.is_set,
+    )
+    burster.join()
+
+
 class Soak:
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         self.args = args
@@ -88,6 +129,9 @@ class Soak:
         self.settings = PipelineSettings.from_mapping(
             {**DEMO_SETTINGS, "source": str(root / "log"), "warehouse": str(root / "warehouse")}
         )
+        root.mkdir(parents=True, exist_ok=True)
+        self.config = root / "settings.json"  # what `modeswitch maintain --config` reads
+        self.config.write_text(json.dumps(self.settings.to_mapping(), indent=2))
         self.log = SegmentLog.create(self.settings.source, buckets=BUCKETS)
         self.rng = random.Random(19)
         self.stop = threading.Event()  # the soak's time is over
@@ -129,28 +173,6 @@ class Soak:
                 return
 
     # -- beside it -----------------------------------------------------------------------------
-    def produce(self) -> None:
-        produce_live(
-            self.log,
-            EventGenerator(seed=8, buckets=BUCKETS),
-            rate=LIVE_RATE,
-            duration=timedelta(hours=24),
-            first=10_000_000,
-            should_stop=self.stop.is_set,
-        )
-
-    def burst(self) -> None:
-        number = 0
-        while not self.stop.wait(BURST_EVERY):
-            number += 1
-            produce_backlog(
-                self.log,
-                EventGenerator(seed=100 + number, buckets=BUCKETS),
-                records=BURST,
-                first=20_000_000 + number * 1_000_000,
-            )
-            self.note(f"burst of {BURST:,} records")
-
     def kill(self) -> None:
         every = self.args.kill_every.total_seconds()
         while not self.stop.wait(self.rng.uniform(every - 60, every + 60)):
@@ -170,26 +192,42 @@ class Soak:
     def maintain(self) -> None:
         every = self.args.maintain_every.total_seconds()
         while not self.stop.wait(every):
-            report = maintain(self.settings, issuer="soak")
-            sink = next((t for t in report.tables if t.table == "sink"), None)
+            done = subprocess.run(
+                [str(MODESWITCH), "maintain", "--config", str(self.config), "--json"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                self.failures.append((self.at(), 0, f"maintain: {done.stderr[-160:]}"))
+                self.note(f"[red]maintain failed[/red]: {done.stderr[-300:]}")
+                continue
+            report = json.loads(done.stdout)
+            sink = next((t for t in report["tables"] if t["table"] == "sink"), None)
             self.maintenance.append(
                 {
                     "at_min": round(self.at() / 60, 1),
-                    "seconds": report.seconds,
-                    "sink_files": [sink.files_before, sink.files_after] if sink else None,
-                    "progress_merged": report.progress_merged,
-                    "checkpoints_removed": len(report.checkpoints_removed),
+                    "seconds": report["seconds"],
+                    "sink_files": [sink["files_before"], sink["files_after"]] if sink else None,
+                    "progress_merged": report["progress_merged"],
+                    "checkpoints_removed": len(report["checkpoints_removed"]),
                 }
             )
             self.note(f"maintain: {self.maintenance[-1]}")
 
-    def sample(self) -> None:
+    def sample(self, producer: psutil.Process) -> None:
         me = psutil.Process()
         while not self.quiet.wait(10):
             now = self.at()
-            self.memory.append((now, "soak process", me.memory_info().rss))
+            self.memory.append((now, "operator's loop (this process)", me.memory_info().rss))
+            with contextlib.suppress(psutil.Error):
+                self.memory.append((now, "producer", producer.memory_info().rss))
             for kind, process in job_groups().values():
                 self.memory.append((now, f"{kind} job", group_rss(process)))
+            for child in me.children():
+                with contextlib.suppress(psutil.Error):
+                    if "maintain" in child.cmdline()[2:3]:
+                        self.memory.append((now, "maintain run", child.memory_info().rss))
 
     # -- report --------------------------------------------------------------------------------
     def memory_report(self, duration: float) -> dict[str, dict[str, float]]:
@@ -199,9 +237,17 @@ class Soak:
             late = [
                 m for t, r, m in self.memory if r == role and duration - WINDOW <= t <= duration
             ]
+            by_minute: dict[int, int] = {}
+            for t, r, m in self.memory:
+                if r == role:
+                    by_minute[int(t // 60)] = max(by_minute.get(int(t // 60), 0), m)
             out[role] = {
                 "peak_first_5min_mb": round(max(early, default=0) / 2**20),
                 "peak_last_5min_mb": round(max(late, default=0) / 2**20),
+                "peak_by_minute_mb": [
+                    round(by_minute.get(m, 0) / 2**20)
+                    for m in range(max(by_minute, default=-1) + 1)
+                ],
             }
         return out
 
@@ -222,14 +268,18 @@ def main(argv: list[str] | None = None) -> int:
         soak.log, EventGenerator(seed=7, buckets=BUCKETS, skew="zipf:1.1"), records=BACKLOG,
         span=timedelta(hours=1),
     )  # fmt: skip
+    spawn = multiprocessing.get_context("spawn")
+    stop_producing = spawn.Event()
+    producer = spawn.Process(
+        target=produce, args=(soak.settings.source, stop_producing, soak.began), name="producer"
+    )
+    producer.start()
     helpers = [
         threading.Thread(target=target, name=name, daemon=True)
         for name, target in (
-            ("producer", soak.produce),
-            ("bursts", soak.burst),
             ("killer", soak.kill),
             ("maintenance", soak.maintain),
-            ("memory", soak.sample),
+            ("memory", lambda: soak.sample(psutil.Process(producer.pid))),
         )
     ]
     duration = args.minutes * 60
@@ -242,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
 
         def quiet_down() -> None:
             soak.stop.wait()
-            for helper in helpers[:4]:
+            stop_producing.set()
+            producer.join()
+            for helper in helpers[:2]:
                 helper.join()
             soak.note("time is up: producer, killer and maintenance stopped; catching up")
             soak.quiet.set()
@@ -283,7 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         soak.stop.set()
         soak.quiet.set()
+        stop_producing.set()
         timer.cancel()
+        producer.join(timeout=60)
+        if producer.is_alive():
+            producer.kill()
         for pid in job_groups():  # nothing may outlive the soak
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
