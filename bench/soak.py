@@ -90,10 +90,16 @@ def group_rss(leader: psutil.Process) -> int:
     return total
 
 
-def produce(source: str, stop: threading.Event, began: float) -> None:
-    """The outside world, in a process of its own: the live producer and, every 12 minutes, a
-    burst of 400 000 records, until ``stop`` is set."""
+def produce(source: str, ready: threading.Event, stop: threading.Event) -> None:
+    """The outside world, in a process of its own: the backlog (then ``ready`` is set), the
+    live producer and, every 12 minutes, a burst of 400 000 records, until ``stop`` is set."""
     log = SegmentLog(source)
+    produce_backlog(
+        log, EventGenerator(seed=7, buckets=BUCKETS, skew="zipf:1.1"), records=BACKLOG,
+        span=timedelta(hours=1),
+    )  # fmt: skip
+    ready.set()
+    began = time.monotonic()
 
     def bursts() -> None:
         number = 0
@@ -264,16 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     args.kill_every = parse_duration(args.kill_every, setting="--kill-every")
     root = Path(args.workdir or tempfile.mkdtemp(prefix="modeswitch-soak-"))
     soak = Soak(root, args)
-    produce_backlog(
-        soak.log, EventGenerator(seed=7, buckets=BUCKETS, skew="zipf:1.1"), records=BACKLOG,
-        span=timedelta(hours=1),
-    )  # fmt: skip
     spawn = multiprocessing.get_context("spawn")
-    stop_producing = spawn.Event()
+    backlog_ready, stop_producing = spawn.Event(), spawn.Event()
     producer = spawn.Process(
-        target=produce, args=(soak.settings.source, stop_producing, soak.began), name="producer"
+        target=produce, args=(soak.settings.source, backlog_ready, stop_producing), name="producer"
     )
     producer.start()
+    while not backlog_ready.wait(5):
+        if not producer.is_alive():
+            raise SystemExit(f"the producer died before the backlog was written: {producer}")
+    soak.began = time.monotonic()
     helpers = [
         threading.Thread(target=target, name=name, daemon=True)
         for name, target in (
