@@ -383,6 +383,28 @@ def test_commits_after_a_version_are_read_from_the_new_log_files_only(tmp_path: 
     assert commits_after(str(sink), "payments", -1) == ([], 2)  # another pipeline's commits
 
 
+def test_commits_after_a_cleaned_log_start_at_the_oldest_file_and_a_caught_up_reader_lists_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeswitch.sinks import commits
+
+    sink = tmp_path / "sink"
+    for sequence in range(6):
+        write_wave(sink, 1, sequence, {0: (sequence * 5, sequence * 5 + 5)})
+    for version in range(4):  # what log cleanup does: the oldest files first
+        (sink / "_delta_log" / f"{version:020d}.json").unlink()
+
+    for mark in (-1, 1, 2):
+        found, version = commits.commits_after(str(sink), "orders", mark)
+        assert [c.table_version for c in found] == [4, 5] and version == 5
+
+    def listing(*args: object) -> None:
+        raise AssertionError("a reader at the newest version listed the whole log")
+
+    monkeypatch.setattr(commits, "_oldest_log_version", listing)
+    assert commits.commits_after(str(sink), "orders", 5) == ([], 5)
+
+
 def test_max_event_time_per_bucket_of_batches_that_mix_buckets(tmp_path: Path) -> None:
     mixed = pa.Table.from_batches([rows(0, 0, 50), rows(1, 0, 80), rows(0, 50, 60)])
     shuffled = mixed.take(pa.array([(i * 37) % mixed.num_rows for i in range(mixed.num_rows)]))

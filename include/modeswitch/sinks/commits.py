@@ -227,7 +227,11 @@ def commit_infos_after(table_uri: str, version: int) -> Iterator[tuple[int, dict
     while True:
         info = _read_commit_info(log_dir, version + 1)
         if info is _MISSING:
-            oldest = _oldest_log_version(log_dir) if first else None
+            if not first or (version >= 0 and _log_file_exists(log_dir, version)):
+                return  # ``version`` is the newest: cleanup removes the oldest files first
+            # Were the files above ``version`` cleaned up? A listing of the whole log, paid
+            # only when ``version``'s own file is gone too.
+            oldest = _oldest_log_version(log_dir)
             if oldest is None or oldest <= version + 1:
                 return
             log.warning(
@@ -297,6 +301,13 @@ def _read_commit_file(log_dir: tuple[Any, str], version: int, pipeline: str) -> 
     if commit is not None and commit.pipeline == pipeline:
         return commit, info
     return None
+
+
+def _log_file_exists(log_dir: tuple[Any, str], version: int) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, path = log_dir
+    return fs.get_file_info(f"{path}/{version:020d}.json").type == pafs.FileType.File
 
 
 def _read_commit_info(log_dir: tuple[Any, str], version: int) -> Any:
