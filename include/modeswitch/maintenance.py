@@ -151,7 +151,9 @@ def maintain(
         merged = store.downsample_progress(cfg.progress_horizon, now=now)
         for name in SCHEMAS:
             hold()
-            done = maintain_control_table(store, name, vacuum_retention=cfg.vacuum_retention)
+            done = maintain_control_table(
+                store, name, vacuum_retention=cfg.vacuum_retention, log_retention=cfg.log_retention
+            )
             if done is not None:
                 tables.append(done)
         from modeswitch.orchestration import clean_checkpoints
@@ -246,11 +248,17 @@ def maintain_table(
 
 
 def maintain_control_table(
-    store: StateStore, name: str, *, vacuum_retention: timedelta
+    store: StateStore,
+    name: str,
+    *,
+    vacuum_retention: timedelta,
+    log_retention: timedelta | None = None,
 ) -> TableMaintenance | None:
     """Rewrite one control table into one file (the same compare-and-swap rewrite its writers
-    make every ``compact_at_files`` writes), checkpoint it, clean its log and vacuum it; its
-    tombstones are kept for ``vacuum_retention`` too (``progress`` leaves one a second)."""
+    make every ``compact_at_files`` writes), checkpoint it, clean its log and vacuum it. Its
+    tombstones are kept for ``vacuum_retention`` and its log for ``log_retention`` (None:
+    the table's own), as the sink's: ``progress`` commits once a second while a stream runs,
+    and every reader of it lists its log."""
     began = time.monotonic()
     control = store.control_table(name)
     table = control.load()
@@ -259,7 +267,7 @@ def maintain_control_table(
     files_before = len(table.file_uris())
     log_before = log_bytes(control.uri)
     retry_commit_races(
-        lambda _: _set_retentions(control.load(), name, vacuum_retention, None),
+        lambda _: _set_retentions(control.load(), name, vacuum_retention, log_retention),
         attempts=COMPACT_ATTEMPTS,
         what=f"the retention of the {name} table",
     )

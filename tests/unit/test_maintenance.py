@@ -22,6 +22,7 @@ from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.history import LogSummary
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.state.tables import SCHEMAS
 from modeswitch.status import pipeline_status
 from modeswitch.verify import audit
 
@@ -111,12 +112,17 @@ def test_maintenance_sets_the_log_and_tombstone_retentions(tmp_path: Path, log: 
         tmp_path, log, log_retention=timedelta(hours=6), vacuum_retention=timedelta(hours=2)
     )
 
-    maintain(settings)
+    store = StateStore.from_settings(settings)
+    store.record_decision("batch", "a progress row, a decision", {})
 
-    for uri in (tables.sink, tables.quarantine):
+    maintain(settings, store=store)
+
+    control = [store.table_uri(n) for n in SCHEMAS if DeltaTable.is_deltatable(store.table_uri(n))]
+    assert len(control) >= 2  # commands (the run's own) and decisions
+    for uri in (tables.sink, tables.quarantine, *control):
         properties = DeltaTable(uri).metadata().configuration
-        assert properties["delta.logRetentionDuration"] == "interval 21600 seconds"
-        assert properties["delta.deletedFileRetentionDuration"] == "interval 7200 seconds"
+        assert properties["delta.logRetentionDuration"] == "interval 21600 seconds", uri
+        assert properties["delta.deletedFileRetentionDuration"] == "interval 7200 seconds", uri
     assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
 
 
