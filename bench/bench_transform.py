@@ -5,7 +5,9 @@
 One session, the rows of an embedded log (4 buckets, 0.1 % malformed) read by Spark's Parquet
 reader, each variant written to Spark's ``noop`` sink (every row and column is computed, nothing
 is stored), rounds alternating: ``scan`` (no transform), ``parse_events`` (the default
-transform), ``from_json`` (the same parse without the quarantine reason) and ``variant``
+transform), ``parse_events_arrow`` (the same columns through ``mapInArrow`` and msgspec, see
+:mod:`modeswitch.arrow_parse`), ``from_json`` (the same parse without the quarantine reason) and
+``variant``
 (Spark's ``try_parse_json`` and ``try_variant_get``, an alternative parser). Reports wall time
 and the CPU time of the process tree (driver, JVM, Python workers).
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from bench_sink import cpu_seconds  # bench/ is on the path: run as a script
 
+from modeswitch.arrow_parse import parse_events_arrow
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.session import create_spark_session
 from modeswitch.sources.segments import SegmentLog
@@ -48,6 +51,7 @@ def variant_parse(df):
 VARIANTS: dict[str, Callable] = {
     "scan": lambda df: df,
     "parse_events": parse_events,
+    "parse_events_arrow": parse_events_arrow,
     "from_json": from_json_only,
     "variant": variant_parse,
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from modeswitch.arrow_parse import ARROW_TRANSFORM
 from modeswitch.errors import ConfigError
 from modeswitch.produce import MALFORMED, EventGenerator, produce_backlog
 from modeswitch.sources.base import SPARK_RECORD_DDL
@@ -142,8 +143,9 @@ def test_bad_parse_settings_are_refused(source_df) -> None:
         parse_events(clashing)
 
 
+@pytest.mark.parametrize("spec", [DEFAULT_TRANSFORM, ARROW_TRANSFORM])
 def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
-    spark, tmp_path: Path
+    spark, tmp_path: Path, spec: str
 ) -> None:
     log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
     generator = EventGenerator(seed=5, buckets=2, malformed_fraction=0.2)
@@ -163,8 +165,8 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
         seen.extend(r.asDict() for r in batch_df.collect())
 
     stream = spark.readStream.format("bucketlog").option("startingOffsets", "earliest")
-    transformed = load_transform(DEFAULT_TRANSFORM)(stream.load(log.root))
-    check_transform_output(transformed, spec=DEFAULT_TRANSFORM)
+    transformed = load_transform(spec)(stream.load(log.root))
+    check_transform_output(transformed, spec=spec)
     query = (
         transformed.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
