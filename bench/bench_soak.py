@@ -2,8 +2,8 @@
 every decision costs as it grows.
 
     .venv/bin/python bench/bench_soak.py [--commits 200000] [--marks 1000,10000,50000,200000]
-        [--maintain-every 36000] [--epoch-every 50000] [--workdir DIR] [--json FILE]
-        [--profile DIR]
+        [--maintain-every 36000] [--epoch-every 50000] [--log-retention 2h] [--workdir DIR]
+        [--json FILE] [--profile DIR]
 
 The history is written the way a live stream writes it, without Spark: per micro-batch the
 sink's own task-side writer (:func:`modeswitch.sinks.files.write_files`) writes a small Parquet
@@ -93,7 +93,7 @@ def folder_bytes(path: Path) -> int:
 class History:
     """A pipeline's history, grown micro-batch by micro-batch through the real APIs."""
 
-    def __init__(self, root: Path, commits: int) -> None:
+    def __init__(self, root: Path, commits: int, settings: dict[str, str]) -> None:
         self.root = root
         self.settings = PipelineSettings.from_mapping(
             {
@@ -106,6 +106,7 @@ class History:
                 "enter_threshold": "none",
                 "exit_threshold": "none",
                 "idle_timeout": "none",
+                **settings,
             }
         )
         log = SegmentLog.create(self.settings.source, buckets=BUCKETS)
@@ -223,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--marks", default="1000,10000,50000,200000")
     parser.add_argument("--maintain-every", type=int, default=36_000)
     parser.add_argument("--epoch-every", type=int, default=50_000)
+    parser.add_argument(
+        "--log-retention", default="2h", help="the pipeline's log_retention setting"
+    )
     parser.add_argument("--workdir")
     parser.add_argument("--json", help="also write the results to this file, mark by mark")
     parser.add_argument("--profile", help="write a cProfile of each mark's decide into this folder")
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     began = time.monotonic()
     try:
-        history = History(root, args.commits)
+        history = History(root, args.commits, {"log_retention": args.log_retention})
         history.open_epoch()
         while history.commits < args.commits:
             history.micro_batch()

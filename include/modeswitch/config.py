@@ -94,6 +94,9 @@ class PlannerSettings:
 MIN_VACUUM_RETENTION = timedelta(hours=1)
 """Vacuum never deletes files younger than this, whatever the setting: a reader that opened
 the table's previous version (a dashboard query, a batch job's wave) must still find them."""
+MIN_LOG_RETENTION = timedelta(minutes=10)
+"""Log files are kept at least this long: a writer's conflict check and a reader opening the
+previous version read them, and maintenance summarises them first."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,17 +105,21 @@ class MaintenanceSettings:
 
     - ``compact_target_mb`` (128): the file size compaction aims at (delta-rs
       ``optimize.compact``'s ``target_size``).
-    - ``vacuum_retention`` (``1d``; at least ``1h``): files a compaction or a rewind removed
+    - ``vacuum_retention`` (``2h``; at least ``1h``): files a compaction or a rewind removed
       are deleted once they are this old; it is also the tables'
       ``delta.deletedFileRetentionDuration``, how long every checkpoint carries a tombstone
       for each removed file, so it bounds what each reader of the sink loads: a stream leaves
-      one tombstone per micro-batch, 860 000 a day at 100 ms. Delta's own default is 7 days;
-      1 day matches ``log_retention``, the reach of time travel anyway.
-    - ``log_retention`` (``1d``; at least ``1h``; ``none``: leave the tables' own): the
-      sink's and quarantine's ``delta.logRetentionDuration``, set by maintenance. Log files
-      and checkpoints older than this are cleaned; Delta's default of 30 days keeps a
-      checkpoint of every file every 100 commits for a month, which a stream committing every
-      100 ms turns into gigabytes a day. Time travel reaches back this far.
+      one tombstone per micro-batch, 36 000 an hour at 100 ms. Delta's own default is 7 days;
+      the default matches ``log_retention``, the reach of time travel anyway.
+    - ``log_retention`` (``2h``; at least ``10m``; ``none``: leave the tables' own): the
+      sink's, quarantine's and control tables' ``delta.logRetentionDuration``, set by
+      maintenance; time travel reaches back this far. Every commit of a delta-rs writer on a
+      local or network filesystem lists the whole ``_delta_log`` folder: a sink append took
+      6 ms beside 6 log files and 110 ms beside 16 800 (``bench/bench_soak.py``), so the log
+      a stream keeps (this retention times its commit rate) is what each micro-batch's
+      commit pays for. Delta's default of 30 days would stall a stream within hours. It must
+      exceed the time between maintenance runs, which summarise the log before the writers'
+      own checkpoints clean it (the audit reports commits no summary covers).
     - ``progress_horizon`` (``7d``): ``progress`` rows older than this are merged, one row
       per epoch and hour, keeping the offsets, counts and max event times.
     - ``maintenance_lease`` (``1h``): a run holds the pipeline's maintenance lease this long
@@ -121,8 +128,8 @@ class MaintenanceSettings:
     """
 
     compact_target_mb: int = 128
-    vacuum_retention: timedelta = timedelta(days=1)
-    log_retention: timedelta | None = timedelta(days=1)
+    vacuum_retention: timedelta = timedelta(hours=2)
+    log_retention: timedelta | None = timedelta(hours=2)
     progress_horizon: timedelta = timedelta(days=7)
     maintenance_lease: timedelta = timedelta(hours=1)
 
@@ -136,11 +143,11 @@ class MaintenanceSettings:
                 raise ConfigError(f"{name}: {value!r} must be a duration greater than 0")
         retention = self.log_retention
         if retention is not None and (
-            not isinstance(retention, timedelta) or retention < MIN_VACUUM_RETENTION
+            not isinstance(retention, timedelta) or retention < MIN_LOG_RETENTION
         ):
             raise ConfigError(
                 f"log_retention: {retention!r} must be a duration of at least "
-                f"{MIN_VACUUM_RETENTION} (or none): maintenance must summarise the log first"
+                f"{MIN_LOG_RETENTION} (or none): maintenance must summarise the log first"
             )
         if self.vacuum_retention < MIN_VACUUM_RETENTION:
             raise ConfigError(
