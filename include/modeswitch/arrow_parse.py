@@ -362,20 +362,9 @@ def parse_json_values_arrow(df: Any, schema: Any, *, required: Sequence[str] | N
     the deliberate differences). ``schema`` is a Spark ``StructType`` of simple fields."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    names = [f.name for f in schema.fields]
-    required = list(names if required is None else required)
-    unknown = [n for n in required if n not in names]
-    if unknown:
-        raise ConfigError(
-            f"transform: required fields {unknown} are not in the payload schema {names}"
-        )
-    clashes = [n for n in [*names, QUARANTINE_REASON] if n in df.columns]
-    if clashes:
-        raise ConfigError(
-            f"transform: payload fields {clashes} clash with input columns {df.columns}"
-        )
-    if "value" not in df.columns:
-        raise ConfigError(f"transform: the input has no 'value' column (columns: {df.columns})")
+    from modeswitch.transforms import check_parse_inputs
+
+    required = check_parse_inputs(df, schema, required)
     parser = PayloadParser([(f.name, f.dataType.typeName()) for f in schema.fields], required)
     keep = list(df.columns)
     out = StructType(

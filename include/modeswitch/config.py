@@ -106,7 +106,7 @@ class MaintenanceSettings:
     - ``compact_target_mb`` (128): the file size compaction aims at (delta-rs
       ``optimize.compact``'s ``target_size``).
     - ``vacuum_retention`` (``2h``; at least ``1h``): files a compaction or a rewind removed
-      are deleted once they are this old; it is also the tables'
+      are deleted once they are this old; twice it is the tables'
       ``delta.deletedFileRetentionDuration``, how long every checkpoint carries a tombstone
       for each removed file, so it bounds what each reader of the sink loads: a stream leaves
       one tombstone per micro-batch, 36 000 an hour at 100 ms. Delta's own default is 7 days;

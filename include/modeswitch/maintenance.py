@@ -195,9 +195,9 @@ def maintain_table(
     log_retention: timedelta | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> TableMaintenance | None:
-    """Compact, checkpoint, clean the log of and vacuum one data table; None if it does not
-    exist. First sets the table's ``delta.deletedFileRetentionDuration`` to
-    ``vacuum_retention`` and, unless None, its ``delta.logRetentionDuration`` to
+    """Compact, vacuum, checkpoint and clean the log of one data table; None if it does not
+    exist. First sets the table's tombstone retention (``delta.deletedFileRetentionDuration``,
+    see :func:`_set_retentions`) and, unless None, its ``delta.logRetentionDuration`` to
     ``log_retention``.
 
     A removed file's tombstone stays in every checkpoint until it is older than
@@ -231,10 +231,10 @@ def maintain_table(
         )
 
     retry_commit_races(compact, attempts=COMPACT_ATTEMPTS, what=f"compaction of {name} table {uri}")
+    vacuumed = _vacuum(DeltaTable(uri, storage_options=options), vacuum_retention)
     newest = DeltaTable(uri, storage_options=options)
     newest.create_checkpoint()  # after the compaction: readers load one file's add action
     newest.cleanup_metadata()  # log files below it older than delta.logRetentionDuration
-    vacuumed = _vacuum(DeltaTable(uri, storage_options=options), vacuum_retention)
     return TableMaintenance(
         table=name,
         uri=uri,
@@ -274,9 +274,11 @@ def maintain_control_table(
     control.compact(at_files=2, whole=True)
     table = control.load()
     assert table is not None
+    vacuumed = _vacuum(table, vacuum_retention)
+    table = control.load()
+    assert table is not None
     table.create_checkpoint()
     table.cleanup_metadata()
-    vacuumed = _vacuum(table, vacuum_retention)
     return TableMaintenance(
         table=f"state/{name}",
         uri=control.uri,
@@ -312,9 +314,14 @@ def _open(uri: str, options: Mapping[str, str]) -> Any:
 def _set_retentions(
     table: Any, name: str, vacuum_retention: timedelta, log_retention: timedelta | None
 ) -> None:
-    """Set the table's tombstone retention to ``vacuum_retention`` and, unless None, its log
-    retention to ``log_retention``; a metadata commit, made only when one differs."""
-    wanted = {TOMBSTONE_RETENTION: _interval(vacuum_retention)}
+    """Set the table's tombstone retention to twice ``vacuum_retention`` and, unless None, its
+    log retention to ``log_retention``; a metadata commit, made only when one differs.
+
+    Vacuum finds the files to delete by their tombstones, and a checkpoint (a stream's own,
+    every 100 commits) drops a tombstone once it is older than the tombstone retention: kept
+    twice as long as ``vacuum_retention``, each is still there for a run between the two
+    ages, as long as runs come at least once per ``vacuum_retention``."""
+    wanted = {TOMBSTONE_RETENTION: _interval(2 * vacuum_retention)}
     if log_retention is not None:
         wanted[LOG_RETENTION] = _interval(log_retention)
     configured = table.metadata().configuration
@@ -326,18 +333,16 @@ def _set_retentions(
 
 
 def _vacuum(table: Any, retention: timedelta) -> list[str]:
-    """Delete the files the table no longer references that are older than ``retention``.
+    """Delete the files removed from the table more than ``retention`` ago (by their
+    tombstones; before the run's checkpoint, which would drop the expired ones).
 
-    A full vacuum: it lists the table's folder rather than trusting the tombstones, which
-    checkpoints drop once they are older than the tombstone retention (the same duration):
-    a file whose tombstone a stream's checkpoint dropped between two runs is still found, and
-    so are the files of a job killed before its commit. Files younger than ``retention`` stay
-    (a writer's files before its commit among them)."""
+    Not delta-rs's ``full`` vacuum, which deletes every unreferenced file older than the
+    retention by its age on disk: a file a writer has written but not yet committed is one
+    (a long batch wave's first files), and deleting it loses its rows (a full vacuum with no
+    retention beside a committing stream did, in the spark test). Files of a job killed
+    before its commit are left for now."""
     return table.vacuum(
-        retention_hours=_hours(retention),
-        dry_run=False,
-        enforce_retention_duration=False,
-        full=True,
+        retention_hours=_hours(retention), dry_run=False, enforce_retention_duration=False
     )
 
 

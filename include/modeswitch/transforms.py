@@ -109,19 +109,7 @@ def parse_json_values(
     required field, in schema order, that did not parse).
     """
     names = [f.name for f in schema.fields]
-    required = list(names if required is None else required)
-    unknown = [n for n in required if n not in names]
-    if unknown:
-        raise ConfigError(
-            f"transform: required fields {unknown} are not in the payload schema {names}"
-        )
-    clashes = [n for n in [*names, QUARANTINE_REASON] if n in df.columns]
-    if clashes:
-        raise ConfigError(
-            f"transform: payload fields {clashes} clash with input columns {df.columns}"
-        )
-    if "value" not in df.columns:
-        raise ConfigError(f"transform: the input has no 'value' column (columns: {df.columns})")
+    required = check_parse_inputs(df, schema, required)
 
     parse_schema = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     value = F.col("value")
@@ -157,6 +145,29 @@ def parse_json_values(
         *[F.when(good, parsed.getField(n)).alias(n) for n in names],
         F.col(QUARANTINE_REASON),
     )
+
+
+def check_parse_inputs(
+    df: DataFrame, schema: StructType, required: Sequence[str] | None
+) -> list[str]:
+    """The required field names (default: all of ``schema``'s); refuses, before any job,
+    required fields the schema lacks, payload fields that clash with input columns, and an
+    input without ``value``."""
+    names = [f.name for f in schema.fields]
+    required = list(names if required is None else required)
+    unknown = [n for n in required if n not in names]
+    if unknown:
+        raise ConfigError(
+            f"transform: required fields {unknown} are not in the payload schema {names}"
+        )
+    clashes = [n for n in [*names, QUARANTINE_REASON] if n in df.columns]
+    if clashes:
+        raise ConfigError(
+            f"transform: payload fields {clashes} clash with input columns {df.columns}"
+        )
+    if "value" not in df.columns:
+        raise ConfigError(f"transform: the input has no 'value' column (columns: {df.columns})")
+    return required
 
 
 def _type_word(dtype: DataType) -> str:
@@ -236,6 +247,7 @@ __all__ = [
     "QUARANTINE_REASON",
     "REQUIRED_OUTPUT",
     "SOURCE_COLUMNS",
+    "check_parse_inputs",
     "check_transform_output",
     "load_transform",
     "parse_events",

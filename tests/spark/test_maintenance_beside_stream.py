@@ -90,7 +90,7 @@ def test_maintenance_runs_beside_a_committing_stream(spark, tmp_path: Path) -> N
             reports.append(maintain(settings, store=store))
         # Files compacted away, vacuumed at once (the setting never goes below an hour).
         vacuumed = DeltaTable(settings.sink).vacuum(
-            0, dry_run=False, enforce_retention_duration=False, full=True
+            0, dry_run=False, enforce_retention_duration=False
         )
     finally:
         stop_feeding.set()

@@ -122,7 +122,7 @@ def test_maintenance_sets_the_log_and_tombstone_retentions(tmp_path: Path, log: 
     for uri in (tables.sink, tables.quarantine, *control):
         properties = DeltaTable(uri).metadata().configuration
         assert properties["delta.logRetentionDuration"] == "interval 21600 seconds", uri
-        assert properties["delta.deletedFileRetentionDuration"] == "interval 7200 seconds", uri
+        assert properties["delta.deletedFileRetentionDuration"] == "interval 14400 seconds", uri
     assert audit(log.root, tables.sink, tables.quarantine, PIPELINE).ok
 
 
@@ -163,7 +163,7 @@ def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> N
     build(tmp_path, log, waves=SMALL_WAVES[12:])  # the pipeline goes on
     maintain(settings, store=store)
     # The compacted-away files gone too (settings keep them an hour at least).
-    DeltaTable(tables.sink).vacuum(0, dry_run=False, enforce_retention_duration=False, full=True)
+    DeltaTable(tables.sink).vacuum(0, dry_run=False, enforce_retention_duration=False)
 
     first, second = store.log_summaries()
     assert second.after == first.through
