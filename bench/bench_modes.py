@@ -23,6 +23,9 @@ the stream's first. The epochs run as the local runner runs them (``LocalRunner`
 job starts in standby alongside the batch epoch (``BENCH_STANDBY=off``: the stream job starts
 after the batch epoch has closed, cold).
 
+``BENCH_TRANSFORM=module:function`` sets every run's ``transform`` ((d) runs the same one), e.g.
+the Arrow parse, ``modeswitch.arrow_parse:parse_events_arrow``.
+
 ``memory``: the batch path on 1/10 of the records and on all of them, same wave size: peak
 memory must not grow by more than 20 %.
 
@@ -60,6 +63,7 @@ from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms import DEFAULT_TRANSFORM
 
 BUCKETS = 16
 WARM_UP_SECONDS = 60
@@ -161,6 +165,9 @@ def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
     return wait_group(process, timeout)
 
 
+TRANSFORM = os.environ.get("BENCH_TRANSFORM")
+
+
 def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
@@ -175,6 +182,9 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "batch_reader": os.environ.get("BENCH_BATCH_READER", "native"),
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
+            # BENCH_TRANSFORM: the transform setting (e.g. the Arrow parse's
+            # modeswitch.arrow_parse:parse_events_arrow).
+            **({"transform": TRANSFORM} if TRANSFORM else {}),
             **POLICY_OFF,
             **extra,
         }
@@ -225,16 +235,17 @@ import sys, time
 from modeswitch.session import create_spark_session
 from modeswitch.transforms import load_transform
 spark = create_spark_session("bench-native")
-source, target = sys.argv[1], sys.argv[2]
+source, target, transform = sys.argv[1], sys.argv[2], sys.argv[3]
 df = spark.read.parquet(source + "/*/*.parquet")
-load_transform("modeswitch.transforms:parse_events")(df).write.mode("overwrite").parquet(target)
+load_transform(transform)(df).write.mode("overwrite").parquet(target)
 spark.stop()
 """
 
 
 def run_native(scratch: Path, log_root: str, records: int) -> Run:
     began = time.perf_counter()
-    process = start([sys.executable, "-c", NATIVE, log_root, str(scratch / "native")])
+    transform = TRANSFORM or DEFAULT_TRANSFORM  # the same as (a)'s
+    process = start([sys.executable, "-c", NATIVE, log_root, str(scratch / "native"), transform])
     memory = PeakMemory(process.pid)
     code = finish(process)
     seconds = time.perf_counter() - began
