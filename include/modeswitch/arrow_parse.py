@@ -118,9 +118,16 @@ class PayloadParser:
         self._reasons = {
             n: f"field {n} is missing or not {_type_word(t)}" for n, t in fields if n in required
         }
+        # Positional attribute names, renamed to the payload's: a JSON name need not be a
+        # Python identifier ("user-id", "class").
+        self._attributes = [f"f{i}" for i in range(len(self.names))]
         struct = msgspec.defstruct(
             "Payload",
-            [(n, _python_type(t) | None, None) for n, t in fields],
+            [
+                (a, _python_type(t) | None, None)
+                for a, (_, t) in zip(self._attributes, self.fields, strict=True)
+            ],
+            rename=dict(zip(self._attributes, self.names, strict=True)),
         )
         self._typed = msgspec.json.Decoder(struct)
         self._converters = {n: _converter(t) for n, t in fields}
@@ -149,7 +156,7 @@ class PayloadParser:
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError):  # TypeError: null
                 append(None)
                 refused.append(index)
-        lists = [[None if r is None else getattr(r, n) for r in records] for n in self.names]
+        lists = [[None if r is None else getattr(r, a) for r in records] for a in self._attributes]
         reasons: list[str | None] = [None] * len(records)
         for index in refused:
             reason, row = self._refused(texts[index])

@@ -111,6 +111,13 @@ def test_doubles_are_written_as_java_writes_them(token: str, java: str) -> None:
     assert _java_double(token) == java
 
 
+def test_names_that_are_not_python_identifiers() -> None:
+    parser = PayloadParser([("user-id", "long"), ("class", "string")], ["user-id"])
+    columns, reasons = parser.parse(pa.array(['{"user-id": 4, "class": "x"}', '{"class": "y"}']))
+    assert [c.to_pylist() for c in columns] == [[4, None], ["x", None]]
+    assert reasons.to_pylist() == [None, "field user-id is missing or not an integer"]
+
+
 def test_the_parser_travels_to_python_workers_and_refuses_types_it_cannot_parse() -> None:
     parser = pickle.loads(pickle.dumps(PayloadParser(FIELDS, ["id"])))
     columns, reasons = parser.parse(pa.array(['{"id": 3}']))
