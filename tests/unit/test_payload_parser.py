@@ -1,6 +1,7 @@
 """The Arrow parse's Python side without Spark: reasons, typed values, the text a string field
 takes from other JSON values, and what it refuses to be built for (the comparison with
-Spark's from_json is in tests/spark/test_arrow_parse.py)."""
+Spark's from_json is in tests/spark/test_arrow_parse.py; this module's name differs from
+that one's because pytest imports test modules by their basename)."""
 
 from __future__ import annotations
 
