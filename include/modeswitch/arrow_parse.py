@@ -55,8 +55,8 @@ import pyarrow.compute as pc
 
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.transforms import EVENT_SCHEMA, QUARANTINE_REASON, TYPE_WORDS, check_parse_inputs
 
-QUARANTINE_REASON = "_quarantine_reason"  # the same name as modeswitch.transforms'
 ARROW_TRANSFORM = "modeswitch.arrow_parse:parse_events_arrow"
 """The ``transform`` setting's value for the default payload with this parse."""
 
@@ -71,7 +71,6 @@ _ARROW_TYPES = {
     "string": pa.string(),
     "boolean": pa.bool_(),
 }
-_TYPE_WORDS = {"double": "a number", "float": "a number", "string": "a string"}
 
 
 class _Object(list):
@@ -116,8 +115,11 @@ class PayloadParser:
         self.required = [n for n in self.names if n in set(required)]
         self.schema = pa.schema([(n, _ARROW_TYPES[t]) for n, t in fields])
         self._reasons = {
-            n: f"field {n} is missing or not {_type_word(t)}" for n, t in fields if n in required
+            n: f"field {n} is missing or not {TYPE_WORDS.get(t, f'a {t}')}"
+            for n, t in fields
+            if n in required
         }
+        self._required_positions = [self.names.index(n) for n in self.required]
         # Positional attribute names, renamed to the payload's: a JSON name need not be a
         # Python identifier ("user-id", "class").
         self._attributes = [f"f{i}" for i in range(len(self.names))]
@@ -167,7 +169,7 @@ class PayloadParser:
                     column[index] = parsed
         columns = [pa.array(c, f.type) for c, f in zip(lists, self.schema, strict=True)]
         if self.required:
-            positions = [self.names.index(n) for n in self.required]
+            positions = self._required_positions
             missing = columns[positions[0]].is_null()
             for position in positions[1:]:
                 missing = pc.or_(missing, columns[position].is_null())
@@ -230,10 +232,16 @@ class PayloadParser:
             )
 
 
-def _python_type(spark_type: str) -> Any:
+def _integer_range(spark_type: str) -> tuple[int, int] | None:
+    """The lowest and highest value of an integer type, None for another type."""
     bits = _INTEGER_BITS.get(spark_type)
-    if bits is not None:
-        return Annotated[int, msgspec.Meta(ge=-(2 ** (bits - 1)), le=2 ** (bits - 1) - 1)]
+    return None if bits is None else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
+def _python_type(spark_type: str) -> Any:
+    bounds = _integer_range(spark_type)
+    if bounds is not None:
+        return Annotated[int, msgspec.Meta(ge=bounds[0], le=bounds[1])]
     return {"double": float, "float": float, "string": str, "boolean": bool}[spark_type]
 
 
@@ -244,9 +252,9 @@ def _converter(spark_type: str) -> Callable[[Any], Any]:
     """Converts one field's parsed JSON value as Spark's JSON reader does: None for null,
     ``_MISTYPED`` for a value of the wrong JSON type (which leaves an earlier value of a
     repeated name in place; a null replaces it)."""
-    bits = _INTEGER_BITS.get(spark_type)
-    if bits is not None:
-        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    bounds = _integer_range(spark_type)
+    if bounds is not None:
+        low, high = bounds
 
         def integer(value: Any) -> Any:
             if value is None:
@@ -349,17 +357,9 @@ def _java_double(text: str) -> str:
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
 
 
-def _type_word(spark_type: str) -> str:
-    if spark_type in _INTEGER_BITS:
-        return "an integer"
-    return _TYPE_WORDS.get(spark_type, f"a {spark_type}")
-
-
 def parse_events_arrow(df: Any) -> Any:
     """The default transform with the Arrow parse: ``value`` parsed into
     :data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required."""
-    from modeswitch.transforms import EVENT_SCHEMA
-
     return parse_json_values_arrow(df, EVENT_SCHEMA)
 
 
@@ -368,8 +368,6 @@ def parse_json_values_arrow(df: Any, schema: Any, *, required: Sequence[str] | N
     :class:`PayloadParser`: the same columns, rows and reasons (see the module's doc for
     the deliberate differences). ``schema`` is a Spark ``StructType`` of simple fields."""
     from pyspark.sql.types import StringType, StructField, StructType
-
-    from modeswitch.transforms import check_parse_inputs
 
     required = check_parse_inputs(df, schema, required)
     parser = PayloadParser([(f.name, f.dataType.typeName()) for f in schema.fields], required)

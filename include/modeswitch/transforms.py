@@ -170,14 +170,16 @@ def check_parse_inputs(
     return required
 
 
+TYPE_WORDS = {
+    **dict.fromkeys(("long", "integer", "short", "byte"), "an integer"),
+    **dict.fromkeys(("double", "float", "decimal"), "a number"),
+    "string": "a string",
+}
+"""How a quarantine reason names a payload field's type, by Spark type name."""
+
+
 def _type_word(dtype: DataType) -> str:
-    if isinstance(dtype, LongType) or dtype.typeName() in ("integer", "short", "byte"):
-        return "an integer"
-    if dtype.typeName() in ("double", "float", "decimal"):
-        return "a number"
-    if isinstance(dtype, StringType):
-        return "a string"
-    return f"a {dtype.simpleString()}"
+    return TYPE_WORDS.get(dtype.typeName(), f"a {dtype.simpleString()}")
 
 
 def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataFrame]:
