@@ -16,7 +16,7 @@ from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.cli import main
 from modeswitch.config import MaintenanceSettings, PipelineSettings
-from modeswitch.errors import MaintenanceRefusedError
+from modeswitch.errors import ConfigError, MaintenanceRefusedError
 from modeswitch.maintenance import maintain, maintain_table
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.history import LogSummary
@@ -260,3 +260,18 @@ def test_the_log_summary_folds_commits_in_order(tmp_path: Path, log: SegmentLog)
     assert summary.end == {0: 300, 1: 240, 2: 30}
     assert LogSummary.from_dict(summary.to_dict()) == summary
     assert LogSummary.read(tables.sink, PIPELINE, after=1).commits == 0
+
+
+def test_retention_settings_are_bounded_and_named_when_refused() -> None:
+    defaults = MaintenanceSettings()
+    assert (defaults.log_retention, defaults.vacuum_retention) == (timedelta(hours=2),) * 2
+    accepted = MaintenanceSettings.from_mapping({"log_retention": "10m", "vacuum_retention": "1h"})
+    assert (accepted.log_retention, accepted.vacuum_retention) == (
+        timedelta(minutes=10),
+        timedelta(hours=1),
+    )
+    assert MaintenanceSettings.from_mapping({"log_retention": "none"}).log_retention is None
+    with pytest.raises(ConfigError, match=r"log_retention: .* at least 0:10:00"):
+        MaintenanceSettings.from_mapping({"log_retention": "9m"})
+    with pytest.raises(ConfigError, match=r"vacuum_retention: .* less than 1:00:00"):
+        MaintenanceSettings.from_mapping({"vacuum_retention": "59m"})
