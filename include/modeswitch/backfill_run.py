@@ -38,6 +38,7 @@ from typing import Any
 from modeswitch.backfill import BackfillCommit, BackfillPlan, backfill_app_id
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.sinks.commits import keep_log
 from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
@@ -271,6 +272,7 @@ def _replace(
                 mode="append",
                 storage_options=dict(options),
                 commit_properties=properties,
+                post_commithook_properties=keep_log(),
             )
             return DeltaTable(uri, storage_options=dict(options)).version()
         held = table.transaction_version(app_id)
@@ -286,6 +288,7 @@ def _replace(
                 mode="overwrite",
                 predicate=plan.predicate(),
                 commit_properties=properties,
+                post_commithook_properties=keep_log(),
             )
         except CommitFailedError as exc:
             log.info("%s: backfill commit attempt %d conflicted (%s); again", uri, attempt, exc)

@@ -82,3 +82,9 @@ class BackfillRefusedError(ModeswitchError, ValueError):
 
 class MaintenanceRefusedError(ModeswitchError):
     """A maintenance run that cannot start: another run of the pipeline holds the lease."""
+
+
+class SinkLogCleanedError(ModeswitchError):
+    """The sink's log no longer holds the pipeline's newest commit (a writer outside the
+    pipeline cleaned it up): its committed offsets are unknown, and guessing would lose or
+    repeat records."""

@@ -43,6 +43,7 @@ from typing import Any
 
 from modeswitch.config import PipelineSettings
 from modeswitch.errors import MaintenanceRefusedError
+from modeswitch.sinks.commits import keep_log, newest_commit_entry
 from modeswitch.sinks.history import LogSummary
 from modeswitch.state import StateStore
 from modeswitch.state.tables import SCHEMAS
@@ -144,6 +145,7 @@ def maintain(
                 vacuum_retention=cfg.vacuum_retention,
                 log_retention=cfg.log_retention,
                 storage_options=options,
+                pipeline=settings.pipeline if name == "sink" else None,
             )
             if done is not None:
                 tables.append(done)
@@ -194,6 +196,7 @@ def maintain_table(
     vacuum_retention: timedelta,
     log_retention: timedelta | None = None,
     storage_options: Mapping[str, str] | None = None,
+    pipeline: str | None = None,
 ) -> TableMaintenance | None:
     """Compact, vacuum, checkpoint and clean the log of one data table; None if it does not
     exist. First sets the table's tombstone retention (``delta.deletedFileRetentionDuration``,
@@ -211,7 +214,13 @@ def maintain_table(
     table's ``delta.logRetentionDuration``; delta-rs writers do the same on their own after
     each checkpoint (measured), so the run's log summary, read just before, covers every file
     that can go unless the retention is shorter than the time between runs (the audit then
-    reports the files no summary covers)."""
+    reports the files no summary covers).
+
+    With ``pipeline`` (the sink) the log is cleaned only below that pipeline's newest commit:
+    its committed offsets live in that commit's file, and a pipeline paused for longer than
+    the retention would otherwise lose them to the checkpoint this run writes above it. The
+    run's own commits (and a backfill's) clean nothing on their own
+    (:func:`~modeswitch.sinks.commits.keep_log`)."""
     from deltalake import CommitProperties, DeltaTable
 
     began = time.monotonic()
@@ -228,13 +237,17 @@ def maintain_table(
         return fresh.optimize.compact(
             target_size=target_mb * 2**20,
             commit_properties=CommitProperties(custom_metadata={"modeswitch.maintain": name}),
+            post_commithook_properties=keep_log(),
         )
 
     retry_commit_races(compact, attempts=COMPACT_ATTEMPTS, what=f"compaction of {name} table {uri}")
     vacuumed = _vacuum(DeltaTable(uri, storage_options=options), vacuum_retention)
     newest = DeltaTable(uri, storage_options=options)
+    cleaner = newest
+    if pipeline is not None:
+        cleaner = _newest_commit_checkpointed(newest, pipeline, options)
     newest.create_checkpoint()  # after the compaction: readers load one file's add action
-    newest.cleanup_metadata()  # log files below it older than delta.logRetentionDuration
+    cleaner.cleanup_metadata()  # log files below it older than delta.logRetentionDuration
     return TableMaintenance(
         table=name,
         uri=uri,
@@ -328,8 +341,28 @@ def _set_retentions(
     changed = {key: value for key, value in wanted.items() if configured.get(key) != value}
     if changed:
         # A stream commit racing it fails Delta's conflict check and retries.
-        table.alter.set_table_properties(changed)
+        table.alter.set_table_properties(changed, post_commithook_properties=keep_log())
         log.info("%s table %s: set %s", name, table.table_uri, changed)
+
+
+def _newest_commit_checkpointed(table: Any, pipeline: str, options: Mapping[str, str]) -> Any:
+    """The table loaded at ``pipeline``'s newest commit, with a checkpoint there: what the
+    log is cleaned from (delta-rs cleans below the newest checkpoint at or below the version a
+    table is loaded at, and keeps the files from that version up). The table itself if that
+    commit is its newest version or the pipeline has none."""
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+    newest = newest_commit_entry(table, pipeline)
+    if newest is None or newest[0].table_version == table.version():
+        return table
+    version = newest[0].table_version
+    at_commit = DeltaTable(table.table_uri, version=version, storage_options=dict(options))
+    fs, root = filesystem(table.table_uri)
+    checkpoint = fs.get_file_info(f"{root}/_delta_log/{version:020d}.checkpoint.parquet")
+    if checkpoint.type != pafs.FileType.File:
+        at_commit.create_checkpoint()  # once: a paused pipeline's newest commit stays put
+    return at_commit
 
 
 def _vacuum(table: Any, retention: timedelta) -> list[str]:
@@ -342,7 +375,10 @@ def _vacuum(table: Any, retention: timedelta) -> list[str]:
     retention beside a committing stream did, in the spark test). Files of a job killed
     before its commit are left for now."""
     return table.vacuum(
-        retention_hours=_hours(retention), dry_run=False, enforce_retention_duration=False
+        retention_hours=_hours(retention),
+        dry_run=False,
+        enforce_retention_duration=False,
+        post_commithook_properties=keep_log(),
     )
 
 

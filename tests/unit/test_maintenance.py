@@ -16,8 +16,9 @@ from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.cli import main
 from modeswitch.config import MaintenanceSettings, PipelineSettings
-from modeswitch.errors import ConfigError, MaintenanceRefusedError
+from modeswitch.errors import ConfigError, MaintenanceRefusedError, SinkLogCleanedError
 from modeswitch.maintenance import maintain, maintain_table
+from modeswitch.orchestration import decide
 from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.history import LogSummary
 from modeswitch.sources.segments import SegmentLog
@@ -52,20 +53,19 @@ def settings_for(tmp_path: Path, log: SegmentLog, **maintenance: object) -> Pipe
     )
 
 
-def expire_log_at_once(uri: str) -> None:
-    """A table whose log files expire at once (``delta.logRetentionDuration`` 0): what a
-    month of age does to the default's 30 days."""
-    DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+EXPIRE_AT_ONCE = {"delta.logRetentionDuration": "interval 0 seconds"}
+"""A sink whose log files expire at once: what a month of age does to the default's 30 days.
+Set when the table is created: maintenance cleans the log as configured at the pipeline's
+newest commit."""
 
 
 def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     tmp_path: Path, log: SegmentLog
 ) -> None:
-    tables = build(tmp_path, log, waves=SMALL_WAVES)
+    tables = build(tmp_path, log, waves=SMALL_WAVES, configuration=EXPIRE_AT_ONCE)
     before = audit(log.root, tables.sink, tables.quarantine, PIPELINE)
     assert before.ok and before.sink_commits == 24
     rows_before = DeltaTable(tables.sink).to_pyarrow_table().num_rows
-    expire_log_at_once(tables.sink)
     settings = settings_for(tmp_path, log)
     store = StateStore.from_settings(settings)
 
@@ -155,8 +155,7 @@ def test_the_tombstone_retention_bounds_what_each_checkpoint_carries(
 def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> None:
     whole = build(tmp_path / "whole", log, waves=SMALL_WAVES)
     expected = audit(log.root, whole.sink, whole.quarantine, PIPELINE).totals
-    tables = build(tmp_path, log, waves=SMALL_WAVES[:12])
-    expire_log_at_once(tables.sink)
+    tables = build(tmp_path, log, waves=SMALL_WAVES[:12], configuration=EXPIRE_AT_ONCE)
     settings = settings_for(tmp_path, log)
     store = StateStore.from_settings(settings)
     maintain(settings, store=store)
@@ -275,3 +274,33 @@ def test_retention_settings_are_bounded_and_named_when_refused() -> None:
         MaintenanceSettings.from_mapping({"log_retention": "9m"})
     with pytest.raises(ConfigError, match=r"vacuum_retention: .* less than 1:00:00"):
         MaintenanceSettings.from_mapping({"vacuum_retention": "59m"})
+
+
+def test_a_pipeline_paused_past_the_log_retention_keeps_its_committed_offsets(
+    tmp_path: Path, log: SegmentLog
+) -> None:
+    """Maintenance of an idle sink writes commits and a checkpoint above the pipeline's newest
+    commit; once that commit's file is older than the retention, cleaning below the checkpoint
+    deleted it, and the next decision started the pipeline over from offset 0 (every record
+    again). The run cleans only below the newest commit; a file removed by another writer's
+    cleanup is refused by name, never read as "nothing committed"."""
+    # Expiring at once: hours of pause, against the 2 h retention.
+    tables = build(tmp_path, log, waves=SMALL_WAVES[:3], configuration=EXPIRE_AT_ONCE)
+    settings = settings_for(tmp_path, log)
+    store = StateStore.from_settings(settings)
+    committed = store.committed_offsets()
+    newest = DeltaTable(tables.sink).version()
+    for _ in range(2):  # the second run's checkpoint lies above the first one's commits
+        maintain(settings, store=store)
+
+    newest_file = Path(tables.sink, "_delta_log", f"{newest:020d}.json")
+    assert newest_file.exists()
+    assert DeltaTable(tables.sink).version() > newest  # the runs' commits and checkpoints
+    assert store.committed_offsets() == committed == {0: 40, 1: 30}
+    plan = decide(settings)
+    assert {b: plan.start[b] for b in committed} == committed
+
+    for version in range(newest + 1):  # another writer's cleanup
+        Path(tables.sink, "_delta_log", f"{version:020d}.json").unlink(missing_ok=True)
+    with pytest.raises(SinkLogCleanedError, match=r"epoch 1 sequence 2.*log cleanup removed"):
+        store.committed_offsets()

@@ -476,3 +476,25 @@ def test_commits_of_one_process_load_the_table_once_and_see_other_writers(
         write_wave(sink, 1, 3, {0: (30, 40)})
     assert loads.count(str(sink)) <= 1
     assert committed_offsets(str(sink), "orders") == {0: 40}
+
+
+def test_a_commit_with_keep_log_checkpoints_but_leaves_the_log_to_maintenance(
+    tmp_path: Path,
+) -> None:
+    """What maintenance's and a backfill's commits to the sink pass: their checkpoint lies
+    above the pipeline's newest commit, so their cleanup would delete it once old enough."""
+    from deltalake import write_deltalake
+
+    from modeswitch.sinks.commits import keep_log
+
+    uri = str(tmp_path / "t")
+    expiring = {"delta.logRetentionDuration": "interval 0 seconds", "delta.checkpointInterval": "2"}
+    write_deltalake(uri, pa.table({"a": [0]}), configuration=expiring)
+    for n in range(1, 4):
+        row = pa.table({"a": [n]})
+        write_deltalake(uri, row, mode="append", post_commithook_properties=keep_log())
+    log_dir = Path(uri, "_delta_log")
+    assert sorted(p.name for p in log_dir.glob("*.checkpoint.parquet"))  # checkpoints written
+    assert len(list(log_dir.glob("*.json"))) == 4  # nothing cleaned
+    write_deltalake(uri, pa.table({"a": [4]}), mode="append")  # a default commit cleans
+    assert len(list(log_dir.glob("*.json"))) < 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,11 +78,13 @@ def build(
     extra_sink: list[tuple[int, int]] = (),  # type: ignore[assignment]
     extra_quarantine: list[tuple[int, int]] = (),  # type: ignore[assignment]
     pipeline: str = PIPELINE,
+    configuration: Mapping[str, str] | None = None,
 ) -> Tables:
     """Sink and quarantine tables as the sink writes them: per wave, good records to the sink
     and malformed ones to the quarantine, one sink commit carrying offsets and app txn.
 
-    ``drop`` leaves positions out; ``extra_*`` add copies of source records to the last wave.
+    ``drop`` leaves positions out; ``extra_*`` add copies of source records to the last wave;
+    ``configuration``: the sink table's properties, if this creates it.
     """
     tables = Tables(str(tmp_path / "sink"), str(tmp_path / "quarantine"))
     end: dict[int, int] = {}
@@ -110,6 +112,7 @@ def build(
             tables.sink,
             sink_rows,
             mode="append",
+            configuration=configuration,
             commit_properties=CommitProperties(
                 custom_metadata=commit.to_metadata(),
                 app_transactions=[Transaction(pipeline, commit.txn_version)],

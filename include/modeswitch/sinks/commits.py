@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ModeswitchError, SinkLogCleanedError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,20 @@ def sink_commits(
             yield commit
 
 
+def keep_log() -> Any:
+    """The post-commit hooks of a commit to the sink that is not the pipeline's own
+    (maintenance, a backfill): checkpoint as usual, but leave log cleanup to maintenance.
+
+    A writer cleans the log below its checkpoint after committing, and a checkpoint at such
+    a commit lies above the pipeline's newest commit: once that commit's file is older than
+    the log retention (a pipeline paused for a few hours) it would be deleted, and with it the
+    committed offsets. The pipeline's own commits may clean: their checkpoint is at the newest
+    commit itself."""
+    from deltalake import PostCommitHookProperties
+
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
 def newest_commit_in(table: Any, pipeline: str) -> SinkCommit | None:
     """The pipeline's newest commit at or below an open ``DeltaTable``'s snapshot version."""
     found = newest_commit_entry(table, pipeline)
@@ -198,8 +212,26 @@ def newest_commit_entry(table: Any, pipeline: str) -> tuple[SinkCommit, dict] | 
     ``history()``: that reads the log as it is now, and while another writer commits, its
     entries can carry the snapshot's version numbers (measured under concurrent commits), so
     a newer commit would pass for the snapshot's.
+
+    None only before the pipeline's first commit: if the table's app transaction says it has
+    committed but log cleanup removed every commit file of it,
+    :class:`~modeswitch.errors.SinkLogCleanedError` (never "nothing committed", which would
+    start the pipeline over from the earliest offsets).
     """
-    return next(commit_entries(table, pipeline), None)
+    found = next(commit_entries(table, pipeline), None)
+    if found is None and table.transaction_version(pipeline) is not None:
+        held = table.transaction_version(pipeline)
+        epoch, sequence = split_txn_version(held)
+        raise SinkLogCleanedError(
+            f"sink {table.table_uri}: pipeline {pipeline!r} has committed (its newest commit is "
+            f"epoch {epoch} sequence {sequence}), but the log files up to version "
+            f"{table.version()} hold none of its commits: log cleanup removed the newest one, "
+            "so its committed offsets are unknown and nothing is planned until the file is "
+            "restored from a backup. Only modeswitch's maintenance may clean this table's log "
+            "(it keeps the newest commit): turn log cleanup off in other writers "
+            "(delta.enableExpiredLogCleanup=false)"
+        )
+    return found
 
 
 def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[SinkCommit], int]:
