@@ -282,6 +282,7 @@ STREAM_TRIGGERS = ("processing_time", "available_now")
 BATCH_WRITERS = ("native", "python")
 BATCH_READERS = ("bucketlog", "native")
 START_FROM = ("earliest", "latest")
+ENGINES = ("submit", "warm")
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -344,7 +345,9 @@ class PipelineSettings:
     (:mod:`modeswitch.backfill`). ``stream_checkpoints_kept`` (3): how many ended stream epochs
     keep their Spark checkpoint folders (closing an epoch deletes older ones; within an epoch
     Spark keeps its last ``spark.sql.streaming.minBatchesToRetain`` micro-batches, 100 by
-    default). ``policy`` and ``planner``
+    default). ``engine`` (``submit``): under Airflow each epoch is its own spark-submit job;
+    ``warm`` hands the epochs to the pipeline's long-lived engine instead, one Spark
+    application that runs them all (:mod:`modeswitch.engine`). ``policy`` and ``planner``
     hold the switching and planning settings, ``maintenance`` those of ``modeswitch maintain``.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
@@ -372,6 +375,7 @@ class PipelineSettings:
     kafka_connection: str = "kafka_default"
     start_from: str = "earliest"
     stream_checkpoints_kept: int = 3
+    engine: str = "submit"
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
@@ -413,6 +417,8 @@ class PipelineSettings:
             raise ConfigError(
                 f"batch_reader: {self.batch_reader!r} is not one of " + ", ".join(BATCH_READERS)
             )
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine: {self.engine!r} is not one of " + ", ".join(ENGINES))
         if self.batch_driver_memory != parse_jvm_memory(
             self.batch_driver_memory, setting="batch_driver_memory"
         ):
@@ -470,7 +476,7 @@ class PipelineSettings:
                 values[name] = parse_positive_int(value, setting=name)
             elif name in _OPTIONAL_COUNT_SETTINGS:
                 values[name] = parse_threshold_count(value, setting=name)
-            elif name in ("stream_trigger", "batch_writer", "batch_reader", "start_from"):
+            elif name in ("stream_trigger", "batch_writer", "batch_reader", "start_from", "engine"):
                 values[name] = str(value).strip().lower()
             elif name == "stream_standby":
                 values[name] = parse_bool(value, setting=name)

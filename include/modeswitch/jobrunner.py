@@ -29,11 +29,13 @@ JOB_SCRIPTS: dict[str, str] = {
     "batch": "backlog_batch.py",
     "stream": "stream.py",
     "backfill": "backfill.py",
+    "engine": "engine.py",
 }
 
 
 def job_script(kind: str) -> Path:
-    """The spark-submit entrypoint of a ``batch``, ``stream`` or ``backfill`` job."""
+    """The spark-submit entrypoint of a ``batch``, ``stream`` or ``backfill`` job, or of the
+    pipeline's warm ``engine``."""
     if kind not in JOB_SCRIPTS:
         raise ValueError(f"kind: {kind!r} is not one of {', '.join(JOB_SCRIPTS)}")
     return JOBS / JOB_SCRIPTS[kind]

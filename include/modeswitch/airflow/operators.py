@@ -72,7 +72,54 @@ class EpochJobOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
         self.prepare(plan or {})
+        settings = PipelineSettings.from_json(plan["settings"])
+        if self.kind in ("batch", "stream") and settings.engine == "warm":
+            self.run_on_engine(plan, settings)
+            return
         super().execute(context)
+
+    def run_on_engine(self, plan: Mapping[str, Any], settings: PipelineSettings) -> None:
+        """Hand the epoch to the pipeline's warm engine (:mod:`modeswitch.engine`), started
+        here with this task's connection, conf and environment if none runs, and wait for
+        its end."""
+        from modeswitch.engine import ensure_engine, run_on_engine
+
+        if self._get_hook()._connection.get("deploy_mode") == "cluster":
+            raise ConfigError(
+                f"engine: 'warm' needs the engine's driver beside this task (client deploy "
+                f"mode); connection {self._conn_id!r} submits in cluster mode"
+            )
+        address = ensure_engine(settings, lambda path: self.start_engine(plan, settings, path))
+        run_on_engine(address, self.kind, int(plan["epoch"]), plan["settings"])  # type: ignore[arg-type]
+
+    def start_engine(
+        self, plan: Mapping[str, Any], settings: PipelineSettings, address_file: Path
+    ) -> Any:
+        """``spark-submit jobs/engine.py`` in its own process group, its output beside its
+        address file; it outlives this task (:func:`modeswitch.engine.stop_engine` stops it)."""
+        from modeswitch.processes import start_group
+
+        conf = dict(self.conf or {})
+        if "spark.driver.memory" not in conf:  # the engine runs batch epochs too
+            for key, value in job_spark_conf("batch", settings).items():
+                conf[key] = with_java_options(conf.get(key), value) if "Java" in key else value
+        saved = (self.name, self.application_args, self.conf)
+        self.name = f"modeswitch-{plan['pipeline']}-engine"
+        self.application_args = [
+            "--pipeline",
+            plan["pipeline"],
+            "--config",
+            plan["settings"],
+            "--address-file",
+            str(address_file),
+        ]
+        self.conf = conf
+        try:
+            command = self._get_hook()._build_spark_submit_command(str(job_script("engine")))
+        finally:
+            self.name, self.application_args, self.conf = saved
+        with open(address_file.with_suffix(".log"), "ab") as output:
+            return start_group(command, env=self.env_vars, output=output)
 
     def prepare(self, plan: Mapping[str, Any]) -> None:
         """Set the job's arguments, environment and Spark conf for ``plan``'s epoch.

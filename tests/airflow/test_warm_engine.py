@@ -1,0 +1,209 @@
+"""``dag.test()`` of the pipeline DAG with the ``engine`` setting ``warm``: the epoch tasks hand
+their epochs to one long-lived Spark application (``jobs/engine.py``, started by the first task
+with spark-submit on ``spark_default``). Batch -> stream -> batch -> stream in one engine,
+each handoff exact and every record once; the engine SIGKILLed (its whole process group)
+mid-stream and mid-wave: the task fails, its retry starts a new engine that runs the
+re-attached epoch, and the pipeline ends at 0 missing, 0 duplicated."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from test_stream_retry import _dag, _get_variable, _states
+
+from modeswitch.airflow.tasks import submit_control_command
+from modeswitch.config import PipelineSettings
+from modeswitch.engine import ENGINE_DIR_ENV, EngineAddress, engine_file, stop_engine
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+pytestmark = pytest.mark.airflow
+
+PIPELINE = "warmtest"
+WAIT = 300.0
+
+
+@pytest.fixture
+def warm_env(airflow_db, tmp_path: Path):
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=4)
+    produce_backlog(log, EventGenerator(seed=3, buckets=4), records=40_000)
+    variables = {
+        "pipeline": PIPELINE,
+        "source": str(tmp_path / "log"),
+        "warehouse": str(tmp_path / "warehouse"),
+        "engine": "warm",
+        "trigger_interval": "500ms",
+        "max_records_per_trigger": "5000",
+        "max_stream_runtime": "150s",  # each stream is stopped by the test's command
+        "min_time_in_stream": "0s",
+        "exit_threshold": "1h",
+        "enter_threshold": "2h",
+        "watermark_lag_threshold": "2h",
+    }
+    env = {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()}
+    env[ENGINE_DIR_ENV] = str(tmp_path / "engines")
+    settings = PipelineSettings.from_mapping(variables)
+    with mock.patch.dict(os.environ, env):
+        try:
+            yield settings, log
+        finally:
+            stop_engine(settings)  # the engine outlives its tasks: the test stops it
+    assert EngineAddress.read(engine_file(settings)) is None
+
+
+def engine_pid(settings: PipelineSettings) -> int | None:
+    address = EngineAddress.read(engine_file(settings))
+    return None if address is None else address.pid
+
+
+def stream_commits(sink: str, epoch: int) -> list[SinkCommit]:
+    return [c for c in sink_commits(sink, PIPELINE) if c.epoch == epoch]
+
+
+def run_stream_until(
+    pipeline, settings: PipelineSettings, target: dict[int, int], during: Callable[[], None]
+):
+    """One stream epoch's DAG run; ``during()`` runs beside it once the stream has committed
+    twice, and a command stops the stream once the sink holds ``target``."""
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            deadline = time.monotonic() + WAIT
+            while not done.is_set() and time.monotonic() < deadline:
+                streams = [c for c in sink_commits(settings.sink, PIPELINE) if c.mode == "stream"]
+                if len({c.epoch for c in streams}) and len(streams) >= 2:
+                    break
+                time.sleep(0.2)
+            during()
+            while not done.is_set() and time.monotonic() < deadline:
+                if committed_offsets(settings.sink, PIPELINE) == target:
+                    break
+                time.sleep(0.2)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            if not done.is_set():
+                submit_control_command(
+                    {"command": "switch_to_batch", "note": "test"}, get_variable=_get_variable
+                )
+
+    thread = threading.Thread(target=watch, name="stream-watch")
+    thread.start()
+    try:
+        run = pipeline.test(run_conf={"force_mode": "stream", "dry_run": False})
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not failure, failure
+    return run
+
+
+def kill_engine(settings: PipelineSettings) -> int:
+    """SIGKILL the engine's whole process group (driver, JVM, Python workers); its pid."""
+    address = EngineAddress.read(engine_file(settings))
+    assert address is not None
+    os.killpg(address.pgid, signal.SIGKILL)
+    return address.pid
+
+
+def test_batch_stream_batch_stream_in_one_warm_engine(warm_env) -> None:
+    settings, log = warm_env
+    store = StateStore.from_settings(settings)
+    pipeline = _dag("modeswitch_pipeline")
+
+    run = pipeline.test(run_conf={"force_mode": "batch", "dry_run": False})
+    assert str(run.state) == "success", _states(run)
+    engine = engine_pid(settings)
+    assert engine is not None  # started by the batch task, and still up
+
+    produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=1_000_000)
+    run = run_stream_until(pipeline, settings, log.latest_offsets(), lambda: None)
+    assert str(run.state) == "success", _states(run)
+    produce_backlog(log, EventGenerator(seed=5, buckets=4), records=30_000, first=2_000_000)
+    run = pipeline.test(run_conf={"force_mode": "batch", "dry_run": False})
+    assert str(run.state) == "success", _states(run)
+    produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3_000_000)
+    run = run_stream_until(pipeline, settings, log.latest_offsets(), lambda: None)
+    assert str(run.state) == "success", _states(run)
+
+    assert engine_pid(settings) == engine  # every epoch ran in the one engine
+    epochs = store.epochs()
+    assert [(e.mode, e.status) for e in epochs] == [
+        ("batch", "completed"),
+        ("stream", "completed"),
+        ("batch", "completed"),
+        ("stream", "completed"),
+    ]
+    for before, after in itertools.pairwise(epochs):
+        assert after.start == before.end  # each handoff exact
+    assert epochs[-1].end == log.latest_offsets()
+    report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
+    assert report.ok and report.totals.missing == report.totals.duplicated == 0, report
+
+
+def test_an_engine_killed_mid_stream_and_mid_wave_is_replaced_and_nothing_is_lost(
+    warm_env,
+) -> None:
+    settings, log = warm_env
+    store = StateStore.from_settings(settings)
+    pipeline = _dag("modeswitch_pipeline")
+    for task_id in ("stream", "backlog_batch"):
+        task = pipeline.task_dict[task_id]
+        assert task.retries == 2  # as the DAG defines it
+        task.retry_delay = timedelta(seconds=1)  # dag.test() serializes this DAG object
+
+    # Mid-wave: the first batch epoch is killed once its first wave committed.
+    planner = {"AIRFLOW_VAR_MODESWITCH_WAVE_RECORDS": "8000"}
+    killed: list[int] = []
+
+    def kill_after_first_wave() -> None:
+        deadline = time.monotonic() + WAIT
+        while not list(sink_commits(settings.sink, PIPELINE)):
+            assert time.monotonic() < deadline, "no wave committed"
+            time.sleep(0.05)
+        killed.append(kill_engine(settings))
+
+    killer = threading.Thread(target=kill_after_first_wave)
+    with mock.patch.dict(os.environ, planner):
+        killer.start()
+        try:
+            run = pipeline.test(run_conf={"force_mode": "batch", "dry_run": False})
+        finally:
+            killer.join(timeout=WAIT)
+    states = _states(run)
+    assert str(run.state) == "success", states
+    [batch_ti] = [ti for ti in run.get_task_instances() if ti.task_id == "backlog_batch"]
+    assert batch_ti.try_number == 2, "the try whose engine was killed, then one that succeeded"
+    assert len(killed) == 1 and engine_pid(settings) not in (None, killed[0])
+
+    # Mid-stream: the engine is killed after the stream's second commit.
+    produce_backlog(log, EventGenerator(seed=4, buckets=4), records=60_000, first=1_000_000)
+    run = run_stream_until(
+        pipeline, settings, log.latest_offsets(), lambda: killed.append(kill_engine(settings))
+    )
+    assert str(run.state) == "success", _states(run)
+    [stream_ti] = [ti for ti in run.get_task_instances() if ti.task_id == "stream"]
+    assert stream_ti.try_number == 2
+    assert len(killed) == 2 and engine_pid(settings) not in (None, *killed)
+
+    batch, stream = store.epochs()
+    assert (batch.status, stream.status) == ("completed", "completed")
+    assert stream.start == batch.end and stream.end == log.latest_offsets()
+    sequences = sorted(c.sequence for c in stream_commits(settings.sink, stream.id))
+    assert sequences == list(range(len(sequences)))  # none committed twice, none skipped
+    report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
+    assert report.ok and report.totals.missing == report.totals.duplicated == 0, report

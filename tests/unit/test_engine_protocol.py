@@ -1,0 +1,200 @@
+"""The warm engine's protocol without Spark: a real server on loopback whose epochs are run by
+a stand-in runner (the Spark side is tests/airflow/test_warm_engine.py). A run of the running
+epoch attaches, another is refused, a failure comes back with its message, a request without
+the token is refused, the engine going away mid-epoch is an EngineLostError, and a stale or
+silent engine is found out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from modeswitch.config import PipelineSettings
+from modeswitch.engine import (
+    ENGINE_DIR_ENV,
+    Engine,
+    EngineAddress,
+    EngineLostError,
+    EngineRefusedError,
+    _Server,
+    engine_file,
+    ensure_engine,
+    live_engine,
+    run_on_engine,
+)
+from modeswitch.errors import FencedError, ModeswitchError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineSettings:
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    return PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": str(tmp_path / "log"), "warehouse": str(tmp_path / "w")}
+    )
+
+
+class Served:
+    """An engine serving on loopback, its epochs run by the test's thread via ``step()``."""
+
+    def __init__(self, settings: PipelineSettings, runner) -> None:
+        self.engine = Engine(spark=None, pipeline=settings.pipeline, runner=runner)
+        self.server = _Server(self.engine, "secret")
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        host, port = self.server.server_address[:2]
+        self.address = EngineAddress("p", settings.state_root, os.getpid(), 0, host, port, "secret")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def in_thread(action) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def go() -> None:
+        try:
+            outcome.append(action())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    return thread, outcome
+
+
+def test_an_epoch_runs_once_a_retry_attaches_another_waits_a_failure_is_told(
+    settings: PipelineSettings,
+) -> None:
+    release = threading.Event()
+    ran: list[tuple[str, int]] = []
+
+    def runner(kind, spark, epoch, s):
+        ran.append((kind, epoch))
+        assert s.pipeline == "p"
+        release.wait(10)
+        if epoch == 2:
+            raise FencedError("epoch 2 is fenced out")
+
+    served = Served(settings, runner)
+    config = settings.to_json()
+    try:
+        first, first_out = in_thread(lambda: run_on_engine(served.address, "batch", 1, config))
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+        deadline = time.monotonic() + 10
+        while served.engine.running() != ("batch", 1) or not ran:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # A retry of the same epoch attaches; another epoch is refused while it runs.
+        again, again_out = in_thread(lambda: run_on_engine(served.address, "batch", 1, config))
+        with pytest.raises(EngineRefusedError, match="running batch epoch 1"):
+            run_on_engine(served.address, "stream", 2, config)
+        release.set()
+        for thread in (first, again, worker):
+            thread.join(10)
+        assert first_out == [None] and again_out == [None]
+        assert ran == [("batch", 1)]  # run once, however many waited for it
+
+        # A failure comes back with its message.
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+        with pytest.raises(ModeswitchError, match=r"stream epoch 2 failed in the engine.*fenced"):
+            run_on_engine(served.address, "stream", 2, config)
+        worker.join(10)
+
+        # Without the token, nothing runs.
+        stranger = EngineAddress(**{**served.address.__dict__, "token": "guess"})
+        with pytest.raises(EngineRefusedError, match="token"):
+            run_on_engine(stranger, "batch", 3, config)
+        assert not served.engine.pending()
+    finally:
+        release.set()
+        served.close()
+
+
+ENGINE_PROCESS = """
+import sys, threading, time
+from pathlib import Path
+from modeswitch.engine import Engine, EngineAddress, _Server
+engine = Engine(spark=None, pipeline="p", runner=lambda *a: time.sleep(60))
+server = _Server(engine, "secret")
+threading.Thread(target=server.serve_forever, daemon=True).start()
+host, port = server.server_address[:2]
+EngineAddress("p", sys.argv[2], 0, 0, host, port, "secret").write(Path(sys.argv[1]))
+while True:
+    engine.run_next(timeout=0.5)
+"""
+
+
+def test_the_engine_killed_mid_epoch_is_an_engine_lost_error(
+    settings: PipelineSettings, tmp_path: Path
+) -> None:
+    path = tmp_path / "address.json"
+    process = subprocess.Popen(
+        [sys.executable, "-c", ENGINE_PROCESS, str(path), settings.state_root]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while EngineAddress.read(path) is None:
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        address = EngineAddress.read(path)
+        killer = threading.Timer(1.0, process.kill)  # mid-epoch: the runner sleeps 60 s
+        killer.start()
+        with pytest.raises(EngineLostError, match="went away while running stream epoch 4"):
+            run_on_engine(address, "stream", 4, settings.to_json())
+        killer.join()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_stale_address_is_dropped_and_a_silent_engine_is_stopped(
+    settings: PipelineSettings, tmp_path: Path
+) -> None:
+    path = engine_file(settings)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    stale = EngineAddress("p", settings.state_root, int(dead.stdout), 0, "127.0.0.1", 9, "t")
+    stale.write(path)
+    assert json.loads(path.read_text())["pid"] == int(dead.stdout)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert live_engine(settings) is None and not path.exists()
+
+    # A live process that does not answer (here: a sleeping Python in its own group) is
+    # stopped by its process group, and a new engine is started in its place.
+    silent = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    EngineAddress("p", settings.state_root, silent.pid, silent.pid, "127.0.0.1", 9, "t").write(path)
+    served = Served(settings, lambda *a: None)
+    try:
+
+        def start(address_file: Path):
+            served.address.write(address_file)
+            return None
+
+        address = ensure_engine(settings, start, timeout=10)
+        assert address == served.address
+        assert silent.wait(10) is not None  # stopped
+    finally:
+        served.close()
+        if silent.poll() is None:
+            silent.kill()
+
+    # An engine that exits before it answers is reported with its status.
+    path.unlink(missing_ok=True)
+    crashed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(EngineLostError, match="exited with status 3"):
+        ensure_engine(settings, lambda _: crashed, timeout=10)
