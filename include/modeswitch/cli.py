@@ -400,6 +400,42 @@ def _maintain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_engine(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "engine",
+        help="the pipeline's warm engine: whether it runs, what it runs; stop it",
+        description=(
+            "The warm engine (setting engine = warm) outlives the Airflow tasks that start it. "
+            "'status' says whether it runs and which epoch; 'stop' stops it by its process "
+            "group (its running epoch is resumed by the next task, as after a crash)."
+        ),
+    )
+    p.add_argument("action", choices=("status", "stop"))
+    p.add_argument("--config", required=True, help="the pipeline's settings file")
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from modeswitch.config import layer_settings, read_settings_file
+    from modeswitch.engine import engine_file, live_engine, ping, stop_engine
+
+    settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
+    if args.action == "stop":
+        stopped = stop_engine(settings)
+        console.print("stopped the engine" if stopped else "no engine runs")
+        return 0
+    address = live_engine(settings)
+    if address is None:
+        console.print(f"no engine runs for pipeline {settings.pipeline!r}")
+        return 1
+    running = ping(address).get("running")
+    what = f"running {running[0]} epoch {running[1]}" if running else "idle"
+    console.print(
+        f"engine pid {address.pid} on {address.host}:{address.port}: {what} "
+        f"(address file {engine_file(settings)})"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -412,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run,
         _add_backfill,
         _add_maintain,
+        _add_engine,
         _add_status,
         _add_verify,
     ):
@@ -427,6 +464,7 @@ COMMANDS = {
     "run": _run,
     "backfill": _backfill,
     "maintain": _maintain,
+    "engine": _engine,
     "status": _status,
     "verify": _verify,
 }

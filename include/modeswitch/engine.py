@@ -16,6 +16,11 @@ epoch paid for, the next does not.
   ``run`` (``kind``, ``epoch``, ``config``) → ``running``, then ``done`` or ``failed`` with the
   error. A ``run`` of the epoch already running attaches to it (an Airflow retry after its task
   was killed); any other ``run`` while one runs is ``refused``.
+- **The handoff.** When a batch epoch ends in the engine, the engine closes it and, if
+  ``decide`` chooses stream, opens the stream epoch and starts it at once (decided by
+  ``engine``): the next DAG run's ``decide`` re-attaches that epoch and its ``stream`` task
+  attaches to it. The batch's last commit is then followed by the stream's first within the
+  engine, not after five Airflow tasks. A decision for batch or a pause is left to the DAG.
 - **Faults.** The engine is a process like any job: killed, its connections close, the task
   that waited fails with :class:`EngineLostError`, and its retry starts a new engine and runs
   the epoch again: ``decide`` re-attaches the running epoch, a stream resumes from its
@@ -115,9 +120,17 @@ class Engine:
     stream started from another Python thread does not find the session's Python data
     sources, measured with pyspark 4.2); the request handlers only queue them and wait."""
 
-    def __init__(self, spark: Any, pipeline: str, runner: Callable[..., None] | None = None):
+    def __init__(
+        self,
+        spark: Any,
+        pipeline: str,
+        runner: Callable[..., None] | None = None,
+        *,
+        handoff: bool = True,
+    ):
         self.spark = spark
         self.pipeline = pipeline
+        self.handoff = handoff
         self.requested = threading.Event()  # any request: the warm-up gives way
         self._runner = runner or _run_epoch
         self._lock = threading.Lock()
@@ -167,9 +180,30 @@ class Engine:
             future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
-        else:
-            future.set_result(None)
+            return kind, settings
+        future.set_result(None)
+        if kind == "batch" and self.handoff:
+            self._hand_off(epoch, settings)
         return kind, settings
+
+    def _hand_off(self, batch_epoch: int, settings: PipelineSettings) -> None:
+        """After a batch epoch: close it and, if the policy (or a pending command) chooses
+        stream, open the stream epoch and queue it at once, without waiting for the next DAG
+        run. That run's ``decide`` re-attaches the open epoch and its ``stream`` task attaches
+        to the run queued here; a ``close_epoch`` task finds the batch epoch closed. Whatever
+        decides batch or pause is left to the next DAG run."""
+        from modeswitch.orchestration import close_epoch, decide
+
+        try:
+            status, _ = close_epoch(settings, batch_epoch)
+            if status != "completed" or decide(settings, dry_run=True).mode != "stream":
+                return
+            plan = decide(settings, decided_by="engine")
+            if plan.mode == "stream" and plan.epoch is not None:
+                log.info("engine: handing off to stream epoch %d at once", plan.epoch)
+                self.submit("stream", plan.epoch, settings.to_json())
+        except Exception as exc:  # the next DAG run decides as always
+            log.warning("engine: no handoff after batch epoch %d: %s", batch_epoch, exc)
 
     def close(self) -> None:
         while not self._queue.empty():
@@ -324,6 +358,14 @@ def _exchange(
                 yield json.loads(line)
 
 
+def ping(address: EngineAddress) -> dict[str, Any]:
+    """The engine's answer to a ping (``pid``, ``running``: the epoch it runs, if any)."""
+    answers = list(_exchange(address, {"op": "ping"}, PING_TIMEOUT))
+    if not answers or answers[0].get("event") != "pong":
+        raise OSError(f"engine on {address.host}:{address.port} answered {answers!r}")
+    return answers[0]
+
+
 def live_engine(settings: PipelineSettings) -> EngineAddress | None:
     """The pipeline's engine if it runs and answers; a process that runs but does not answer
     is stopped. None if there is none."""
@@ -335,10 +377,9 @@ def live_engine(settings: PipelineSettings) -> EngineAddress | None:
         path.unlink(missing_ok=True)
         return None
     try:
-        answers = list(_exchange(address, {"op": "ping"}, PING_TIMEOUT))
-        if answers and answers[0].get("event") == "pong":
-            return address
-    except OSError:
+        ping(address)
+        return address
+    except (OSError, ValueError):
         pass
     log.warning(
         "engine pid %d does not answer on %s:%d: stopping it",

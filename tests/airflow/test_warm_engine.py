@@ -150,6 +150,9 @@ def test_batch_stream_batch_stream_in_one_warm_engine(warm_env) -> None:
     ]
     for before, after in itertools.pairwise(epochs):
         assert after.start == before.end  # each handoff exact
+    # Each stream epoch was opened by the engine right after its batch, not by the next run.
+    openers = [d.decided_by for d in store.decisions() if d.switched and d.mode == "stream"]
+    assert openers.count("engine") == 2, openers
     assert epochs[-1].end == log.latest_offsets()
     report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
     assert report.ok and report.totals.missing == report.totals.duplicated == 0, report

@@ -251,6 +251,17 @@ def test_stream_standby_is_a_switch_on_by_default() -> None:
         PipelineSettings(stream_standby=1)
 
 
+def test_the_engine_is_submit_by_default_warm_on_request_and_nothing_else() -> None:
+    from modeswitch.config import PipelineSettings
+
+    assert PipelineSettings().engine == "submit"
+    settings = PipelineSettings.from_mapping({"engine": " Warm "})
+    assert settings.engine == "warm"
+    assert PipelineSettings.from_json(settings.to_json()) == settings
+    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of submit, warm"):
+        PipelineSettings.from_mapping({"engine": "hot"})
+
+
 def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) -> None:
     from modeswitch import jobrunner, session
 

@@ -46,7 +46,7 @@ class Served:
     """An engine serving on loopback, its epochs run by the test's thread via ``step()``."""
 
     def __init__(self, settings: PipelineSettings, runner) -> None:
-        self.engine = Engine(spark=None, pipeline=settings.pipeline, runner=runner)
+        self.engine = Engine(None, settings.pipeline, runner, handoff=False)
         self.server = _Server(self.engine, "secret")
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         host, port = self.server.server_address[:2]
@@ -123,7 +123,7 @@ ENGINE_PROCESS = """
 import sys, threading, time
 from pathlib import Path
 from modeswitch.engine import Engine, EngineAddress, _Server
-engine = Engine(spark=None, pipeline="p", runner=lambda *a: time.sleep(60))
+engine = Engine(None, "p", lambda *a: time.sleep(60), handoff=False)
 server = _Server(engine, "secret")
 threading.Thread(target=server.serve_forever, daemon=True).start()
 host, port = server.server_address[:2]
@@ -198,3 +198,33 @@ def test_a_stale_address_is_dropped_and_a_silent_engine_is_stopped(
     crashed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(EngineLostError, match="exited with status 3"):
         ensure_engine(settings, lambda _: crashed, timeout=10)
+
+
+def test_the_command_line_tells_whether_an_engine_runs_and_stops_it(
+    settings: PipelineSettings, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from modeswitch.cli import main
+
+    config = tmp_path / "settings.json"
+    config.write_text(settings.to_json())
+    assert main(["engine", "status", "--config", str(config)]) == 1
+    assert "no engine runs" in capsys.readouterr().out
+
+    served = Served(settings, lambda *a: None)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        # The engine's address: the stand-in process's pid and group, the server's port.
+        fields = {**served.address.__dict__, "pid": sleeper.pid, "pgid": sleeper.pid}
+        EngineAddress(**fields).write(engine_file(settings))
+        assert main(["engine", "status", "--config", str(config)]) == 0
+        assert f"engine pid {sleeper.pid}" in capsys.readouterr().out
+        # Stop: by the process group the address names.
+        assert main(["engine", "stop", "--config", str(config)]) == 0
+        assert sleeper.wait(10) is not None
+        assert not engine_file(settings).exists()
+    finally:
+        served.close()
+        if sleeper.poll() is None:
+            sleeper.kill()

@@ -6,16 +6,21 @@
 3. Four runs of ``modeswitch_pipeline``, each a child process (``dag.test()``, its log in
    ``<dir>/logs/airflow-run-N.log``): batch (the backlog) -> stream (a burst holds it back
    until its offset lag has stayed over the threshold for the dwell) -> batch (the burst)
-   -> stream (20 s, set by the run's ``settings`` param).
+   -> stream (20 s, set by the run's ``settings`` param; with the warm engine, the stream
+   the engine started right after the batch keeps the demo's own ``max_stream_runtime``).
+   The epochs run in the pipeline's warm engine (``engine = warm``, :mod:`modeswitch.engine`):
+   the first batch task starts it, and it hands each batch over to its stream itself.
 4. The summary of :mod:`modeswitch.demo`: epochs, handoffs, records per mode, the audit.
 
 Every process started here is stopped here: the producer thread is joined, each run's child
-process group is killed if it overruns.
+process group is killed if it overruns, and the engine (which outlives the runs) is stopped
+by its process group at the end.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -26,6 +31,7 @@ from rich.console import Console
 from modeswitch.airflow.local import DAGS, airflow_environment, migrate
 from modeswitch.config import PipelineSettings
 from modeswitch.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
+from modeswitch.engine import ENGINE_DIR_ENV, stop_engine
 from modeswitch.processes import run_process_group
 from modeswitch.state import StateStore
 
@@ -40,6 +46,10 @@ BURST_AFTER_SECONDS = 20.0
 # at 10 minutes.
 AIRFLOW_DEMO_SETTINGS = {
     **DEMO_SETTINGS,
+    # The epochs run in the pipeline's warm engine (modeswitch.engine), started by the first
+    # epoch task and stopped at the demo's end; MODESWITCH_DEMO_ENGINE=submit runs each epoch
+    # as its own spark-submit job instead.
+    "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "warm"),
     "offset_lag_threshold": "100000",
     "watermark_lag_threshold": "10m",
     "enter_threshold": "none",
@@ -57,6 +67,7 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
         "warehouse": str(root / "warehouse"),
     }
     settings = PipelineSettings.from_mapping(variables)
+    os.environ[ENGINE_DIR_ENV] = str(root / "engines")  # the engine's address, for its runs too
     env = airflow_environment(root / "airflow", variables=variables)
     console.rule("1. a local Airflow, a skewed backlog and a live producer")
     started = time.monotonic()
@@ -66,14 +77,21 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
         f"local[*], settings as {len(variables)} modeswitch_* Variables "
         f"({time.monotonic() - started:.1f} s)"
     )
-    with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
-        console.rule(f"2. the {DAG_ID} DAG: one run per epoch (dag.test)")
-        _run(env, root, 1, {}, settings, console, "drains the backlog up to its boundary")
-        with burst_later(log, buckets, console, after=BURST_AFTER_SECONDS, records=BURST_RECORDS):
-            _run(env, root, 2, {}, settings, console, "from the batch's end, until a burst")
-        _run(env, root, 3, {}, settings, console, "drains what the burst left")
-        short = {"settings": {"max_stream_runtime": "20s"}}
-        _run(env, root, 4, short, settings, console, "live again for 20 s (run param settings)")
+    try:
+        with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
+            console.rule(f"2. the {DAG_ID} DAG: one run per epoch (dag.test)")
+            _run(env, root, 1, {}, settings, console, "drains the backlog up to its boundary")
+            with burst_later(
+                log, buckets, console, after=BURST_AFTER_SECONDS, records=BURST_RECORDS
+            ):
+                _run(env, root, 2, {}, settings, console, "from the batch's end, until a burst")
+            _run(env, root, 3, {}, settings, console, "drains what the burst left")
+            short = {"settings": {"max_stream_runtime": "20s"}}
+            note = "live again, 20 s (run param; an epoch the engine started keeps its own)"
+            _run(env, root, 4, short, settings, console, note)
+    finally:
+        if stop_engine(settings):
+            console.print(f"stopped the pipeline's warm engine (log: {root}/engines)")
     return _summary(settings, console)
 
 
@@ -87,7 +105,7 @@ def _run(
     note: str,
 ) -> None:
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    before = {e.id for e in store.epochs()}
+    before = {e.id: e for e in store.epochs()}
     run_log = root / "logs" / f"airflow-run-{number}.log"
     started = time.monotonic()
     code = run_process_group(
@@ -96,15 +114,22 @@ def _run(
         timeout=RUN_TIMEOUT,
         log_file=run_log,
     )
-    new = [e for e in store.epochs() if e.id not in before]
     seconds = time.monotonic() - started
-    if code != 0 or not new:
+    epochs = store.epochs()
+    # The run's epoch: one it opened, or the one it re-attached (the warm engine opens a
+    # stream epoch itself right after a batch; the next run attaches to it).
+    attached = [e.id for e in before.values() if e.running]
+    new = [e for e in epochs if e.id not in before]
+    ran = [e for e in epochs if e.id in attached] or new[:1]
+    if code != 0 or not ran:
         raise SystemExit(f"DAG run {number} failed (exit {code}); its log: {run_log}")
-    epoch = new[-1]
+    epoch = ran[0]
     console.print(
         f"[bold]run {number} -> epoch {epoch.id}: {epoch.mode}[/bold] {note} ({seconds:.0f} s)\n"
         f"  ended: {epoch.status}, {epoch.end_reason}\n  log: {run_log}"
     )
+    for handed in (e for e in new if e.id != epoch.id):
+        console.print(f"  the engine handed off to {handed.mode} epoch {handed.id} at once")
 
 
 def _run_dag(conf: dict) -> int:
