@@ -13,7 +13,7 @@ from hypothesis import settings
 settings.register_profile("modeswitch", deadline=None)
 settings.load_profile("modeswitch")
 
-TIERS = ("unit", "spark", "airflow", "e2e", "faults", "browser", "kafka")
+TIERS = ("unit", "spark", "airflow", "e2e", "faults", "browser", "kafka", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,116 @@
+"""The cycle on a real Spark standalone cluster: a master and two workers of one core each on
+loopback (pip's pyspark, ``bin/spark-class``), started and stopped by this module, and Airflow
+(``dag.test()`` runs, each a child process, as ``make demo`` runs them) with ``spark_default``
+= ``spark://127.0.0.1:PORT`` in client deploy mode: the drivers run beside the tasks, the
+executors in the workers' JVMs, with the same Python and package (an environment both sides
+have, as in the Docker image).
+
+batch (native reader and writer) -> stream -> batch (the Python data source reader and writer,
+in the warm engine) -> the engine's own handoff to stream; every handoff exact, the audit
+0/0, every job an application of the cluster with executors on both workers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from modeswitch.airflow.local import airflow_environment, migrate
+from modeswitch.config import PipelineSettings
+from modeswitch.engine import ENGINE_DIR_ENV, stop_engine
+from modeswitch.processes import run_process_group
+from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.standalone import StandaloneCluster, application_names, executor_folders
+from modeswitch.state import StateStore
+from modeswitch.verify import audit
+
+pytestmark = pytest.mark.cluster
+
+PIPELINE = "onthecluster"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, cores=1) as running:
+        yield running
+
+
+def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
+    cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=4)
+    produce_backlog(log, EventGenerator(seed=3, buckets=4, malformed_fraction=0.01), records=80_000)
+    variables = {
+        "pipeline": PIPELINE,
+        "source": str(tmp_path / "log"),
+        "warehouse": str(tmp_path / "warehouse"),
+        "wave_records": "40000",
+        "max_split_records": "20000",
+        "trigger_interval": "500ms",
+        "max_records_per_trigger": "20000",
+        "max_stream_runtime": "25s",
+        "min_time_in_stream": "0s",
+        "exit_threshold": "1h",
+        "enter_threshold": "2h",
+        "watermark_lag_threshold": "2h",
+    }
+    settings = PipelineSettings.from_mapping(variables)
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    env = airflow_environment(tmp_path / "airflow", variables=variables)
+    env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+        {
+            "conn_type": "spark",
+            "host": "spark://127.0.0.1",
+            "port": cluster.port,
+            "extra": {"deploy-mode": "client"},
+        }
+    )
+    migrate(env)
+    runs = itertools.count(1)
+
+    def dag_run(conf: dict) -> None:
+        number = next(runs)
+        run_log = tmp_path / f"run-{number}.log"
+        code = run_process_group(
+            [sys.executable, "-m", "modeswitch.airflow.demo", "--run-dag", json.dumps(conf)],
+            env={**env, ENGINE_DIR_ENV: os.environ[ENGINE_DIR_ENV]},
+            timeout=900,
+            log_file=run_log,
+        )
+        assert code == 0, run_log.read_text()[-3000:]
+
+    try:
+        dag_run({"force_mode": "batch"})  # native reader and writer
+        produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=10**6)
+        dag_run({"force_mode": "stream"})
+        produce_backlog(log, EventGenerator(seed=5, buckets=4), records=60_000, first=2 * 10**6)
+        python_io = {"batch_reader": "bucketlog", "batch_writer": "python", "engine": "warm"}
+        dag_run({"force_mode": "batch", "settings": python_io})
+        produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
+        dag_run({"force_mode": "stream", "settings": {"engine": "warm"}})
+    finally:
+        stopped = stop_engine(settings)
+    assert stopped, "the batch task started the engine, and it outlived the runs"
+
+    epochs = StateStore.from_settings(settings).epochs()
+    assert [e.mode for e in epochs[:4]] == ["batch", "stream", "batch", "stream"]
+    assert all(e.status == "completed" for e in epochs), [(e.id, e.status) for e in epochs]
+    for before, after in itertools.pairwise(epochs):
+        assert after.start == before.end  # each handoff exact
+    assert epochs[-1].end == log.latest_offsets()
+    report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
+    assert report.ok and report.totals.missing == report.totals.duplicated == 0, report
+    assert report.totals.in_quarantine > 0  # the malformed records, through both writers
+
+    # Every job ran as an application of the cluster, its executors in both workers.
+    names = application_names(cluster)
+    assert f"modeswitch-{PIPELINE}-batch-epoch-1" in names, names
+    assert f"modeswitch-{PIPELINE}-stream-epoch-2" in names, names
+    assert f"modeswitch-{PIPELINE}-engine" in names, names
+    executors = executor_folders(cluster)
+    assert all(executors.values()), executors
