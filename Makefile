@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
 
-.PHONY: install java cds chromium demo test lint format bench soak soak-faults clean
+.PHONY: install java cds chromium postgres demo test lint format bench soak soak-faults clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -43,7 +43,12 @@ format: $(STAMP)
 chromium:
 	@bash tools/ensure-chromium.sh
 
-test: install chromium lint
+# The scheduler tests' PostgreSQL server binaries (Debian's package; the tests run a throwaway
+# server on loopback).
+postgres:
+	@bash tools/ensure-postgres.sh
+
+test: install chromium postgres lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.

@@ -15,6 +15,10 @@ ends.
   are replaced in one commit, and the audit finds every record once. The backfill DAG's own
   scheduled run (yesterday, mode ``fill``) finds nothing to fill.
 
+- On PostgreSQL (a throwaway server on loopback, ``tests/postgres_tools.py``): the same
+  components run the pipeline's batch and stream epochs, and a command sent through the
+  control DAG stops the stream.
+
 Marked ``scheduler`` (deselect with ``-m "not scheduler"``): a few minutes on 2 cores.
 """
 
@@ -40,6 +44,7 @@ import pendulum
 import pyarrow as pa
 import pytest
 from fault_tools import records_in_window
+from postgres_tools import throwaway_postgres
 
 from modeswitch.backfill import backfill_commits
 from modeswitch.produce import EventGenerator, produce_backlog
@@ -68,8 +73,19 @@ class RunningAirflow:
     env: dict[str, str]
     port: int
     leader: subprocess.Popen
+    database: str | None = None  # a PostgreSQL URL; None: SQLite under ``home``
 
     def query(self, sql: str, *args: object) -> list[tuple]:
+        if self.database is not None:
+            import psycopg2
+
+            db = psycopg2.connect(self.database.replace("postgresql+psycopg2", "postgresql"))
+            try:
+                with db.cursor() as cursor:
+                    cursor.execute(sql.replace("?", "%s"), args)
+                    return cursor.fetchall()
+            finally:
+                db.close()
         db = sqlite3.connect(f"file:{self.home / 'airflow.db'}?mode=ro", uri=True, timeout=30)
         try:
             return db.execute(sql, args).fetchall()
@@ -99,8 +115,11 @@ class RunningAirflow:
 
     def wait_for(self, what: str, check: Callable[[], object], timeout: float) -> object:
         deadline = time.monotonic() + timeout
+        import psycopg2
+
         while True:
-            with contextlib.suppress(sqlite3.OperationalError):  # a locked or new database
+            # A locked or new database (SQLite), tables not migrated yet (PostgreSQL).
+            with contextlib.suppress(sqlite3.OperationalError, psycopg2.Error):
                 result = check()
                 if result:
                     return result
@@ -146,6 +165,20 @@ def sources(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
+    yield from _airflow(sources)
+
+
+@pytest.fixture
+def airflow_on_postgres(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
+    """The same four components on a throwaway PostgreSQL server (LocalExecutor); each stream
+    epoch runs up to two minutes, so that a command stops it."""
+    with throwaway_postgres() as database:
+        yield from _airflow(sources, database, max_stream_runtime="120s")
+
+
+def _airflow(
+    sources: dict[str, Path], database: str | None = None, **settings: str
+) -> Iterator[RunningAirflow]:
     tmp = sources["tmp"]
     home, dags = tmp / "airflow", tmp / "dags"
     home.mkdir()
@@ -164,6 +197,7 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
         "warehouse": str(tmp / "warehouse"),
         "max_stream_runtime": "10s",
         "trigger_interval": "500ms",
+        **settings,
     }
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
@@ -178,7 +212,7 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
             "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database or f"sqlite:///{home}/airflow.db",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__WORKERS": "1",
@@ -200,7 +234,7 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
     script = " ".join(f'"$0" {name} > "{home}/{name}.out" 2>&1 &' for name in COMPONENTS) + " wait"
     leader = subprocess.Popen(["bash", "-c", script, str(AIRFLOW)], env=env, start_new_session=True)
     try:
-        yield RunningAirflow(home, env, port, leader)
+        yield RunningAirflow(home, env, port, leader, database)
     finally:
         _stop_group(leader)
 
@@ -403,3 +437,63 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
         f"{resumed_after:.1f} s after the lag crossed, first epoch done {epoch_done:.0f} s "
         f"after start, three backfilled windows in {time.monotonic() - backfill_started:.0f} s"
     )
+
+
+def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
+    airflow_on_postgres: RunningAirflow,
+) -> None:
+    """Airflow's metadata on PostgreSQL: the continuous pipeline runs a batch epoch and then
+    a stream epoch through the scheduler and the LocalExecutor, and a ``switch_to_batch``
+    command sent through the control DAG stops the stream at a commit boundary."""
+    airflow = airflow_on_postgres
+    [(version,)] = airflow.wait_for(
+        "the metadata database", lambda: airflow.query("SELECT version()"), 60
+    )
+    assert version.startswith("PostgreSQL")
+    airflow.wait_for("the four components to be healthy", lambda: _healthy(airflow.port), 240)
+    warehouse = airflow.env["AIRFLOW_VAR_MODESWITCH_WAREHOUSE"]
+    store = StateStore.for_warehouse(warehouse, "sched", f"{warehouse}/sched")
+
+    def streaming() -> bool:
+        with contextlib.suppress(Exception):  # the control tables are created by the first run
+            return any(e.mode == "stream" and e.running for e in store.epochs())
+        return False
+
+    airflow.wait_for("the batch epoch, then a stream epoch to run", streaming, 600)
+    airflow.cli(
+        "dags",
+        "trigger",
+        "modeswitch_control",
+        "--run-id",
+        "switch",
+        "--conf",
+        json.dumps({"command": "switch_to_batch", "note": "from the postgres test"}),
+    )
+    control = airflow.wait_for(
+        "the control run to end",
+        lambda: airflow.query(
+            "SELECT state FROM dag_run WHERE dag_id = 'modeswitch_control' AND run_id = 'switch' "
+            "AND state IN ('success', 'failed')"
+        ),
+        240,
+    )
+    assert control == [("success",)], airflow.logs()
+
+    def stopped_stream():
+        ended = [e for e in store.epochs() if e.mode == "stream" and not e.running]
+        return ended[0] if ended else None
+
+    stream = airflow.wait_for("the stream to stop on the command", stopped_stream, 240)
+    batch = store.epochs()[0]
+    assert (batch.mode, batch.status) == ("batch", "completed")
+    assert sum(batch.end.values()) == RECORDS
+    assert stream.status == "completed" and stream.start == batch.end  # the exact handoff
+    [command] = [c for c in store.commands() if c.kind == "switch_to_batch"]
+    assert command.status == "applied" and command.applied_epoch == stream.id
+    assert "command" in (stream.end_reason or ""), stream.end_reason
+    # The pipeline's task instances are Airflow's rows in PostgreSQL.
+    states = airflow.query(
+        "SELECT task_id, state FROM task_instance WHERE dag_id = 'modeswitch_pipeline' "
+        "AND task_id IN ('backlog_batch', 'stream') AND state = 'success'"
+    )
+    assert {task for task, _ in states} == {"backlog_batch", "stream"}, airflow.logs()
