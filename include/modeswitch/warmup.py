@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import logging
 import queue
-import shutil
-import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,6 +17,7 @@ from modeswitch.offsets import offsets_to_json
 from modeswitch.session import session_conf
 from modeswitch.sinks.commits import committed_offsets
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.storage import remove_tree
 from modeswitch.streaming import _ProgressListener, checkpoint_conf, sink_stream
 from modeswitch.transforms import load_transform
 
@@ -53,9 +53,11 @@ def warm_up(
     start to its first commit of 80 000 records took 9.3 s in a new session and 2.9 s in a
     session that had run one stream before.
 
-    The warm-up stream reads ``records`` generated events from a two-bucket log in a temporary
-    local folder, applies the pipeline's transform with its watermark, and writes them with the
-    ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is removed after.
+    The warm-up stream reads ``records`` generated events from a two-bucket log in a folder of
+    its own under ``<state_root>/warm-up/`` (where the executors of a cluster reach it, unlike
+    the driver's disk), applies the pipeline's transform with its watermark, and writes them
+    with the ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is
+    removed after.
     Nothing of the pipeline's is touched, and the session's settings are put back. It stops
     early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
     it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
@@ -64,7 +66,9 @@ def warm_up(
     from modeswitch.produce import EventGenerator, produce_backlog
 
     started = time.monotonic()
-    work = tempfile.mkdtemp(prefix="modeswitch-warm-up-")
+    # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
+    # the warm-up's log and write its sink.
+    work = f"{settings.state_root}/warm-up/{uuid.uuid4().hex[:12]}"
     listener = _ProgressListener(queue.Queue()).listener
     try:
         source = SegmentLog.create(f"{work}/log", buckets=2)
@@ -104,7 +108,7 @@ def warm_up(
         return None
     finally:
         spark.streams.removeListener(listener)
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     log.info(
         "stream warm-up: %d records through source, transform and sink in %.1f s",
         done.records,

@@ -32,26 +32,37 @@ def listeners(spark) -> int:
     return len(spark.streams._jsqm.listListeners())
 
 
-def test_a_warm_up_runs_a_stream_through_the_sink_and_leaves_nothing(spark, own_tempdir) -> None:
+def test_a_warm_up_runs_a_stream_through_the_sink_and_leaves_nothing(
+    spark, own_tempdir, tmp_path: Path
+) -> None:
     spark.conf.unset(CHECKPOINT_MANAGER)
     before = listeners(spark)
-    done = warm_up(spark, PipelineSettings(), records=500)
+    settings = PipelineSettings(warehouse=str(tmp_path / "warehouse"))
+    done = warm_up(spark, settings, records=500)
     assert done is not None
     assert done.records == 500  # committed by the sink: data and quarantine
     assert done.seconds > 0
+    # Its folder was beside the pipeline's state (where a cluster's executors reach it), not
+    # on the driver's disk, and is gone.
     assert list(own_tempdir.iterdir()) == []
+    assert list((Path(settings.state_root) / "warm-up").iterdir()) == []
     assert spark.streams.active == []
     assert listeners(spark) == before
     assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
 
 
-def test_a_failed_warm_up_warns_and_leaves_nothing(spark, own_tempdir, caplog) -> None:
-    settings = PipelineSettings(transform="modeswitch.transforms:no_such_transform")
+def test_a_failed_warm_up_warns_and_leaves_nothing(
+    spark, own_tempdir, caplog, tmp_path: Path
+) -> None:
+    settings = PipelineSettings(
+        warehouse=str(tmp_path / "warehouse"), transform="modeswitch.transforms:no_such_transform"
+    )
     before = listeners(spark)
     with caplog.at_level(logging.WARNING, logger="modeswitch.streaming"):
         assert warm_up(spark, settings, records=100) is None
     assert "stream warm-up failed; the epoch will start cold" in caplog.text
     assert "no_such_transform" in caplog.text
     assert list(own_tempdir.iterdir()) == []
+    assert list((Path(settings.state_root) / "warm-up").iterdir()) == []
     assert spark.streams.active == []
     assert listeners(spark) == before
