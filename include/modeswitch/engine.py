@@ -453,14 +453,17 @@ def run_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: s
 
 
 def stop_engine(settings: PipelineSettings, *, grace: float = 20.0) -> bool:
-    """Stop the pipeline's engine by its process group: SIGTERM, then SIGKILL after
-    ``grace`` seconds. Returns whether there was one."""
+    """Stop the pipeline's engine: SIGTERM to its driver, which stops its session (and so its
+    JVM) and exits; then, after at most ``grace`` seconds, SIGKILL to its whole process group,
+    whatever is left. Returns whether there was one."""
     path = engine_file(settings)
     address = EngineAddress.read(path)
     if address is None:
         return False
+    # Not the group first: a JVM that receives SIGTERM beside its driver leaves the driver's
+    # session stop waiting on it (seen: the whole grace).
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(address.pgid, signal.SIGTERM)
+        os.kill(address.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while _alive(address.pid) and time.monotonic() < deadline:
         time.sleep(0.2)

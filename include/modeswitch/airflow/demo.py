@@ -54,7 +54,7 @@ AIRFLOW_DEMO_SETTINGS = {
     "watermark_lag_threshold": "10m",
     # The last stream: the run's 20 s param with spark-submit, this with the warm engine
     # (which starts the stream itself, before that run); the burst stops the first one.
-    "max_stream_runtime": "60s",
+    "max_stream_runtime": "30s",
     "enter_threshold": "none",
     "exit_threshold": "none",
 }
