@@ -35,6 +35,16 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
+EXECUTOR_ENVIRONMENT = ("MODESWITCH_KAFKA_CONFIG", "MODESWITCH_STORAGE_OPTIONS")
+"""The credentials the jobs read from their environment (a Kafka source's client
+configuration, the tables' storage options). On a cluster the executors, started by the
+workers, do not have the driver's environment: the session hands them these as
+``spark.executorEnv.*``, set in this process (never on a command line), and redacted from the
+UI and the event log (:data:`REDACTION_REGEX`)."""
+REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|MODESWITCH_"
+"""Spark's default ``spark.redaction.regex`` and the names of :data:`EXECUTOR_ENVIRONMENT`."""
+
+
 def create_spark_session(
     app_name: str,
     *,
@@ -66,6 +76,11 @@ def create_spark_session(
     settings = dict(BASE_CONF)
     if local and "PYSPARK_GATEWAY_PORT" not in os.environ:
         settings.update(LOCAL_CONF)
+    if not local or "PYSPARK_GATEWAY_PORT" in os.environ:  # executors may be elsewhere
+        settings["spark.redaction.regex"] = REDACTION_REGEX
+        for name in EXECUTOR_ENVIRONMENT:
+            if os.environ.get(name):
+                settings[f"spark.executorEnv.{name}"] = os.environ[name]
     delta_jars = os.environ.get("MODESWITCH_DELTA_JARS")
     if delta_jars:
         settings["spark.jars"] = delta_jars

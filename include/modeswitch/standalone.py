@@ -25,6 +25,7 @@ from typing import Any
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.processes import start_group, stop_group
+from modeswitch.session import EXECUTOR_ENVIRONMENT
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
@@ -73,9 +74,12 @@ class StandaloneCluster:
         home = spark_home()
         output = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (the child's)
         try:
+            # The daemons (and so the executors they start) get none of the driver's
+            # credentials from this process: as on a real cluster, only what the session sends.
+            unset = [flag for name in EXECUTOR_ENVIRONMENT for flag in ("-u", name)]
             self._processes.append(
                 start_group(
-                    [f"{home}/bin/spark-class", *arguments],
+                    ["env", *unset, f"{home}/bin/spark-class", *arguments],
                     env={"SPARK_HOME": home, "SPARK_LOG_DIR": str(self.workdir)},
                     output=output,
                 )
