@@ -1,4 +1,4 @@
-"""Settings, validated in one place.
+"""Settings, validated in one place (hence one module past 600 lines).
 
 Layering (code defaults < config file < Airflow Variables < run params) builds on the value
 parsers of :mod:`modeswitch.setting_values`. Every parser takes the setting's name so that its

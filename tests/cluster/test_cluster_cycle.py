@@ -34,12 +34,6 @@ pytestmark = pytest.mark.cluster
 PIPELINE = "onthecluster"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, cores=1) as running:
-        yield running
-
-
 def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -25,12 +25,6 @@ pytestmark = pytest.mark.cluster
 SECRET = "cluster-tier-s3cr3t"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    with StandaloneCluster(tmp_path_factory.mktemp("standalone"), workers=2, cores=1) as running:
-        yield running
-
-
 def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_session(
     cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
