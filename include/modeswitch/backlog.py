@@ -138,7 +138,7 @@ def run_batch_epoch(
     plan = plan_remaining(store, settings, epoch_id)
     clear_scratch(settings)
     transform = load_transform(settings.transform)
-    options = sink_options(settings, epoch_id, "batch", storage_options=store.storage_options)
+    options = sink_options(settings, epoch_id, "batch")
     finished = set(store.finished_buckets(epoch_id))
     if plan.finished_buckets - finished:
         store.record_backlog_finished(epoch_id, sorted(plan.finished_buckets - finished))

@@ -2,8 +2,10 @@
 
 ``MODESWITCH_STORAGE_OPTIONS`` holds a JSON object of deltalake / object-store options (for
 example ``{"AWS_ACCESS_KEY_ID": "...", "AWS_SECRET_ACCESS_KEY": "...", "AWS_REGION": "..."}``)
-used for the sink, the quarantine and the control tables: by the control state, by the sink's
-commits on the Spark driver and, through the sink's ``storage.<key>`` options, by its writers.
+used for the sink, the quarantine and the control tables: by the control state and by the
+sink's commits on the Spark driver, each reading it from its own environment (never from a
+data source option: Spark prints those in its plans). The Parquet files the executors write
+take their credentials from the store's standard variables (``AWS_*``, ...), as pyarrow does.
 Under Airflow, the ``storage_connection`` setting names a Connection whose extras become this
 variable for the tasks and for the Spark jobs they submit
 (:func:`modeswitch.airflow.settings.storage_environment`); the settings carry only the

@@ -321,7 +321,7 @@ def run_stream_epoch(
     if not point.resumed:
         remove_tree(point.checkpoint)  # not to be resumed
     start_json = offsets_to_json(point.start)
-    options = sink_options(settings, epoch_id, "stream", storage_options=store.storage_options)
+    options = sink_options(settings, epoch_id, "stream")
     options["sequence"] = str(point.sequence_base)
     writer = sink_stream(
         spark,

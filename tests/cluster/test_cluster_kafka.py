@@ -2,7 +2,13 @@
 the client configuration the driver's session sends them (``spark.executorEnv``, redacted),
 not with an environment they would not have on a real cluster (the workers here are started
 without it). The broker is librdkafka's mock cluster in this process, on loopback; its client
-configuration carries a secret that must not reach any file the cluster writes."""
+configuration carries a secret that must not reach any file the cluster writes.
+
+The tables' storage options (``MODESWITCH_STORAGE_OPTIONS``) carry a secret too, under a key
+Spark's default redaction does not match (``AWS_ACCESS_KEY_ID``): neither secret may reach the
+jobs' Spark event logs, which hold the application's properties and every query's plans as
+Spark's UI and history server show them (``spark.sql.ui.explainMode=extended`` puts the
+logical plans there, with each write's data source options)."""
 
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog
 from modeswitch.sources.kafka_mock import MockKafkaCluster
 from modeswitch.standalone import StandaloneCluster, executor_folders
+from modeswitch.storage import ENV_STORAGE_OPTIONS
 from modeswitch.verify import audit
 
 pytestmark = pytest.mark.cluster
 
 SECRET = "cluster-tier-s3cr3t"
+STORAGE_SECRET = "AKIA-cluster-tier-key"
 
 
 def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_session(
@@ -37,6 +45,13 @@ def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_sessio
             records=20_000,
         )
         monkeypatch.setenv(ENV_KAFKA_CONFIG, json.dumps(config))
+        # A local warehouse ignores these keys; an object store would use them.
+        monkeypatch.setenv(
+            ENV_STORAGE_OPTIONS,
+            json.dumps({"AWS_ACCESS_KEY_ID": STORAGE_SECRET, "AWS_REGION": "eu-west-1"}),
+        )
+        events = tmp_path / "events"
+        events.mkdir()
         settings = PipelineSettings.from_mapping(
             {
                 "pipeline": "kafka_cluster",
@@ -44,9 +59,15 @@ def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_sessio
                 "warehouse": str(tmp_path / "warehouse"),
                 "stream_trigger": "available_now",
                 "stream_standby": "false",
+                "batch_writer": "python",  # the sink's own writer, options and all
             }
         )
-        on_cluster = {"MODESWITCH_SPARK_MASTER": cluster.master_url}
+        on_cluster = {
+            "MODESWITCH_SPARK_MASTER": cluster.master_url,
+            "PYSPARK_SUBMIT_ARGS": "--conf spark.eventLog.enabled=true "
+            f"--conf spark.eventLog.dir={events.as_uri()} --conf spark.eventLog.compress=false "
+            "--conf spark.sql.ui.explainMode=extended pyspark-shell",
+        }
         for mode in ("batch", "stream"):
             plan = decide(settings, force_mode=mode)
             if mode == "stream":  # records the stream reads, past the batch's boundary
@@ -72,3 +93,12 @@ def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_sessio
         if path.is_file() and SECRET.encode() in path.read_bytes()
     ]
     assert leaked == []
+
+    # Both jobs' event logs: their plans name the sink, and hold neither secret.
+    logs = [
+        "".join(part.read_text() for part in sorted(app.rglob("*")) if part.is_file())
+        for app in events.iterdir()
+    ]
+    assert len(logs) == 2 and all("modeswitch_delta" in text for text in logs)
+    for text in logs:
+        assert SECRET not in text and STORAGE_SECRET not in text

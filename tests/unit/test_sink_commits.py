@@ -20,7 +20,12 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from modeswitch.errors import FencedError, OffsetsContinuityError, SchemaMismatchError
+from modeswitch.errors import (
+    ConfigError,
+    FencedError,
+    OffsetsContinuityError,
+    SchemaMismatchError,
+)
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.sinks.commits import committed_offsets, sink_commits, txn_version
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, vacuum, write_files
@@ -102,6 +107,31 @@ def test_a_commit_carries_offsets_epoch_mode_and_an_app_transaction(tmp_path: Pa
     assert commit.records == 140
     assert commit.max_event_time_us[0] == BASE_US + 99 * 1_000_123
     assert committed_offsets(str(sink), "orders") == {0: 100, 1: 40}
+
+
+def test_storage_options_come_from_the_environment_never_from_the_jobs_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeswitch.config import PipelineSettings
+    from modeswitch.sinks.options import sink_options
+    from modeswitch.storage import ENV_STORAGE_OPTIONS
+
+    secret = {"AWS_ACCESS_KEY_ID": "AKIA-unit", "AWS_REGION": "eu-west-1"}
+    monkeypatch.setenv(ENV_STORAGE_OPTIONS, json.dumps(secret))
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": str(tmp_path / "log"), "warehouse": str(tmp_path / "w")}
+    )
+    written = sink_options(settings, 3, "stream")
+    assert "AKIA-unit" not in json.dumps(written)  # Spark prints these in its plans
+    parsed = DeltaSinkOptions.parse({**written, "path": settings.sink})
+    assert parsed.storage_options == secret  # the driver's environment
+    assert "AKIA-unit" not in repr(parsed)
+    # A direct user's own storage.<key> option wins over the environment's, key by key.
+    mine = DeltaSinkOptions.parse({**written, "path": "t", "storage.AWS_REGION": "us-east-2"})
+    assert mine.storage_options == {**secret, "AWS_REGION": "us-east-2"}
+    monkeypatch.setenv(ENV_STORAGE_OPTIONS, "{not json")
+    with pytest.raises(ConfigError, match=ENV_STORAGE_OPTIONS):
+        DeltaSinkOptions.parse({**written, "path": "t"})
 
 
 def test_add_actions_carry_file_statistics(tmp_path: Path) -> None:

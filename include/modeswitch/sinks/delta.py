@@ -21,7 +21,9 @@ table's transaction version for the pipeline:
 
 Options:
 
-- ``path``: the table URI. ``storage.<key>``: storage options for deltalake and pyarrow.
+- ``path``: the table URI. The driver's commits open it with the storage options in its
+  ``MODESWITCH_STORAGE_OPTIONS``; a ``storage.<key>`` option overrides one of them (Spark
+  prints options in its plans: keep secrets in the environment).
 - ``pipeline``, ``epoch``, ``mode`` (``batch`` / ``stream``): the exactly-once protocol.
 - ``sequence``: batch writes: the wave's number within the epoch; streaming writes: the
   sequence of the checkpoint's micro-batch 0 (default 0), later ones count on from it.

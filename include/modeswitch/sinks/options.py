@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modeswitch.config import PipelineSettings
 from modeswitch.offsets import OffsetsMap, offsets_from_json
-from modeswitch.storage import absolute_location
+from modeswitch.storage import absolute_location, storage_options
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class DeltaSinkOptions:
     """The sink's options, parsed and checked on the driver before anything is written."""
 
     path: str
-    storage_options: dict[str, str]
+    storage_options: dict[str, str] = field(repr=False)
     pipeline: str | None
     epoch: int | None
     mode: str
@@ -40,6 +40,10 @@ class DeltaSinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
+        """The options of one write. The tables' storage options are this process's
+        ``MODESWITCH_STORAGE_OPTIONS`` (:func:`modeswitch.storage.storage_options`: the
+        driver's, where the sink commits), overridden key by key by ``storage.<key>``
+        options; the jobs give none, since Spark shows a write's options in its plans."""
         opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:
@@ -59,7 +63,8 @@ class DeltaSinkOptions:
         return cls(
             path=absolute_location(path),
             storage_options={
-                k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")
+                **storage_options(),
+                **{k[len("storage.") :]: v for k, v in options.items() if _is_storage(k)},
             },
             pipeline=pipeline,
             epoch=epoch,
@@ -82,6 +87,10 @@ class DeltaSinkOptions:
         )
 
 
+def _is_storage(key: str) -> bool:
+    return key.lower().startswith("storage.")
+
+
 def _int_option(opts: Mapping[str, str], name: str, *, minimum: int) -> int | None:
     raw = opts.get(name.lower())
     if raw is None or raw == "":
@@ -102,16 +111,14 @@ def _offsets_option(opts: Mapping[str, str], name: str) -> OffsetsMap | None:
     return offsets_from_json(raw, source=f"option {name}={raw!r}")
 
 
-def sink_options(
-    settings: PipelineSettings, epoch: int, mode: str, *, storage_options: Mapping[str, str]
-) -> dict[str, str]:
-    """The ``modeswitch_delta`` options of epoch ``epoch``'s writes in ``mode``, with the
-    tables' ``storage_options`` as ``storage.<key>`` options (the executors' writers need
-    them; Spark shows option values in its UI, so only a job's own writes carry them)."""
+def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str, str]:
+    """The ``modeswitch_delta`` options of epoch ``epoch``'s writes in ``mode``. No storage
+    options among them: Spark prints a write's options in its logical plans, unredacted (the
+    UI and event log show them with ``spark.sql.ui.explainMode=extended``), so the sink reads
+    the credentials from the driver's environment (:meth:`DeltaSinkOptions.parse`)."""
     return {
         "pipeline": settings.pipeline,
         "epoch": str(epoch),
         "mode": mode,
         "quarantinePath": settings.quarantine,
-        **{f"storage.{key}": value for key, value in storage_options.items()},
     }
