@@ -278,21 +278,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     )
     stop = threading.Event()
     appended: list[tuple[int, int, int, float]] = []  # (bucket, start, end, published at)
-    producer = threading.Thread(
-        target=produce_live,
-        args=(log, EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
-        kwargs={
-            "rate": 5000.0,
-            "duration": timedelta(hours=1),
-            "first": 10_000_000,
-            "flush_every": timedelta(milliseconds=50),
-            "should_stop": stop.is_set,
-            "on_append": lambda bucket, start, end: appended.append(
-                (bucket, start, end, time.time())
-            ),
-        },
-        daemon=True,
-    )
+    producer = live_producer(log, appended, stop)
     producer.start()
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     # The jobs' output goes to --logs, else to a folder of the scratch space (not stdout).
@@ -330,25 +316,9 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
     last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
     first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
-    # A record is appended when the append that wrote it was published (the producer reports
-    # it), and visible when its sink commit lands.
-    published: dict[int, tuple[list[int], list[float]]] = {}
-    for bucket, first, _, at in sorted(appended):
-        bases, times = published.setdefault(bucket, ([], []))
-        bases.append(first)
-        times.append(at)
-    latencies = []
-    for commit in commits:
-        if commit.epoch != stream.epoch:
-            continue
-        visible = commit.committed_at_ms / 1000
-        for bucket, end in commit.end.items():
-            bases, times = published.get(bucket, ([], []))
-            for offset in range(commit.start.get(bucket, end), end):
-                index = bisect.bisect_right(bases, offset) - 1
-                if index >= 0 and times[index] >= measure_from:
-                    latencies.append(visible - times[index])
-    latencies.sort()
+    latencies = record_latencies(
+        [c for c in commits if c.epoch == stream.epoch], appended, measure_from
+    )
     if not latencies:
         raise RuntimeError(
             f"no stream commit after the warm-up: {len(commits)} commits, stream epoch "
@@ -361,6 +331,51 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         "standby": settings.stream_standby,
         "batch_epoch_seconds": batch_seconds,
     }
+
+
+def live_producer(
+    log: SegmentLog, appended: list[tuple[int, int, int, float]], stop: threading.Event
+) -> threading.Thread:
+    """A thread that appends 5 000 records/s to ``log`` until ``stop`` is set, noting each
+    append (bucket, first offset, end, when it was published) in ``appended``."""
+    return threading.Thread(
+        target=produce_live,
+        args=(log, EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
+        kwargs={
+            "rate": 5000.0,
+            "duration": timedelta(hours=1),
+            "first": 10_000_000,
+            "flush_every": timedelta(milliseconds=50),
+            "should_stop": stop.is_set,
+            "on_append": lambda bucket, start, end: appended.append(
+                (bucket, start, end, time.time())
+            ),
+        },
+        daemon=True,
+    )
+
+
+def record_latencies(
+    commits: list, appended: list[tuple[int, int, int, float]], measure_from: float
+) -> list[float]:
+    """Sorted latencies of the records appended from ``measure_from`` on: a record is
+    appended when the append that wrote it was published (the producer notes it), and
+    visible when the sink commit that wrote it lands."""
+    published: dict[int, tuple[list[int], list[float]]] = {}
+    for bucket, first, _, at in sorted(appended):
+        bases, times = published.setdefault(bucket, ([], []))
+        bases.append(first)
+        times.append(at)
+    latencies = []
+    for commit in commits:
+        visible = commit.committed_at_ms / 1000
+        for bucket, end in commit.end.items():
+            bases, times = published.get(bucket, ([], []))
+            for offset in range(commit.start.get(bucket, end), end):
+                index = bisect.bisect_right(bases, offset) - 1
+                if index >= 0 and times[index] >= measure_from:
+                    latencies.append(visible - times[index])
+    return sorted(latencies)
 
 
 def latency_summary(latencies: list[float]) -> dict[str, float]:
