@@ -18,14 +18,19 @@ epoch paid for, the next does not.
   was killed); any other ``run`` while one runs is ``refused``.
 - **The handoff.** When a batch epoch ends in the engine, the engine closes it and, if
   ``decide`` chooses stream, opens the stream epoch and starts it at once (decided by
-  ``engine``): the next DAG run's ``decide`` re-attaches that epoch and its ``stream`` task
-  attaches to it. The batch's last commit is then followed by the stream's first within the
+  ``engine``), all before it tells the batch's task it is done: the next DAG run's ``decide``
+  re-attaches that epoch and its ``stream`` task attaches to it. The batch's last commit is then followed by the stream's first within the
   engine, not after five Airflow tasks. A decision for batch or a pause is left to the DAG.
 - **Faults.** The engine is a process like any job: killed, its connections close, the task
   that waited fails with :class:`EngineLostError`, and its retry starts a new engine and runs
   the epoch again: ``decide`` re-attaches the running epoch, a stream resumes from its
   checkpoint, a batch from the sink's committed offsets; the sink's fencing keeps it exactly
   once. A live process that does not answer is stopped (its process group) and replaced.
+- **Credentials.** The engine keeps the environment it started with (a Kafka source's client
+  configuration, the tables' storage options). Its address file holds a fingerprint of them
+  (:func:`credentials_fingerprint`, a hash); a task whose own differ (a Connection edited,
+  a secret rotated) restarts an idle engine before handing it the epoch, and leaves a busy
+  one to its epoch, with a warning.
 - **Stopping it.** It runs until stopped: :func:`stop_engine` (SIGTERM to its process group,
   then SIGKILL) by whatever runs the deployment (``make demo`` and the tests stop theirs).
 """
@@ -48,7 +53,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import CancelledError, Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,6 +90,7 @@ class EngineAddress:
     host: str
     port: int
     token: str
+    credentials: str = ""  # credentials_fingerprint() of the engine's environment
 
     @classmethod
     def read(cls, path: Path) -> EngineAddress | None:
@@ -100,6 +106,16 @@ class EngineAddress:
         with os.fdopen(fd, "w") as out:
             json.dump(asdict(self), out)
         os.replace(temporary, path)
+
+
+def credentials_fingerprint(environ: Mapping[str, str]) -> str:
+    """A hash of the credentials an engine started with ``environ`` would use (the variables
+    the session hands its executors, :data:`modeswitch.session.EXECUTOR_ENVIRONMENT`): equal
+    fingerprints, same credentials. The values themselves never leave the process."""
+    from modeswitch.session import EXECUTOR_ENVIRONMENT
+
+    chosen = {name: environ.get(name, "") for name in EXECUTOR_ENVIRONMENT}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 
 def engine_file(settings: PipelineSettings) -> Path:
@@ -154,11 +170,14 @@ class Engine:
                     f"engine of pipeline {self.pipeline!r} is running {running_kind} epoch "
                     f"{running_epoch}; {kind} epoch {epoch} waits for it to end"
                 )
-            settings = load_job_settings(config, pipeline=self.pipeline)
-            future: Future = Future()
-            self._running = (kind, epoch, future)
-            self._queue.put((kind, epoch, settings, future))
-            return future
+            return self._enqueue(kind, epoch, load_job_settings(config, pipeline=self.pipeline))
+
+    def _enqueue(self, kind: str, epoch: int, settings: PipelineSettings) -> Future:
+        """Make ``kind`` epoch ``epoch`` the running one and queue it (``_lock`` held)."""
+        future: Future = Future()
+        self._running = (kind, epoch, future)
+        self._queue.put((kind, epoch, settings, future))
+        return future
 
     def pending(self) -> bool:
         """Whether an epoch waits to run."""
@@ -181,29 +200,34 @@ class Engine:
             if not isinstance(exc, Exception):
                 raise
             return kind, settings
+        stream = self._hand_off(epoch, settings) if kind == "batch" and self.handoff else None
+        with self._lock:
+            if stream is not None:
+                log.info("engine: handing off to stream epoch %d at once", stream)
+                self._enqueue("stream", stream, settings)
+        # Told done only now: the batch's task ends with its epoch closed and the stream
+        # queued, so the next DAG run's decide re-attaches what the engine opened.
         future.set_result(None)
-        if kind == "batch" and self.handoff:
-            self._hand_off(epoch, settings)
         return kind, settings
 
-    def _hand_off(self, batch_epoch: int, settings: PipelineSettings) -> None:
+    def _hand_off(self, batch_epoch: int, settings: PipelineSettings) -> int | None:
         """After a batch epoch: close it and, if the policy (or a pending command) chooses
-        stream, open the stream epoch and queue it at once, without waiting for the next DAG
-        run. That run's ``decide`` re-attaches the open epoch and its ``stream`` task attaches
-        to the run queued here; a ``close_epoch`` task finds the batch epoch closed. Whatever
-        decides batch or pause is left to the next DAG run."""
+        stream, open the stream epoch, without waiting for the next DAG run; returns its id
+        (the caller queues it at once). That run's ``decide`` re-attaches the open epoch and
+        its ``stream`` task attaches to the run queued; a ``close_epoch`` task finds the batch
+        epoch closed. Whatever decides batch or pause is left to the next DAG run."""
         from modeswitch.orchestration import close_epoch, decide
 
         try:
             status, _ = close_epoch(settings, batch_epoch)
             if status != "completed" or decide(settings, dry_run=True).mode != "stream":
-                return
+                return None
             plan = decide(settings, decided_by="engine")
             if plan.mode == "stream" and plan.epoch is not None:
-                log.info("engine: handing off to stream epoch %d at once", plan.epoch)
-                self.submit("stream", plan.epoch, settings.to_json())
+                return plan.epoch
         except Exception as exc:  # the next DAG run decides as always
             log.warning("engine: no handoff after batch epoch %d: %s", batch_epoch, exc)
+        return None
 
     def close(self) -> None:
         while not self._queue.empty():
@@ -290,6 +314,7 @@ def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
         host=str(host),
         port=int(port),
         token=server.token,
+        credentials=credentials_fingerprint(os.environ),
     )
     address.write(address_file)
     log.info("engine of pipeline %s: listening on %s:%d", settings.pipeline, host, port)
@@ -392,15 +417,34 @@ def live_engine(settings: PipelineSettings) -> EngineAddress | None:
 
 
 def ensure_engine(
-    settings: PipelineSettings, start: Callable[[Path], Any], *, timeout: float = START_TIMEOUT
+    settings: PipelineSettings,
+    start: Callable[[Path], Any],
+    *,
+    credentials: str | None = None,
+    timeout: float = START_TIMEOUT,
 ) -> EngineAddress:
     """The pipeline's live engine, started with ``start(address_file)`` if there is none (one
-    process at a time starts it: a lock file beside the address)."""
+    process at a time starts it: a lock file beside the address). ``credentials``: the
+    :func:`credentials_fingerprint` ``start`` would give a new engine; an idle engine with
+    other credentials is stopped and started anew."""
     path = engine_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         address = live_engine(settings)
+        if address is not None and credentials not in (None, address.credentials):
+            busy = ping(address).get("running")
+            if busy:
+                log.warning(
+                    "engine pid %d started with other credentials than this task's; it runs "
+                    "%s epoch %s, so it keeps them until it is restarted",
+                    address.pid,
+                    *busy,
+                )
+            else:
+                log.info("engine pid %d: its credentials changed; restarting it", address.pid)
+                stop_engine(settings)
+                address = None
         if address is not None:
             return address
         path.unlink(missing_ok=True)

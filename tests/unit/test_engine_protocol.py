@@ -23,7 +23,9 @@ from modeswitch.engine import (
     EngineAddress,
     EngineLostError,
     EngineRefusedError,
+    _exchange,
     _Server,
+    credentials_fingerprint,
     engine_file,
     ensure_engine,
     live_engine,
@@ -93,14 +95,19 @@ def test_an_epoch_runs_once_a_retry_attaches_another_waits_a_failure_is_told(
         while served.engine.running() != ("batch", 1) or not ran:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        # A retry of the same epoch attaches; another epoch is refused while it runs.
-        again, again_out = in_thread(lambda: run_on_engine(served.address, "batch", 1, config))
+        # A retry of the same epoch attaches (answered "running" while it runs); another
+        # epoch is refused while it runs.
+        request = {"op": "run", "kind": "batch", "epoch": 1, "config": config}
+        again = _exchange(served.address, request, 10)
+        assert next(again)["event"] == "running"
         with pytest.raises(EngineRefusedError, match="running batch epoch 1"):
             run_on_engine(served.address, "stream", 2, config)
         release.set()
-        for thread in (first, again, worker):
+        assert next(again)["event"] == "done"
+        again.close()
+        for thread in (first, worker):
             thread.join(10)
-        assert first_out == [None] and again_out == [None]
+        assert first_out == [None]
         assert ran == [("batch", 1)]  # run once, however many waited for it
 
         # A failure comes back with its message.
@@ -198,6 +205,47 @@ def test_a_stale_address_is_dropped_and_a_silent_engine_is_stopped(
     crashed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(EngineLostError, match="exited with status 3"):
         ensure_engine(settings, lambda _: crashed, timeout=10)
+
+
+def test_an_idle_engine_with_other_credentials_is_restarted_a_busy_one_is_kept(
+    settings: PipelineSettings,
+) -> None:
+    old = credentials_fingerprint({"MODESWITCH_STORAGE_OPTIONS": '{"KEY": "old"}', "HOME": "/a"})
+    new = credentials_fingerprint({"MODESWITCH_STORAGE_OPTIONS": '{"KEY": "new"}', "HOME": "/a"})
+    assert old != new
+    assert new == credentials_fingerprint({"MODESWITCH_STORAGE_OPTIONS": '{"KEY": "new"}'})
+    assert "new" not in new and len(new) == 64  # a hash, not the values
+
+    running = Served(settings, lambda *a: None)
+    replacement = Served(settings, lambda *a: None)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    started: list[Path] = []
+
+    def start(address_file: Path):
+        started.append(address_file)
+        EngineAddress(**{**replacement.address.__dict__, "credentials": new}).write(address_file)
+
+    try:
+        fields = {**running.address.__dict__, "pid": sleeper.pid, "pgid": sleeper.pid}
+        EngineAddress(**{**fields, "credentials": old}).write(engine_file(settings))
+        # Busy (an epoch runs in it): kept, with its credentials, until that epoch ends.
+        running.engine.submit("stream", 4, settings.to_json())
+        assert ensure_engine(settings, start, credentials=new, timeout=10).credentials == old
+        assert started == [] and sleeper.poll() is None
+        # The same credentials: kept.
+        running.engine._running = None
+        assert ensure_engine(settings, start, credentials=old, timeout=10).pid == sleeper.pid
+        # Idle, other credentials: stopped by its process group, and a new one started.
+        address = ensure_engine(settings, start, credentials=new, timeout=10)
+        assert started and address.credentials == new and address.port == replacement.address.port
+        assert sleeper.wait(10) is not None
+    finally:
+        running.close()
+        replacement.close()
+        if sleeper.poll() is None:
+            sleeper.kill()
 
 
 def test_the_command_line_tells_whether_an_engine_runs_and_stops_it(

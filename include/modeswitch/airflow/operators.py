@@ -80,16 +80,21 @@ class EpochJobOperator(SparkSubmitOperator):
 
     def run_on_engine(self, plan: Mapping[str, Any], settings: PipelineSettings) -> None:
         """Hand the epoch to the pipeline's warm engine (:mod:`modeswitch.engine`), started
-        here with this task's connection, conf and environment if none runs, and wait for
-        its end."""
-        from modeswitch.engine import ensure_engine, run_on_engine
+        here with this task's connection, conf and environment if none runs (or if the one
+        that runs, idle, has other credentials than this task's), and wait for its end."""
+        from modeswitch.engine import credentials_fingerprint, ensure_engine, run_on_engine
 
         if self._get_hook()._connection.get("deploy_mode") == "cluster":
             raise ConfigError(
                 f"engine: 'warm' needs the engine's driver beside this task (client deploy "
                 f"mode); connection {self._conn_id!r} submits in cluster mode"
             )
-        address = ensure_engine(settings, lambda path: self.start_engine(plan, settings, path))
+        address = ensure_engine(
+            settings,
+            lambda path: self.start_engine(plan, settings, path),
+            # What start_engine would hand a new engine: this environment, the job's on top.
+            credentials=credentials_fingerprint({**os.environ, **(self.env_vars or {})}),
+        )
         run_on_engine(address, self.kind, int(plan["epoch"]), plan["settings"])  # type: ignore[arg-type]
 
     def start_engine(
