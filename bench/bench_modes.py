@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"live at 5 000 records/s, 100 ms trigger, {result['records']:,} records: "
                 f"p50 {result['p50'] * 1000:.0f} ms, p95 {result['p95'] * 1000:.0f} ms, "
                 f"p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms "
-                f"(targets p50 <= 500 ms, p99 <= 1 s)"
+                f"(issue 20: p50 <= 400 ms, p99 <= 800 ms)"
             )
             print(
                 f"handoff, batch's last commit -> stream's first: {result['handoff']:.1f} s "
