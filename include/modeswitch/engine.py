@@ -19,8 +19,9 @@ epoch paid for, the next does not.
 - **The handoff.** When a batch epoch ends in the engine, the engine closes it and, if
   ``decide`` chooses stream, opens the stream epoch and starts it at once (decided by
   ``engine``), all before it tells the batch's task it is done: the next DAG run's ``decide``
-  re-attaches that epoch and its ``stream`` task attaches to it. The batch's last commit is then followed by the stream's first within the
-  engine, not after five Airflow tasks. A decision for batch or a pause is left to the DAG.
+  re-attaches that epoch and its ``stream`` task attaches to it. The batch's last commit is
+  then followed by the stream's first within the engine, not after five Airflow tasks. A
+  decision for batch or a pause is left to the DAG.
 - **Faults.** The engine is a process like any job: killed, its connections close, the task
   that waited fails with :class:`EngineLostError`, and its retry starts a new engine and runs
   the epoch again: ``decide`` re-attaches the running epoch, a stream resumes from its
