@@ -68,7 +68,7 @@ def in_thread(action) -> tuple[threading.Thread, list]:
         except BaseException as exc:
             outcome.append(exc)
 
-    thread = threading.Thread(target=go)
+    thread = threading.Thread(target=go, daemon=True)  # a failed test must not hang the exit
     thread.start()
     return thread, outcome
 
