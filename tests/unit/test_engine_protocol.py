@@ -126,6 +126,28 @@ def test_an_epoch_runs_once_a_retry_attaches_another_waits_a_failure_is_told(
         served.close()
 
 
+def test_a_batch_is_told_done_only_once_the_engines_handoff_queued_its_stream(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The handoff (close, decide) takes a while; the batch's task must not end before it, or
+    # the next DAG run's decide would open the stream epoch instead of the engine.
+    served = Served(settings, lambda *a: None)
+    served.engine.handoff = True
+
+    def slow_hand_off(batch_epoch: int, _settings) -> int:
+        time.sleep(0.5)
+        return batch_epoch + 1
+
+    monkeypatch.setattr(served.engine, "_hand_off", slow_hand_off)
+    try:
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+        run_on_engine(served.address, "batch", 1, settings.to_json())
+        assert served.engine.running() == ("stream", 2)  # queued before "done" was sent
+        worker.join(10)
+    finally:
+        served.close()
+
+
 ENGINE_PROCESS = """
 import sys, threading, time
 from pathlib import Path
