@@ -42,6 +42,7 @@ on generated records: types, nulls, nesting, unicode, trailing text, huge values
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -55,7 +56,13 @@ import pyarrow.compute as pc
 
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms import EVENT_SCHEMA, QUARANTINE_REASON, TYPE_WORDS, check_parse_inputs
+from modeswitch.transforms import (
+    EVENT_SCHEMA,
+    QUARANTINE_REASON,
+    TYPE_WORDS,
+    ArrowForm,
+    check_parse_inputs,
+)
 
 ARROW_TRANSFORM = "modeswitch.arrow_parse:parse_events_arrow"
 """The ``transform`` setting's value for the default payload with this parse."""
@@ -367,12 +374,29 @@ def parse_json_values_arrow(df: Any, schema: Any, *, required: Sequence[str] | N
     """:func:`modeswitch.transforms.parse_json_values` through ``mapInArrow`` and
     :class:`PayloadParser`: the same columns, rows and reasons (see the module's doc for
     the deliberate differences). ``schema`` is a Spark ``StructType`` of simple fields."""
+    form = json_values_form(df.schema, schema, required=required)
+    return df.mapInArrow(form.function, form.schema)
+
+
+def json_values_form(
+    input_schema: Any, schema: Any, *, required: Sequence[str] | None = None
+) -> ArrowForm:
+    """The Arrow form (:class:`~modeswitch.transforms.ArrowForm`) of
+    :func:`parse_json_values_arrow` for input of the Spark schema ``input_schema``: what
+    ``mapInArrow`` runs, and what a batch wave's tasks run on the batches they read
+    (``batch_reader = arrow``)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    required = check_parse_inputs(df, schema, required)
+    required = check_parse_inputs(input_schema.names, schema, required)
     parser = PayloadParser([(f.name, f.dataType.typeName()) for f in schema.fields], required)
-    keep = list(df.columns)
     out = StructType(
-        [*df.schema.fields, *schema.fields, StructField(QUARANTINE_REASON, StringType())]
+        [*input_schema.fields, *schema.fields, StructField(QUARANTINE_REASON, StringType())]
     )
-    return df.mapInArrow(lambda batches: parser.batches(batches, keep), out)
+    return ArrowForm(functools.partial(parser.batches, keep=list(input_schema.names)), out)
+
+
+def _events_form(input_schema: Any) -> ArrowForm:
+    return json_values_form(input_schema, EVENT_SCHEMA)
+
+
+parse_events_arrow.arrow_form = _events_form  # type: ignore[attr-defined]

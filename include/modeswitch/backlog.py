@@ -15,7 +15,10 @@ committed:
    checking the wave's record count before it commits), goes through the shared transform,
    and is written by the Delta sink in one commit carrying the wave's offsets: by default
    Spark's own Parquet writer writes the data files and the sink makes the commit
-   (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source).
+   (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source). With
+   ``batch_reader = arrow`` each of the wave's tasks instead reads its ranges, runs the
+   transform's Arrow form and writes the files in one Python worker, no row in the JVM
+   (:mod:`modeswitch.sinks.arrow_wave`; any log, the Arrow parse's transform).
    Then the ledger, progress and per-bucket "backlog finished" are recorded.
 
 Each wave is its own Spark job and no record is collected to the driver (peak memory:
@@ -30,10 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from modeswitch.config import PipelineSettings
-from modeswitch.errors import FencedError
+from modeswitch.errors import ConfigError, FencedError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
+from modeswitch.sinks import arrow_wave
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
@@ -41,7 +45,7 @@ from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
-from modeswitch.transforms import load_transform
+from modeswitch.transforms import ArrowForm, arrow_form_of, load_transform
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +129,8 @@ def run_batch_epoch(
     Raises :class:`FencedError` if the epoch is not a running batch epoch (a retried task of
     an epoch that was closed or superseded must not write).
     """
+    transform = load_transform(settings.transform)
+    form = wave_arrow_form(settings, transform)
     store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
@@ -137,7 +143,6 @@ def run_batch_epoch(
         log.warning("epoch %d: reconciled the control tables from the sink: %s", epoch_id, repaired)
     plan = plan_remaining(store, settings, epoch_id)
     clear_scratch(settings)
-    transform = load_transform(settings.transform)
     options = sink_options(settings, epoch_id, "batch")
     finished = set(store.finished_buckets(epoch_id))
     if plan.finished_buckets - finished:
@@ -153,37 +158,48 @@ def run_batch_epoch(
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
         end = wave.end_offsets()
-        scratch = scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
-        try:
-            if native_read:
-                source = read_segments(
-                    spark,
-                    settings.source,
-                    [(s.bucket, s.start, s.end) for s in wave.splits],
-                    scratch=scratch,
-                )
-                # The writer refuses to commit unless the wave wrote exactly what it planned.
-                checks = {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
-            else:
-                source = (
-                    spark.read.format("bucketlog")
-                    .option("partitions", wave_partitions_json(wave))
-                    .load(settings.source)
-                )
-                checks = {}
-            write_batch(
-                transform(source),
+        wave_options = {
+            **options,
+            "sequence": str(wave.index),
+            "offsetsStart": offsets_to_json(start),
+            "offsetsEnd": offsets_to_json(end),
+        }
+        # The writers refuse to commit unless the wave wrote exactly what it planned.
+        expected = str(sum(s.end - s.start for s in wave.splits))
+        if form is not None:
+            arrow_wave.write_wave(
+                spark,
+                settings.source,
+                [[(s.bucket, s.start, s.end) for s in part] for part in wave.partitions],
+                form.function,
+                form.schema,
                 settings.sink,
-                writer=settings.batch_writer,
-                **options,
-                **checks,
-                sequence=str(wave.index),
-                offsetsStart=offsets_to_json(start),
-                offsetsEnd=offsets_to_json(end),
+                **wave_options,
+                expectedRecords=expected,
             )
-        finally:
-            if native_read:
+        elif native_read:
+            scratch = scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
+            try:
+                splits = [(s.bucket, s.start, s.end) for s in wave.splits]
+                source = read_segments(spark, settings.source, splits, scratch=scratch)
+                write_batch(
+                    transform(source),
+                    settings.sink,
+                    writer=settings.batch_writer,
+                    **wave_options,
+                    expectedRecords=expected,
+                )
+            finally:
                 remove_tree(scratch)
+        else:
+            source = (
+                spark.read.format("bucketlog")
+                .option("partitions", wave_partitions_json(wave))
+                .load(settings.source)
+            )
+            write_batch(
+                transform(source), settings.sink, writer=settings.batch_writer, **wave_options
+            )
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(
             settings.sink, settings.pipeline, storage_options=store.storage_options
@@ -209,3 +225,24 @@ def run_batch_epoch(
             on_wave(wave)
     final = {**committed, **store.committed_offsets()}
     return BatchRunReport(epoch_id, len(plan.waves), records, final, tuple(sorted(finished)))
+
+
+def wave_arrow_form(settings: PipelineSettings, transform: Callable) -> ArrowForm | None:
+    """The transform's Arrow form when batch waves run in the Python workers
+    (``batch_reader = arrow``), else None. Refuses, before anything is read or written, a
+    transform that has none."""
+    if settings.batch_reader != "arrow":
+        return None
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from modeswitch.sources.base import RECORD_SCHEMA
+
+    form = arrow_form_of(transform, from_arrow_schema(RECORD_SCHEMA), spec=settings.transform)
+    if form is None:
+        raise ConfigError(
+            f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="
+            f"{settings.transform!r} has none (modeswitch.transforms, 'An Arrow form'); use "
+            "'native' or 'bucketlog', or a transform with one such as "
+            "modeswitch.arrow_parse:parse_events_arrow"
+        )
+    return form

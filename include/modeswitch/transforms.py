@@ -24,13 +24,22 @@ value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid dou
 The transform is a setting, ``module:function`` (default :data:`DEFAULT_TRANSFORM`), resolved
 by :func:`load_transform`; :func:`check_transform_output` tells a custom transform that broke
 the contract apart from a working one before anything is written.
+
+**An Arrow form** (optional): a transform may also say how to do the same work on Arrow
+batches, without Spark, by carrying an attribute ``arrow_form``: a function of the input's
+Spark schema that returns an :class:`ArrowForm`, a picklable function from the input's Arrow
+batches to the output's and the output's Spark schema. Batch waves with ``batch_reader =
+arrow`` run it in the Python workers on the batches they read and write
+(:mod:`modeswitch.sinks.arrow_wave`); both forms must give the same rows. The Arrow parse
+(:func:`modeswitch.arrow_parse.parse_events_arrow`) has one; :func:`arrow_form_of` finds it.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -109,7 +118,7 @@ def parse_json_values(
     required field, in schema order, that did not parse).
     """
     names = [f.name for f in schema.fields]
-    required = check_parse_inputs(df, schema, required)
+    required = check_parse_inputs(df.columns, schema, required)
 
     parse_schema = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     value = F.col("value")
@@ -148,7 +157,7 @@ def parse_json_values(
 
 
 def check_parse_inputs(
-    df: DataFrame, schema: StructType, required: Sequence[str] | None
+    columns: Sequence[str], schema: StructType, required: Sequence[str] | None
 ) -> list[str]:
     """The required field names (default: all of ``schema``'s); refuses, before any job,
     required fields the schema lacks, payload fields that clash with input columns, and an
@@ -160,13 +169,12 @@ def check_parse_inputs(
         raise ConfigError(
             f"transform: required fields {unknown} are not in the payload schema {names}"
         )
-    clashes = [n for n in [*names, QUARANTINE_REASON] if n in df.columns]
+    columns = list(columns)
+    clashes = [n for n in [*names, QUARANTINE_REASON] if n in columns]
     if clashes:
-        raise ConfigError(
-            f"transform: payload fields {clashes} clash with input columns {df.columns}"
-        )
-    if "value" not in df.columns:
-        raise ConfigError(f"transform: the input has no 'value' column (columns: {df.columns})")
+        raise ConfigError(f"transform: payload fields {clashes} clash with input columns {columns}")
+    if "value" not in columns:
+        raise ConfigError(f"transform: the input has no 'value' column (columns: {columns})")
     return required
 
 
@@ -215,6 +223,32 @@ def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataF
     return target  # type: ignore[return-value]
 
 
+class ArrowForm(NamedTuple):
+    """A transform's work on Arrow batches: ``function`` maps the input's batches (the
+    ``bucketlog`` columns) to the output's, whose Spark schema is ``schema``. ``function`` is
+    pickled to the Python workers."""
+
+    function: Callable[[Iterator[Any]], Iterator[Any]]
+    schema: StructType
+
+
+def arrow_form_of(
+    transform: Callable[[DataFrame], DataFrame], input_schema: StructType, *, spec: str = ""
+) -> ArrowForm | None:
+    """The Arrow form of ``transform`` for input of ``input_schema``, or None if it has none
+    (module docstring). Refuses, naming the transform, a form that is not an
+    :class:`ArrowForm` or whose output breaks the sink's contract."""
+    make = getattr(transform, "arrow_form", None)
+    if make is None:
+        return None
+    form = make(input_schema)
+    which = f"transform={spec!r}" if spec else "transform"
+    if not isinstance(form, ArrowForm):
+        raise ConfigError(f"{which}: its arrow_form gave a {type(form).__name__}, not an ArrowForm")
+    check_output_schema(form.schema, spec=spec)
+    return form
+
+
 def check_transform_output(df: DataFrame, *, spec: str | None = None) -> None:
     """Refuse a transform output that breaks the sink's contract, before anything is written.
 
@@ -222,7 +256,12 @@ def check_transform_output(df: DataFrame, *, spec: str | None = None) -> None:
     :class:`ConfigError` naming the missing or mistyped columns (and ``spec``, if given).
     Inspects the schema only: no Spark job runs.
     """
-    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    check_output_schema(df.schema, spec=spec)
+
+
+def check_output_schema(schema: StructType, *, spec: str | None = None) -> None:
+    """:func:`check_transform_output` on a transform's output schema."""
+    types = {f.name: f.dataType.simpleString() for f in schema.fields}
     missing = [name for name in REQUIRED_OUTPUT if name not in types]
     mistyped = [
         f"{name} ({types[name]}, expected {expected})"
@@ -249,6 +288,9 @@ __all__ = [
     "QUARANTINE_REASON",
     "REQUIRED_OUTPUT",
     "SOURCE_COLUMNS",
+    "ArrowForm",
+    "arrow_form_of",
+    "check_output_schema",
     "check_parse_inputs",
     "check_transform_output",
     "load_transform",

@@ -19,7 +19,6 @@ from modeswitch.sinks.commits import committed_offsets
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.storage import remove_tree
 from modeswitch.streaming import _ProgressListener, checkpoint_conf, sink_stream
-from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,6 @@ def warm_up(
         writer = sink_stream(
             spark,
             settings,
-            load_transform(settings.transform),
             source=source.root,
             start_json=offsets_to_json(source.earliest_offsets()),
             options={

@@ -232,3 +232,45 @@ def start_and_wait(stream, checkpoint: Path) -> None:
         query.awaitTermination(60)
     finally:
         query.stop()
+
+
+def test_the_transform_option_runs_the_arrow_form_in_the_reader(spark, tmp_path: Path) -> None:
+    """With ``transform``, the source gives the transform's columns and rows, as the
+    transform applied to the DataFrame does, in batch and streaming reads; a transform with
+    no Arrow form is refused naming the option."""
+    from modeswitch.arrow_parse import ARROW_TRANSFORM, parse_events_arrow
+
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
+    generator = EventGenerator(seed=3, buckets=2, malformed_fraction=0.02)
+    produce_backlog(log, generator, records=5_000)
+    plain = spark.read.format("bucketlog").load(log.root)
+    fused = spark.read.format("bucketlog").option("transform", ARROW_TRANSFORM).load(log.root)
+    expected = parse_events_arrow(plain)
+    assert fused.schema == expected.schema
+    assert sorted(fused.collect()) == sorted(expected.collect())
+    assert 0 < fused.where("_quarantine_reason IS NOT NULL").count() < 250
+
+    streamed = (
+        spark.readStream.format("bucketlog")
+        .option("startingOffsets", "earliest")
+        .option("transform", ARROW_TRANSFORM)
+        .load(log.root)
+    )
+    query = (
+        streamed.writeStream.format("memory")
+        .queryName("fused_transform")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.awaitTermination(120)
+        got = spark.table("fused_transform")
+        assert got.schema == expected.schema
+        assert sorted(got.collect()) == sorted(expected.collect())
+    finally:
+        query.stop()
+
+    bad = spark.read.format("bucketlog").option("transform", "modeswitch.transforms:parse_events")
+    with pytest.raises(PySparkException, match=r"option transform=.*no Arrow form"):
+        bad.load(log.root).schema  # noqa: B018 (the schema is what asks the source)

@@ -29,6 +29,11 @@ Options (validated on the driver; an error names the option and its value):
 - ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
+- ``transform``: a transform setting (``module:function``) whose transform has an Arrow form
+  (:mod:`modeswitch.transforms`, "An Arrow form"): each partition's batches go through it in
+  the reader's own Python worker, and the source gives the transform's columns. The rows then
+  cross from Python to the JVM once, already parsed, instead of crossing back and forth for
+  a ``mapInArrow``: what the stream job reads with the Arrow parse.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
   between buckets in proportion to how far behind each is. Spark passes it back to
   ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
@@ -44,6 +49,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -70,6 +76,9 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json,
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
 from modeswitch.storage import absolute_location
 
+if TYPE_CHECKING:
+    from modeswitch.transforms import ArrowForm
+
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "bucketlog"
@@ -88,6 +97,7 @@ class BucketLogOptions:
     max_records_per_trigger: int | None
     partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
     parallelism: int = 2
+    transform: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -119,6 +129,7 @@ class BucketLogOptions:
             max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
             partitions=_partitions_option(opts.get("partitions")),
             parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
+            transform=opts.get("transform") or None,
         )
 
     def open_log(self) -> BucketedLog:
@@ -250,8 +261,34 @@ def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterato
         # its own: nothing to read.
         return
     source = options.open_log()
-    for bucket, start, end in partition.ranges:
-        yield from source.read(bucket, start, end)
+    batches = (b for r in partition.ranges for b in source.read(*r))
+    if options.transform is None:
+        yield from batches
+    else:
+        yield from transform_form(options.transform).function(batches)
+
+
+_FORMS: dict[str, ArrowForm] = {}
+
+
+def transform_form(spec: str) -> ArrowForm:
+    """The Arrow form of the transform ``spec`` names, for this source's records; loaded once
+    per process. Refuses, naming the option, a transform without one."""
+    form = _FORMS.get(spec)
+    if form is None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from modeswitch.sources.base import RECORD_SCHEMA
+        from modeswitch.transforms import arrow_form_of, load_transform
+
+        form = arrow_form_of(load_transform(spec), from_arrow_schema(RECORD_SCHEMA), spec=spec)
+        if form is None:
+            raise ValueError(
+                f"option transform={spec!r}: this transform has no Arrow form to run in the "
+                "reader (modeswitch.transforms, 'An Arrow form'); apply it to the DataFrame"
+            )
+        _FORMS[spec] = form
+    return form
 
 
 def limit_by_rows(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int) -> OffsetsMap:
@@ -420,8 +457,9 @@ class BucketLogDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> str:
-        return SPARK_RECORD_DDL
+    def schema(self) -> Any:
+        spec = self._options().transform
+        return SPARK_RECORD_DDL if spec is None else transform_form(spec).schema
 
     def _options(self) -> BucketLogOptions:
         return BucketLogOptions.parse(self.options)

@@ -1,0 +1,193 @@
+"""Batch waves in Python workers: each task reads, parses and writes its ranges, no row in the JVM.
+
+What a batch wave runs with ``batch_reader = arrow``. Spark schedules one task per planned
+partition of the wave (``spark.range(n).mapInArrow``, one row per partition, so it runs
+unchanged on a cluster); each task, in a Python worker:
+
+1. reads its ``(bucket, start, end)`` ranges with the log's own reader
+   (:meth:`~modeswitch.sources.base.BucketedLog.read`: pyarrow on the segment files, or the
+   Kafka consumer), as Arrow batches;
+2. runs the transform's Arrow form on them (:func:`modeswitch.transforms.arrow_form_of`;
+   the Arrow parse's is :class:`modeswitch.arrow_parse.PayloadParser`);
+3. writes them with the sink's own pyarrow writer (:func:`modeswitch.sinks.files.write_files`:
+   the table's files and the quarantine's, with their statistics and the max event time per
+   bucket) into a folder unique to this attempt, ``<table>/native-<uuid>/`` (and
+   ``<quarantine>/native-<uuid>/``);
+4. returns what it wrote (a pickled :class:`~modeswitch.sinks.files.DeltaCommitMessage`, a
+   few hundred bytes) to the driver, which checks the wave's record count and makes the
+   sink's one exactly-once commit (:func:`modeswitch.sinks.committer.commit_files`).
+
+No row crosses between the JVM and Python: in the other paths every row goes to a Python
+worker and back at least once (the Python data source reader, ``mapInArrow``, the Python
+writer), which costs about what the parse saves (docs/BENCHMARKS.md, "The shared transform").
+
+A failed wave or a refused commit deletes the attempt's folders; what a killed driver leaves
+behind is deleted by vacuum, as the native writer's (the folders share its prefix). A retried
+task writes new files; only the successful attempt's message reaches the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from modeswitch.errors import ModeswitchError
+from modeswitch.sinks.committer import CommitOutcome, commit_files
+from modeswitch.sinks.delta import prepare_write
+from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, write_files
+from modeswitch.sinks.native import FOLDER_PREFIX
+from modeswitch.sinks.options import DeltaSinkOptions
+
+log = logging.getLogger(__name__)
+
+Ranges = Sequence[tuple[int, int, int]]
+"""One task's ``(bucket, start, end)`` ranges, read in order."""
+
+
+@dataclass(frozen=True)
+class WaveTask:
+    """What each task runs (pickled to the Python workers with the function it calls): the
+    ranges of partition ``i`` for each id ``i`` it is given, read, transformed, written."""
+
+    source: str
+    partitions: tuple[tuple[tuple[int, int, int], ...], ...]
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+    schema: pa.Schema  # the transform's output, with the quarantine reason
+    options: DeltaSinkOptions  # paths inside the attempt's folders; no storage options
+    folder: str
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from modeswitch.sources import open_log
+
+        source = open_log(self.source)
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                ranges = self.partitions[index]
+                records = (b for r in ranges for b in source.read(*r))
+                message = write_files(self.options, self._conformed(self.transform(records)))
+                message = dataclasses.replace(
+                    message,
+                    files=[self._in_folder(f) for f in message.files],
+                    quarantine_files=[self._in_folder(f) for f in message.quarantine_files],
+                )
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([pickle.dumps(message)], pa.binary())], names=["message"]
+                )
+
+    def _conformed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The transform's batches in the table's Arrow schema (the columns Spark's schema
+        for them gives; a transform that gives other types fails the task, naming them)."""
+        for batch in batches:
+            if batch.schema != self.schema:
+                if batch.schema.names != self.schema.names:
+                    raise ModeswitchError(
+                        f"transform: its Arrow form gave columns {batch.schema.names}, its "
+                        f"schema says {self.schema.names}"
+                    )
+                batch = batch.cast(self.schema)
+            yield batch
+
+    def _in_folder(self, written: WrittenFile) -> WrittenFile:
+        return dataclasses.replace(written, path=f"{self.folder}/{written.path}")
+
+
+def write_wave(
+    spark: Any,
+    source: str,
+    partitions: Sequence[Ranges],
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    output: Any,
+    path: str,
+    **options: str,
+) -> CommitOutcome:
+    """Read ``partitions`` of the log at ``source``, transform them with ``transform`` (an
+    Arrow form whose output has the Spark schema ``output``) and append them to the Delta
+    table at ``path`` in one exactly-once commit; ``options`` are the ``modeswitch_delta``
+    options (``expectedRecords`` is checked before the commit). See the module docstring."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    raw = {k: str(v) for k, v in options.items()}
+    parsed, schema = prepare_write({**raw, "path": path}, output, overwrite=False)
+    folder = f"{FOLDER_PREFIX}{uuid.uuid4().hex}"
+    quarantine = f"{parsed.quarantine_path}/{folder}" if parsed.quarantine_path else None
+    task = WaveTask(
+        source=source,
+        partitions=tuple(tuple(tuple(r) for r in p) for p in partitions),
+        transform=transform,
+        schema=to_arrow_schema(output, timezone="UTC"),
+        # The workers' pyarrow takes credentials from the store's own variables, as the Python
+        # writer's; the options are pickled into the plan, so they carry none.
+        options=dataclasses.replace(
+            parsed, storage_options={}, path=f"{parsed.path}/{folder}", quarantine_path=quarantine
+        ),
+        folder=folder,
+    )
+    started = time.perf_counter()
+    count = max(1, len(task.partitions))
+    try:
+        rows = spark.range(count, numPartitions=count).mapInArrow(task, "message binary").collect()
+        messages: list[DeltaCommitMessage] = [pickle.loads(r.message) for r in rows]
+        records = sum(m.records for m in messages)
+        quarantined = sum(m.quarantined for m in messages)
+        expected = parsed.expected_records
+        if expected is not None and records + quarantined != expected:
+            raise ModeswitchError(
+                f"sink {parsed.path}: this wave read {records} records and {quarantined} "
+                f"quarantined, but its source offsets cover {expected}; nothing was committed"
+            )
+    except BaseException:
+        _remove_folders(parsed, folder)
+        raise
+    written = time.perf_counter()
+    try:
+        outcome = commit_files(
+            parsed,
+            schema,
+            messages,
+            sequence=parsed.sequence if parsed.sequence is not None else 0,
+            start=parsed.offsets_start,
+            end=parsed.offsets_end,
+        )
+    except BaseException:
+        _remove_folders(parsed, folder, only_if_empty=True)
+        raise
+    if outcome.status != "committed":
+        _remove_folders(parsed, folder)
+    log.info(
+        "arrow wave %s: %s, %d records in %d files (%d quarantined); tasks %.2f s, commit %.2f s",
+        folder,
+        outcome.status,
+        records,
+        sum(len(m.files) for m in messages),
+        quarantined,
+        written - started,
+        time.perf_counter() - written,
+    )
+    return outcome
+
+
+def _remove_folders(options: DeltaSinkOptions, folder: str, *, only_if_empty: bool = False) -> None:
+    """Delete the attempt's folders in the table and the quarantine; with ``only_if_empty``,
+    only a folder with no file left (a commit that landed keeps its files)."""
+    for table in filter(None, (options.path, options.quarantine_path)):
+        fs, root = pafs.FileSystem.from_uri(table)
+        path = f"{root}/{folder}"
+        with contextlib.suppress(FileNotFoundError):
+            if only_if_empty:
+                left = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+                if any(i.type == pafs.FileType.File for i in left):
+                    continue
+            fs.delete_dir(path)
+
+
+__all__ = ["WaveTask", "write_wave"]
