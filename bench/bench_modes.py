@@ -23,8 +23,11 @@ the stream's first. The epochs run as the local runner runs them (``LocalRunner`
 job starts in standby alongside the batch epoch (``BENCH_STANDBY=off``: the stream job starts
 after the batch epoch has closed, cold).
 
-``BENCH_TRANSFORM=module:function`` sets every run's ``transform`` ((d) runs the same one), e.g.
-the Arrow parse, ``modeswitch.arrow_parse:parse_events_arrow``.
+``BENCH_TRANSFORM=module:function`` sets the ``transform`` of (a), (b), (d) (the same as
+(a)'s) and ``latency`` (default: the pipeline's, the Arrow parse); (c) runs with Spark SQL's
+``from_json`` (``modeswitch.transforms:parse_events``), what a user would otherwise run
+(issue 20), unless ``BENCH_C_TRANSFORM`` names another. ``BENCH_BATCH_READER`` /
+``BENCH_BATCH_WRITER`` set the batch path's (default: the pipeline's, ``arrow``).
 
 ``memory``: the batch path on 1/10 of the records and on all of them, same wave size: peak
 memory must not grow by more than 20 %.
@@ -63,7 +66,7 @@ from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.transforms import DEFAULT_TRANSFORM
+from modeswitch.transforms import DEFAULT_TRANSFORM, SPARK_SQL_TRANSFORM
 
 BUCKETS = 16
 WARM_UP_SECONDS = 60
@@ -166,6 +169,7 @@ def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
 
 
 TRANSFORM = os.environ.get("BENCH_TRANSFORM")
+C_TRANSFORM = os.environ.get("BENCH_C_TRANSFORM") or SPARK_SQL_TRANSFORM
 
 
 def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> PipelineSettings:
@@ -177,9 +181,17 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "wave_records": "2000000",
             "max_split_records": "1000000",
             "parallelism": "2",
-            "batch_writer": os.environ.get("BENCH_BATCH_WRITER", "native"),
             # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
-            "batch_reader": os.environ.get("BENCH_BATCH_READER", "native"),
+            **(
+                {"batch_writer": os.environ["BENCH_BATCH_WRITER"]}
+                if os.environ.get("BENCH_BATCH_WRITER")
+                else {}
+            ),
+            **(
+                {"batch_reader": os.environ["BENCH_BATCH_READER"]}
+                if os.environ.get("BENCH_BATCH_READER")
+                else {}
+            ),
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
             # BENCH_TRANSFORM: the transform setting (e.g. the Arrow parse's
@@ -442,9 +454,10 @@ def main(argv: list[str] | None = None) -> int:
                     scratch,
                     "c",
                     log.root,
-                    "(c) stream, availableNow, no read limit",
+                    f"(c) stream, availableNow, no read limit, {C_TRANSFORM.split(':')[1]}",
                     stream_trigger="available_now",
                     max_records_per_trigger="none",
+                    transform=C_TRANSFORM,
                 )
             )
         if "d" in only:
@@ -464,15 +477,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {run.cpu_seconds:.0f} | {run.peak_mb:,.0f} | {kinds} |"
             )
         by = {r.name[:3]: r for r in runs}
-        if "(a)" in by and "(b)" in by:
-            print(f"(a)/(b) throughput: {by['(a)'].rate / by['(b)'].rate:.2f} (target >= 3)")
         if "(a)" in by and "(c)" in by:
-            print(f"(a)/(c) throughput: {by['(a)'].rate / by['(c)'].rate:.2f} (target >= 0.9)")
+            print(f"(a)/(c) throughput: {by['(a)'].rate / by['(c)'].rate:.2f} (issue 20: >= 1.5)")
             print(
-                f"(a)/(c) peak memory: {by['(a)'].peak_mb / by['(c)'].peak_mb:.2f} (target <= 0.5)"
+                f"(a)/(c) peak memory: {by['(a)'].peak_mb / by['(c)'].peak_mb:.2f} "
+                "(issue 20: never above 1)"
             )
         if "(a)" in by and "(d)" in by:
-            print(f"(a)/(d) throughput: {by['(a)'].rate / by['(d)'].rate:.2f} (target >= 0.9)")
+            print(f"(a)/(d) throughput: {by['(a)'].rate / by['(d)'].rate:.2f} (issue 20: >= 1.0)")
         if "memory" in only:
             small = SegmentLog.create(str(scratch / "small-log"), buckets=BUCKETS)
             produce_backlog(
@@ -497,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"handoff, batch's last commit -> stream's first: {result['handoff']:.1f} s "
-                f"(target <= 15 s); stream standby {'on' if result['standby'] else 'off'}, "
+                "(the local runner's; issue 20's <= 3 s is the warm engine's); "
+                f"stream standby {'on' if result['standby'] else 'off'}, "
                 f"batch epoch {result['batch_epoch_seconds']:.1f} s"
             )
     finally:

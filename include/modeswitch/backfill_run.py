@@ -133,25 +133,27 @@ def _read_window(
     from modeswitch.transforms import load_transform
 
     transform = load_transform(settings.transform)
-    if settings.batch_reader == "native" and not is_kafka_source(settings.source):
-        splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
-        source = read_segments(spark, settings.source, splits, scratch=scratch)
-    else:
-        waves = plan_batch(
-            {b: lo for b, (lo, _) in plan.ranges.items()},
-            {b: hi for b, (_, hi) in plan.ranges.items()},
-            max_split_records=settings.planner.max_split_records,
-            wave_records=max(plan.records_bound, 1),
-            parallelism=settings.planner.parallelism,
-        ).waves
-        partitions = wave_partitions_json(waves[0]) if waves else "[]"
-        source = (
-            spark.read.format("bucketlog").option("partitions", partitions).load(settings.source)
-        )
     in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
         F.col("event_time") < F.lit(plan.window.end)
     )
-    return transform(source.where(in_window))
+    if settings.batch_reader == "native" and not is_kafka_source(settings.source):
+        splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
+        source = read_segments(spark, settings.source, splits, scratch=scratch)
+        return transform(source.where(in_window))
+    waves = plan_batch(
+        {b: lo for b, (lo, _) in plan.ranges.items()},
+        {b: hi for b, (_, hi) in plan.ranges.items()},
+        max_split_records=settings.planner.max_split_records,
+        wave_records=max(plan.records_bound, 1),
+        parallelism=settings.planner.parallelism,
+    ).waves
+    partitions = wave_partitions_json(waves[0]) if waves else "[]"
+    reader = spark.read.format("bucketlog").option("partitions", partitions)
+    if getattr(transform, "arrow_form", None) is not None:
+        # The Arrow form runs in the reader's workers: the rows reach the JVM parsed.
+        reader = reader.option("transform", settings.transform)
+        return reader.load(settings.source).where(in_window)
+    return transform(reader.load(settings.source).where(in_window))
 
 
 def _stage(df: Any, staging: str) -> None:

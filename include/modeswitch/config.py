@@ -322,19 +322,25 @@ class PipelineSettings:
     long before the batch epoch's expected end, by its throughput so far, the standby starts;
     its start-up and warm-up took 20-30 s here while a batch job ran, and an estimate from the
     first wave alone runs long: that wave pays for the job's first Spark query).
-    Batch mode: ``batch_writer`` (``native``, the default: Spark's own Parquet writer writes the
-    data files, then the sink's exactly-once commit; ``python``: the ``modeswitch_delta`` data
-    source writer, which streaming always uses; see docs/SINK.md); ``batch_reader`` (``native``, the
-    default: Spark's Parquet reader reads the wave's segment files of the embedded log, no Python
-    worker in the path, a bucket's newest segment from a snapshot (a hard link; a copy of the range
-    the wave needs where no link can be made), and the native writer checks the wave's record count
-    before committing; ``bucketlog``: the Python data source, which the ``python`` writer always
-    uses, and every read of a Kafka source, which has no files); ``batch_driver_memory``
+    Batch mode: ``batch_reader`` (``arrow``, the default: each of a wave's tasks reads its
+    ranges, runs the transform's Arrow form and writes the files with pyarrow in one Python
+    worker, no row in the JVM, any log (:mod:`modeswitch.sinks.arrow_wave`; needs a transform
+    with an Arrow form, as the default one); ``native``: Spark's Parquet reader reads the wave's
+    segment files of the embedded log, a bucket's newest segment from a snapshot (a hard link; a
+    copy of the range the wave needs where no link can be made), and the native writer checks the
+    wave's record count before committing; ``bucketlog``: the Python data source, which the
+    ``python`` writer always uses, and every non-``arrow`` read of a Kafka source, which has no
+    files); ``batch_writer`` (for ``native`` and ``bucketlog`` reads: ``native``, the default,
+    Spark's own Parquet writer writes the data files, then the sink's exactly-once commit;
+    ``python``: the ``modeswitch_delta`` data source writer, which streaming always uses; see
+    docs/SINK.md); ``batch_driver_memory``
     (``1g``; ``none``: Spark's default, a quarter of the machine's
     memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and the same initial
     size). On a local master the driver runs the tasks too, so this bounds the job's memory whatever
     the backlog: a wave is streamed through, never held.
-    ``transform`` is ``module:function``. ``storage_connection`` names the Airflow Connection
+    ``transform`` is ``module:function`` (default: the Arrow parse,
+    ``modeswitch.arrow_parse:parse_events_arrow``; ``modeswitch.transforms:parse_events`` is the
+    same parse with Spark's ``from_json``). ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``kafka_connection``
     (``kafka_default``) names the Airflow Connection whose extras are a Kafka source's client
@@ -368,9 +374,9 @@ class PipelineSettings:
     stream_standby: bool = True
     stream_standby_lead: timedelta = timedelta(seconds=60)
     batch_writer: str = "native"
-    batch_reader: str = "native"
+    batch_reader: str = "arrow"
     batch_driver_memory: str = "1g"
-    transform: str = "modeswitch.transforms:parse_events"
+    transform: str = "modeswitch.arrow_parse:parse_events_arrow"
     storage_connection: str = ""
     kafka_connection: str = "kafka_default"
     start_from: str = "earliest"

@@ -60,8 +60,12 @@ log = logging.getLogger(__name__)
 QUARANTINE_REASON = "_quarantine_reason"
 """Name of the column that marks a malformed record: null when good, a reason when not."""
 
-DEFAULT_TRANSFORM = "modeswitch.transforms:parse_events"
-"""The ``transform`` setting's default value."""
+DEFAULT_TRANSFORM = "modeswitch.arrow_parse:parse_events_arrow"
+"""The ``transform`` setting's default value: the Arrow parse (:mod:`modeswitch.arrow_parse`)."""
+
+SPARK_SQL_TRANSFORM = "modeswitch.transforms:parse_events"
+"""The same parse with Spark SQL's ``from_json`` (:func:`parse_events`), the default until the
+Arrow parse ran the batch waves in the Python workers (docs/BENCHMARKS.md)."""
 
 SOURCE_COLUMNS = ("bucket", "offset", "event_time", "key", "value")
 """The ``bucketlog`` source's columns; every transform keeps them."""
@@ -288,6 +292,7 @@ __all__ = [
     "QUARANTINE_REASON",
     "REQUIRED_OUTPUT",
     "SOURCE_COLUMNS",
+    "SPARK_SQL_TRANSFORM",
     "ArrowForm",
     "arrow_form_of",
     "check_output_schema",
