@@ -15,9 +15,9 @@ from modeswitch.produce import MALFORMED, EventGenerator, produce_backlog
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.transforms import (
-    DEFAULT_TRANSFORM,
     EVENT_SCHEMA,
     QUARANTINE_REASON,
+    SPARK_SQL_TRANSFORM,
     check_transform_output,
     load_transform,
     parse_events,
@@ -143,7 +143,7 @@ def test_bad_parse_settings_are_refused(source_df) -> None:
         parse_events(clashing)
 
 
-@pytest.mark.parametrize("spec", [DEFAULT_TRANSFORM, ARROW_TRANSFORM])
+@pytest.mark.parametrize("spec", [SPARK_SQL_TRANSFORM, ARROW_TRANSFORM])
 def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
     spark, tmp_path: Path, spec: str
 ) -> None:
@@ -197,7 +197,9 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
 
 
 def test_load_transform_resolves_the_default() -> None:
-    assert load_transform() is parse_events
+    from modeswitch.arrow_parse import parse_events_arrow
+
+    assert load_transform() is parse_events_arrow
     assert load_transform("modeswitch.transforms:parse_events") is parse_events
 
 
