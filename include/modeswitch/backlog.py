@@ -10,15 +10,15 @@ committed:
    ``replanned`` and the rest ``[committed, boundary)`` is planned again, rebalanced, with new
    wave numbers (FLIP-537 case 1). A failed task inside a wave is Spark's to retry; the sink's
    idempotent commit makes the retry harmless (case 2).
-3. Each wave is read through ``bucketlog`` with exactly the planned partitions (or, with
-   ``batch_reader = native``, by Spark's Parquet reader from the segment files, the writer
-   checking the wave's record count before it commits), goes through the shared transform,
-   and is written by the Delta sink in one commit carrying the wave's offsets: by default
-   Spark's own Parquet writer writes the data files and the sink makes the commit
-   (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source). With
-   ``batch_reader = arrow`` each of the wave's tasks instead reads its ranges, runs the
-   transform's Arrow form and writes the files in one Python worker, no row in the JVM
-   (:mod:`modeswitch.sinks.arrow_wave`; any log, the Arrow parse's transform).
+3. Each wave goes through the shared transform and is written by the Delta sink in one
+   commit carrying the wave's offsets. By default (``batch_reader = arrow``) each of the
+   wave's tasks reads its planned ranges, runs the transform's Arrow form and writes the files
+   in one Python worker, no row in the JVM, and the driver checks the wave's record count and
+   commits (:mod:`modeswitch.sinks.arrow_wave`; any log). With ``batch_reader = native`` Spark's
+   Parquet reader reads the segment files and, with ``bucketlog``, the Python data source
+   reads exactly the planned partitions; then Spark's own Parquet writer writes the data files
+   and the sink makes the commit, checking the count after a native read (``batch_writer =
+   native``; ``python``: the ``modeswitch_delta`` data source).
    Then the ledger, progress and per-bucket "backlog finished" are recorded.
 
 Each wave is its own Spark job and no record is collected to the driver (peak memory:
