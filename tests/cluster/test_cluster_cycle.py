@@ -5,9 +5,10 @@ loopback (pip's pyspark, ``bin/spark-class``), started and stopped by this modul
 executors in the workers' JVMs, with the same Python and package (an environment both sides
 have, as in the Docker image).
 
-batch (native reader and writer) -> stream -> batch (the Python data source reader and writer,
-in the warm engine) -> the engine's own handoff to stream; every handoff exact, the audit
-0/0, every job an application of the cluster with executors on both workers."""
+batch (the default: each wave's tasks read, parse and write in the executors' Python workers)
+-> stream -> batch (Spark's native reader and writer with Spark's from_json, in the warm
+engine) -> the engine's own handoff to stream; every handoff exact, the audit 0/0, every job
+an application of the cluster with executors on both workers."""
 
 from __future__ import annotations
 
@@ -79,12 +80,18 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         assert code == 0, run_log.read_text()[-3000:]
 
     try:
-        dag_run({"force_mode": "batch"})  # native reader and writer
+        dag_run({"force_mode": "batch"})  # the default: waves in the executors' Python workers
         produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=10**6)
         dag_run({"force_mode": "stream"})
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=60_000, first=2 * 10**6)
-        python_io = {"batch_reader": "bucketlog", "batch_writer": "python", "engine": "warm"}
-        dag_run({"force_mode": "batch", "settings": python_io})
+        # Spark's own reader and writer, and Spark's from_json, on the warm engine.
+        spark_io = {
+            "batch_reader": "native",
+            "batch_writer": "native",
+            "transform": "modeswitch.transforms:parse_events",
+            "engine": "warm",
+        }
+        dag_run({"force_mode": "batch", "settings": spark_io})
         produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
         dag_run({"force_mode": "stream", "settings": {"engine": "warm"}})
     finally:
@@ -99,7 +106,7 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     assert epochs[-1].end == log.latest_offsets()
     report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
     assert report.ok and report.totals.missing == report.totals.duplicated == 0, report
-    assert report.totals.in_quarantine > 0  # the malformed records, through both writers
+    assert report.totals.in_quarantine > 0  # the malformed records, through both batch paths
 
     # Every job ran as an application of the cluster, its executors in both workers.
     names = application_names(cluster)
