@@ -59,7 +59,10 @@ def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_sessio
                 "warehouse": str(tmp_path / "warehouse"),
                 "stream_trigger": "available_now",
                 "stream_standby": "false",
-                "batch_writer": "python",  # the sink's own writer, options and all
+                # The sink's own data source writer, options and all, in the batch's plans
+                # (the default Arrow waves have no sink in their plan).
+                "batch_reader": "bucketlog",
+                "batch_writer": "python",
             }
         )
         on_cluster = {
