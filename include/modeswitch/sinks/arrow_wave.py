@@ -28,7 +28,6 @@ task writes new files; only the successful attempt's message reaches the commit.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import pickle
@@ -39,13 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.sinks.committer import CommitOutcome, commit_files
 from modeswitch.sinks.delta import prepare_write
 from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, write_files
-from modeswitch.sinks.native import FOLDER_PREFIX
+from modeswitch.sinks.native import FOLDER_PREFIX, remove_attempt_folder
 from modeswitch.sinks.options import DeltaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -180,14 +178,7 @@ def _remove_folders(options: DeltaSinkOptions, folder: str, *, only_if_empty: bo
     """Delete the attempt's folders in the table and the quarantine; with ``only_if_empty``,
     only a folder with no file left (a commit that landed keeps its files)."""
     for table in filter(None, (options.path, options.quarantine_path)):
-        fs, root = pafs.FileSystem.from_uri(table)
-        path = f"{root}/{folder}"
-        with contextlib.suppress(FileNotFoundError):
-            if only_if_empty:
-                left = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-                if any(i.type == pafs.FileType.File for i in left):
-                    continue
-            fs.delete_dir(path)
+        remove_attempt_folder(table, folder, only_if_empty=only_if_empty)
 
 
 __all__ = ["WaveTask", "write_wave"]

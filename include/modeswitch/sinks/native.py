@@ -279,16 +279,20 @@ class NativeWrite:
 
     # -- failure ------------------------------------------------------------------------------
     def _remove_folder(self, *, only_if_empty: bool = False) -> None:
-        """Delete this attempt's folder; with ``only_if_empty``, only if no file is left in it
-        (a commit that landed keeps its files)."""
-        fs, root = pafs.FileSystem.from_uri(self.options.path)
-        folder = f"{root}/{self.folder}"
-        with contextlib.suppress(FileNotFoundError):
-            if only_if_empty:
-                left = fs.get_file_info(pafs.FileSelector(folder, recursive=True))
-                if any(i.type == pafs.FileType.File for i in left):
-                    return
-            fs.delete_dir(folder)
+        remove_attempt_folder(self.options.path, self.folder, only_if_empty=only_if_empty)
+
+
+def remove_attempt_folder(table_uri: str, folder: str, *, only_if_empty: bool = False) -> None:
+    """Delete an attempt's folder of the table at ``table_uri``; with ``only_if_empty``, only
+    if no file is left in it (a commit that landed keeps its files)."""
+    fs, root = pafs.FileSystem.from_uri(table_uri)
+    path = f"{root}/{folder}"
+    with contextlib.suppress(FileNotFoundError):
+        if only_if_empty:
+            left = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            if any(i.type == pafs.FileType.File for i in left):
+                return
+        fs.delete_dir(path)
 
 
 def _route_of(relative: str, folder: str) -> str | None:
