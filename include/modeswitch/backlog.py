@@ -234,11 +234,7 @@ def wave_arrow_form(settings: PipelineSettings, transform: Callable) -> ArrowFor
     transform that has none."""
     if settings.batch_reader != "arrow":
         return None
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from modeswitch.sources.base import RECORD_SCHEMA
-
-    form = arrow_form_of(transform, from_arrow_schema(RECORD_SCHEMA), spec=settings.transform)
+    form = arrow_form_of(transform, spec=settings.transform)
     if form is None:
         raise ConfigError(
             f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="

@@ -237,14 +237,24 @@ class ArrowForm(NamedTuple):
 
 
 def arrow_form_of(
-    transform: Callable[[DataFrame], DataFrame], input_schema: StructType, *, spec: str = ""
+    transform: Callable[[DataFrame], DataFrame],
+    input_schema: StructType | None = None,
+    *,
+    spec: str = "",
 ) -> ArrowForm | None:
-    """The Arrow form of ``transform`` for input of ``input_schema``, or None if it has none
-    (module docstring). Refuses, naming the transform, a form that is not an
-    :class:`ArrowForm` or whose output breaks the sink's contract."""
+    """The Arrow form of ``transform`` for input of ``input_schema`` (by default the
+    ``bucketlog`` records'), or None if it has none (module docstring). Refuses, naming the
+    transform, a form that is not an :class:`ArrowForm` or whose output breaks the sink's
+    contract."""
     make = getattr(transform, "arrow_form", None)
     if make is None:
         return None
+    if input_schema is None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from modeswitch.sources.base import RECORD_SCHEMA
+
+        input_schema = from_arrow_schema(RECORD_SCHEMA)
     form = make(input_schema)
     which = f"transform={spec!r}" if spec else "transform"
     if not isinstance(form, ArrowForm):

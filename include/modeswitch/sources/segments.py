@@ -1,5 +1,8 @@
 """The embedded bucketed log: append-only Parquet segments in a folder, the default source.
 
+One module past 600 lines: it is one format (layout, appends, the open segment, reads,
+retention), whose rules hold only together.
+
 Layout under a root that pyarrow can address (a local path, ``file://``, ``s3://``, ``gs://``,
 ``hdfs://``)::
 

@@ -276,12 +276,9 @@ def transform_form(spec: str) -> ArrowForm:
     per process. Refuses, naming the option, a transform without one."""
     form = _FORMS.get(spec)
     if form is None:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from modeswitch.sources.base import RECORD_SCHEMA
         from modeswitch.transforms import arrow_form_of, load_transform
 
-        form = arrow_form_of(load_transform(spec), from_arrow_schema(RECORD_SCHEMA), spec=spec)
+        form = arrow_form_of(load_transform(spec), spec=spec)
         if form is None:
             raise ValueError(
                 f"option transform={spec!r}: this transform has no Arrow form to run in the "
