@@ -24,9 +24,9 @@ java:
 	@bash tools/ensure-java.sh
 
 # A class-data-sharing archive of Spark's JVM classes: every Spark job starts faster with it
-# (modeswitch.jvm; made once per Java and Spark version, ~1 min; kept in ~/.cache/modeswitch).
+# (modeswitch.runners.jvm; made once per Java and Spark version, ~1 min; kept in ~/.cache/modeswitch).
 cds: $(STAMP) java
-	@$(PY) -m modeswitch.jvm
+	@$(PY) -m modeswitch.runners.jvm
 
 demo: install
 	$(PY) -m modeswitch.airflow.demo .demo
@@ -75,7 +75,7 @@ clean:
 
 # --- Airflow -----------------------------------------------------------------------------
 # `make demo` runs the pipeline DAG (dag.test, one run per epoch) on a local Airflow under
-# .demo/airflow; `make demo-local` is the same cycle without Airflow (modeswitch.demo).
+# .demo/airflow; `make demo-local` is the same cycle without Airflow (modeswitch.devtools.demo).
 # `make airflow` starts `airflow standalone` (SQLite under .airflow/) with these DAGs in its
 # own process group; Ctrl-C stops the whole group.
 .PHONY: demo-local demo-kafka airflow
@@ -84,7 +84,7 @@ demo-local: install
 	$(VENV)/bin/modeswitch demo --dir .demo
 
 # The same cycle reading a Kafka topic of 16 partitions, in a broker on loopback that the demo
-# starts and stops itself (librdkafka's mock cluster, modeswitch.sources.kafka_mock).
+# starts and stops itself (librdkafka's mock cluster, modeswitch.devtools.kafka_mock).
 demo-kafka: install
 	$(VENV)/bin/modeswitch demo --kafka --buckets 16 --records 600000 --dir .demo-kafka
 

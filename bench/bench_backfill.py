@@ -35,16 +35,16 @@ import pendulum
 import psutil
 from bench_modes import POLICY_OFF, latency_summary
 
-from modeswitch.backfill import Window, plan_backfill
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import LocalRunner, job_command
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.processes import start_group, wait_group
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.modes.backfill import Window, plan_backfill
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner, job_command
+from modeswitch.runners.processes import start_group, wait_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 BUCKETS = 8
 WARM_UP_SECONDS = 40

@@ -6,7 +6,7 @@ cluster on the same machine (the same two cores).
 
 Each round runs ``bench/bench_modes.py --only a,latency`` twice, alternating: once with the
 jobs on ``local[*]`` (two cores), once with ``MODESWITCH_SPARK_MASTER`` = a standalone
-cluster started here (:class:`modeswitch.standalone.StandaloneCluster`: a master and two
+cluster started here (:class:`modeswitch.devtools.standalone.StandaloneCluster`: a master and two
 workers of one core and 4 GB each, on loopback, stopped after). (a) is the batch job on a
 batch epoch (records/s, wall, CPU, peak memory of the job's processes: on the cluster the
 executors' JVMs and Python workers are the workers' children, not the job's, so its peak is
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from modeswitch.standalone import StandaloneCluster
+from modeswitch.devtools.standalone import StandaloneCluster
 
 BENCH_MODES = Path(__file__).with_name("bench_modes.py")
 

@@ -5,11 +5,11 @@
 
 Each round runs the same stream epoch twice, in alternating order, each in a child process of
 its own (one JVM each, nothing shared): once on a classic session
-(:func:`modeswitch.session.create_spark_session`, ``local[2]``), once on a Spark Connect session
-(``SparkSession.builder.remote("local[2]")``: pyspark starts a local Connect server in a JVM
+(:func:`modeswitch.runners.session.create_spark_session`, ``local[2]``), once on a Spark Connect
+session (``SparkSession.builder.remote("local[2]")``: pyspark starts a local Connect server in a JVM
 and drives it over gRPC, as a long-lived Connect server per pipeline would be driven). Both
 sessions get the same Spark settings and register the same Python data sources; the stream
-job's own code (:func:`modeswitch.streaming.run_stream_epoch`) runs unchanged on either: its
+job's own code (:func:`modeswitch.modes.stream.run_stream_epoch`) runs unchanged on either: its
 query, its ``StreamingQueryListener`` (client-side on Connect) and the sink.
 
 A live producer appends 5 000 records/s (as ``bench_modes.py --only latency``), the trigger is
@@ -40,10 +40,10 @@ import bench_modes as modes
 from rich.console import Console
 from rich.table import Table
 
-from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.processes import run_process_group
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.processes import run_process_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
@@ -56,7 +56,7 @@ VARIANTS = ("classic", "connect")
 def session(variant: str):
     """A session of ``variant`` on ``local[2]``, with the jobs' Spark settings and data
     sources."""
-    from modeswitch.session import BASE_CONF, LOCAL_CONF, create_spark_session
+    from modeswitch.runners.session import BASE_CONF, LOCAL_CONF, create_spark_session
 
     if variant == "classic":
         return create_spark_session("bench-connect", master="local[2]")
@@ -78,7 +78,7 @@ def session(variant: str):
 
 def run_one(variant: str, scratch: Path, seconds: float) -> dict:
     """One stream epoch on ``variant``'s session, live at 5 000 records/s."""
-    from modeswitch.streaming import run_stream_epoch
+    from modeswitch.modes.stream import run_stream_epoch
 
     log = SegmentLog.create(str(scratch / "log"), buckets=BUCKETS)
     produce_backlog(log, EventGenerator(seed=2, buckets=BUCKETS, skew="zipf:1.1"), records=20_000)

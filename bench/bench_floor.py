@@ -4,7 +4,7 @@ reason, write Parquet. What the batch job (Spark, two cores) is measured against
 
     .venv/bin/python bench/bench_floor.py [--records 10000000] [--parse msgspec|pyarrow]
 
-``--parse msgspec`` (default) is :class:`modeswitch.arrow_parse.PayloadParser`, the parse of
+``--parse msgspec`` (default) is :class:`modeswitch.transforms.arrow.PayloadParser`, the parse of
 the ``arrow_parse`` transform, with every quarantine decision; ``--parse pyarrow`` is pyarrow's
 own JSON reader on the newline-joined values (no per-record decisions: a batch holding one
 malformed record fails whole, so the log is made without malformed records for it). The
@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from modeswitch.arrow_parse import QUARANTINE_REASON, PayloadParser
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.transforms.arrow import QUARANTINE_REASON, PayloadParser
 
 BUCKETS = 16
 FIELDS = [

@@ -36,11 +36,11 @@ from rich.table import Table
 
 from modeswitch.airflow.demo import AIRFLOW_DEMO_SETTINGS
 from modeswitch.airflow.local import airflow_environment, migrate
-from modeswitch.config import PipelineSettings
-from modeswitch.demo import demo_sources
-from modeswitch.engine import ENGINE_DIR_ENV, stop_engine
-from modeswitch.processes import run_process_group
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.demo import demo_sources
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
+from modeswitch.runners.processes import run_process_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.state import StateStore
 

@@ -51,14 +51,14 @@ import psutil
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from modeswitch.local_runner import LocalRunner
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_environment
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 from modeswitch.state import StateStore
 
 PARTITIONS = 8
@@ -148,7 +148,7 @@ def in_own_process(what: str, source: str) -> modes.Run:
 READ_ONLY = """
 import json, sys, time
 import psutil
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 from modeswitch.sources.spark import register
 spark = create_spark_session("bench-kafka-read")
 register(spark)

@@ -57,11 +57,11 @@ from pathlib import Path
 
 import psutil
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import LocalRunner, job_command
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.processes import start_group, wait_group
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner, job_command
+from modeswitch.runners.processes import start_group, wait_group
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
@@ -195,7 +195,7 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
             # BENCH_TRANSFORM: the transform setting (e.g. the Arrow parse's
-            # modeswitch.arrow_parse:parse_events_arrow).
+            # modeswitch.transforms.arrow:parse_events_arrow).
             **({"transform": TRANSFORM} if TRANSFORM else {}),
             **POLICY_OFF,
             **extra,
@@ -244,7 +244,7 @@ def run_stream(scratch: Path, name: str, log_root: str, label: str, **extra: str
 
 NATIVE = """
 import sys, time
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 from modeswitch.transforms import load_transform
 spark = create_spark_session("bench-native")
 source, target, transform = sys.argv[1], sys.argv[2], sys.argv[3]

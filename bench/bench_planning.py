@@ -17,7 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from modeswitch.planning import BatchPlan, plan_batch
+from modeswitch.control.planning import BatchPlan, plan_batch
 
 BUCKETS = 10_000
 BACKLOG = 100_000_000

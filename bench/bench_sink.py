@@ -35,7 +35,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 
 
 def _parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,7 +71,7 @@ def rows(spark, count: int, partitions: int):
 
 
 def log_rows(spark, count: int, scratch: Path):
-    from modeswitch.produce import EventGenerator, produce_backlog
+    from modeswitch.devtools.produce import EventGenerator, produce_backlog
     from modeswitch.sources.segments import SegmentLog
 
     log = SegmentLog.create(str(scratch / "log"), buckets=16)

@@ -10,7 +10,7 @@ sink's own task-side writer (:func:`modeswitch.sinks.files.write_files`) writes 
 file of the log's next records and the sink's exactly-once driver commit
 (:func:`modeswitch.sinks.committer.commit_files`: fencing check, app transaction, offsets)
 commits it; then the stream job's own bookkeeping
-(:class:`modeswitch.streaming.StreamSupervisor`: follow the new commit files, the policy, a
+(:class:`modeswitch.modes.stream.StreamSupervisor`: follow the new commit files, the policy, a
 progress write a second and a decision every few, on a clock that moves 100 ms a
 micro-batch) runs as it does between micro-batches. Every ``--maintain-every`` commits (an
 hour of 100 ms micro-batches) ``modeswitch maintain`` runs, as the hourly DAG would; every
@@ -52,19 +52,19 @@ from deltalake import DeltaTable, write_deltalake
 from rich.console import Console
 from rich.table import Table
 
-from modeswitch.config import PipelineSettings
-from modeswitch.maintenance import log_bytes, maintain
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
-from modeswitch.setting_values import parse_duration
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.values import parse_duration
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.stream import StreamSupervisor
+from modeswitch.ops.maintenance import log_bytes, maintain
+from modeswitch.ops.status import pipeline_status
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sinks.committer import commit_files
 from modeswitch.sinks.files import write_files
 from modeswitch.sinks.options import DeltaSinkOptions, sink_options
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.state.tables import SCHEMAS
-from modeswitch.status import pipeline_status
-from modeswitch.streaming import StreamSupervisor
 
 BUCKETS = 4
 PER_BUCKET = 2  # records per bucket per micro-batch

@@ -1,4 +1,4 @@
-"""Benchmark: Spark's start-up with and without the JVM class archive (modeswitch.jvm).
+"""Benchmark: Spark's start-up with and without the JVM class archive (modeswitch.runners.jvm).
 
     .venv/bin/python bench/bench_startup.py [--runs 2]
 
@@ -16,14 +16,14 @@ import subprocess
 import sys
 import tempfile
 
-from modeswitch.jvm import ENV_SWITCH, make_archive
+from modeswitch.runners.jvm import ENV_SWITCH, make_archive
 
 ONE_RUN = """
 import json, sys, time
 started = time.perf_counter()
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.transforms import load_transform
 work = sys.argv[1]
 log = SegmentLog.create(work + "/log", buckets=4)

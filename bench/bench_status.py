@@ -10,7 +10,7 @@ sink whose newest commit ends where the progress table does. While it measures, 
 thread records what a live stream job records, a decision and a sink commit's progress row
 every 250 ms, through the state store (so the tables' own compaction runs too).
 
-Measured: :func:`modeswitch.status.pipeline_status` in this process; the app's
+Measured: :func:`modeswitch.ops.status.pipeline_status` in this process; the app's
 ``/api/status``, ``/api/history`` and ``/api/decisions`` (FastAPI's test client, the
 operator's app with Airflow's auth replaced by a no-op: in-process, no Airflow); and
 ``modeswitch status --json`` as a command (a new process each time, imports included).
@@ -35,7 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         from fastapi.testclient import TestClient
 
         from modeswitch.airflow.web import create_app
-        from modeswitch.status import pipeline_status
+        from modeswitch.ops.status import pipeline_status
 
         layers = [("bench:", settings.to_mapping())]
         app = create_app(

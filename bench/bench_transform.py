@@ -6,8 +6,8 @@ One session, the rows of an embedded log (4 buckets, 0.1 % malformed) read by Sp
 reader, each variant written to Spark's ``noop`` sink (every row and column is computed, nothing
 is stored), rounds alternating: ``scan`` (no transform), ``parse_events`` (the default
 transform), ``parse_events_arrow`` (the same columns through ``mapInArrow`` and msgspec, see
-:mod:`modeswitch.arrow_parse`), ``from_json`` (the same parse without the quarantine reason) and
-``variant``
+:mod:`modeswitch.transforms.arrow`), ``from_json`` (the same parse without the quarantine reason)
+and ``variant``
 (Spark's ``try_parse_json`` and ``try_variant_get``, an alternative parser). Reports wall time
 and the CPU time of the process tree (driver, JVM, Python workers).
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 
 from bench_sink import cpu_seconds  # bench/ is on the path: run as a script
 
-from modeswitch.arrow_parse import parse_events_arrow
-from modeswitch.produce import EventGenerator, produce_backlog
-from modeswitch.session import create_spark_session
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.session import create_spark_session
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.transforms import EVENT_SCHEMA, QUARANTINE_REASON, parse_events
+from modeswitch.transforms.arrow import parse_events_arrow
 
 
 def from_json_only(df):

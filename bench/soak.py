@@ -47,15 +47,15 @@ from pathlib import Path
 import psutil
 from rich.console import Console
 
-from modeswitch.config import PipelineSettings, parse_duration
-from modeswitch.demo import DEMO_SETTINGS, LIVE_RATE
+from modeswitch.control.settings import PipelineSettings, parse_duration
+from modeswitch.devtools.demo import DEMO_SETTINGS, LIVE_RATE
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.errors import ModeswitchError
-from modeswitch.local_runner import LocalRunner
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 BUCKETS = 4
 BACKLOG = 1_000_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from modeswitch.jobrunner import main
+from modeswitch.runners.jobs import main
 
 if __name__ == "__main__":
     sys.exit(main("batch", __doc__))

@@ -1,4 +1,4 @@
-"""spark-submit entrypoint: the pipeline's warm engine (:mod:`modeswitch.engine`).
+"""spark-submit entrypoint: the pipeline's warm engine (:mod:`modeswitch.runners.engine`).
 
     spark-submit jobs/engine.py --pipeline orders --config settings.json --address-file PATH
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from modeswitch.engine import main
+from modeswitch.runners.engine import main
 
 if __name__ == "__main__":
     sys.exit(main())

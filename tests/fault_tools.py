@@ -19,12 +19,12 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
-from modeswitch.local_runner import job_command
+from modeswitch.ops.verify import audit
+from modeswitch.runners.local import job_command
 from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 
 def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:

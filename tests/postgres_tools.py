@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from modeswitch.processes import start_group, stop_group
+from modeswitch.runners.processes import start_group, stop_group
 
 
 def _bin_dir() -> Path:

@@ -21,7 +21,7 @@ from modeswitch.cli_log import (
     console,
     errors,
 )
-from modeswitch.config import parse_duration
+from modeswitch.control.settings import parse_duration
 from modeswitch.errors import ModeswitchError
 
 
@@ -38,7 +38,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from modeswitch.demo import run_demo
+    from modeswitch.devtools.demo import run_demo
 
     return run_demo(
         args.dir, records=args.records, buckets=args.buckets, console=console, kafka=args.kafka
@@ -69,8 +69,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from modeswitch.config import layer_settings, read_settings_file
-    from modeswitch.local_runner import run_pipeline
+    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.runners.local import run_pipeline
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     duration = parse_duration(args.duration, setting="--for") if args.duration else None
@@ -110,9 +110,9 @@ def _add_backfill(sub: argparse._SubParsersAction) -> None:
 def _backfill(args: argparse.Namespace) -> int:
     import uuid
 
-    from modeswitch.backfill import Window, end_unfinished_backfill, plan_backfill
-    from modeswitch.config import layer_settings, read_settings_file
-    from modeswitch.local_runner import run_job_process
+    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.modes.backfill import Window, end_unfinished_backfill, plan_backfill
+    from modeswitch.runners.local import run_job_process
     from modeswitch.state import StateStore
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -177,9 +177,9 @@ def _status(args: argparse.Namespace) -> int:
 
     from rich.live import Live
 
-    from modeswitch.config import layer_settings, read_settings_file, setting_origins
-    from modeswitch.status import pipeline_status
-    from modeswitch.status_view import render_status
+    from modeswitch.control.settings import layer_settings, read_settings_file, setting_origins
+    from modeswitch.ops.status import pipeline_status
+    from modeswitch.ops.status_view import render_status
 
     given = {
         name: getattr(args, name)
@@ -251,7 +251,7 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
 def _verify(args: argparse.Namespace) -> int:
     from rich import box
 
-    from modeswitch.verify import audit
+    from modeswitch.ops.verify import audit
 
     if args.spot_check < 0:
         raise ModeswitchError(f"verify: --spot-check {args.spot_check} is negative")
@@ -372,8 +372,8 @@ def _maintain(args: argparse.Namespace) -> int:
 
     from rich import box
 
-    from modeswitch.config import layer_settings, read_settings_file
-    from modeswitch.maintenance import maintain
+    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.ops.maintenance import maintain
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     report = maintain(settings, issuer="modeswitch maintain")
@@ -415,8 +415,8 @@ def _add_engine(sub: argparse._SubParsersAction) -> None:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from modeswitch.config import layer_settings, read_settings_file
-    from modeswitch.engine import engine_file, live_engine, ping, stop_engine
+    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.runners.engine import engine_file, live_engine, ping, stop_engine
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     if args.action == "stop":

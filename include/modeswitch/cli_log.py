@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from modeswitch.config import parse_duration, parse_rate
+from modeswitch.control.settings import parse_duration, parse_rate
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import offsets_from_json
 
@@ -54,7 +54,7 @@ def _add_produce(sub: argparse._SubParsersAction) -> None:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+    from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 
     rate = parse_rate(args.rate, setting="--rate") if args.rate else None
     duration = parse_duration(args.duration, setting="--duration") if args.duration else None

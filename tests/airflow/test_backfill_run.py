@@ -16,16 +16,16 @@ from deltalake import DeltaTable
 from fault_tools import records_in_window
 
 from modeswitch.airflow.backfill import backfill_dag_options
-from modeswitch.backfill import backfill_commits
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
-from modeswitch.local_runner import run_job_process
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.modes.backfill import backfill_commits
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 REPO = Path(__file__).resolve().parents[2]
 TODAY = pendulum.now("UTC").start_of("day")

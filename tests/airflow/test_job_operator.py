@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from modeswitch.airflow.operators import EpochJobOperator
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 
 
 def _command(kind: str, settings: PipelineSettings, **kwargs) -> str:

@@ -13,11 +13,11 @@ from deltalake import DeltaTable
 from fault_tools import commit_to_sink
 
 from modeswitch.airflow.maintenance import maintenance_dag_options
-from modeswitch.config import PipelineSettings
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "afmaintain"

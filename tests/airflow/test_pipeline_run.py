@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 
 from modeswitch.airflow.tasks import submit_control_command
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 

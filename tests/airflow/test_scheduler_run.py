@@ -46,11 +46,11 @@ import pytest
 from fault_tools import records_in_window
 from postgres_tools import throwaway_postgres
 
-from modeswitch.backfill import backfill_commits
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.backfill import backfill_commits
+from modeswitch.ops.verify import audit
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.scheduler
 

@@ -17,8 +17,8 @@ from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.settings import connection_storage_options, settings_from_airflow
 from modeswitch.airflow.tasks import decide_task
 from modeswitch.airflow.triggers import LagThresholdTrigger
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore

@@ -18,12 +18,12 @@ import psutil
 import pytest
 
 from modeswitch.airflow.tasks import submit_control_command
-from modeswitch.jobrunner import job_script
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit
+from modeswitch.runners.jobs import job_script
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 REPO = Path(__file__).resolve().parents[2]
 STREAM_JOB = str(job_script("stream"))

@@ -12,8 +12,8 @@ import pytest
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import branch_for, decide_task, submit_control_command
 from modeswitch.airflow.triggers import LagThresholdTrigger
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 

@@ -21,13 +21,13 @@ import pytest
 from test_stream_retry import _dag, _get_variable, _states
 
 from modeswitch.airflow.tasks import submit_control_command
-from modeswitch.config import PipelineSettings
-from modeswitch.engine import ENGINE_DIR_ENV, EngineAddress, engine_file, stop_engine
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit
+from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, engine_file, stop_engine
 from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.airflow
 

@@ -13,8 +13,8 @@ from unittest import mock
 
 import pytest
 
-from modeswitch.orchestration import decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.lifecycle import decide
 from modeswitch.sources.segments import SegmentLog
 
 ROUTES = [

@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import run_pipeline
-from modeswitch.processes import start_group, stop_group
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.local import run_pipeline
+from modeswitch.runners.processes import start_group, stop_group
 from modeswitch.sources.segments import SegmentLog
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.state import StateStore
 
 WAIT = 60

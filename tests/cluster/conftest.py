@@ -1,12 +1,12 @@
 """The cluster tier: a Spark standalone master and two one-core workers on loopback, started
-for each test module (:class:`modeswitch.standalone.StandaloneCluster`) and stopped by process
-group after it, however its tests end."""
+for each test module (:class:`modeswitch.devtools.standalone.StandaloneCluster`) and stopped by
+process group after it, however its tests end."""
 
 from __future__ import annotations
 
 import pytest
 
-from modeswitch.standalone import StandaloneCluster
+from modeswitch.devtools.standalone import StandaloneCluster
 
 
 @pytest.fixture(scope="module")

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 
 from modeswitch.airflow.local import airflow_environment, migrate
-from modeswitch.config import PipelineSettings
-from modeswitch.engine import ENGINE_DIR_ENV, stop_engine
-from modeswitch.processes import run_process_group
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.standalone import StandaloneCluster, application_names, executor_folders
+from modeswitch.ops.verify import audit
+from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
+from modeswitch.runners.processes import run_process_group
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.standalone import StandaloneCluster, application_names, executor_folders
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.cluster
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import run_job_process
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.devtools.standalone import StandaloneCluster, executor_folders
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog
-from modeswitch.sources.kafka_mock import MockKafkaCluster
-from modeswitch.standalone import StandaloneCluster, executor_folders
 from modeswitch.storage import ENV_STORAGE_OPTIONS
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.cluster
 

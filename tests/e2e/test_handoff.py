@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
-from modeswitch.demo import DEMO_SETTINGS
-from modeswitch.local_runner import LocalRunner
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.demo import DEMO_SETTINGS
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 BUCKETS = 16
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pyarrow as pa
 from fault_tools import assert_exactly_once
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import run_job_process
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, append_events, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, append_events, produce_backlog
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import run_job_process
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 BUCKETS = 4
 RECORDS = 20_000

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from fault_tools import assert_exactly_once, kill_at, pause_when_caught_up
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ModeswitchError
-from modeswitch.local_runner import LocalRunner, run_job_process
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner, run_job_process
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore

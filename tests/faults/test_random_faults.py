@@ -36,15 +36,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.errors import ModeswitchError
-from modeswitch.local_runner import LocalRunner
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner
 from modeswitch.sinks.commits import offset_regressions, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 SEEDS = [int(s) for s in os.environ.get("MODESWITCH_FAULT_SEEDS", "1,2,3").split(",") if s]
 FAULTS = int(os.environ.get("MODESWITCH_FAULTS_PER_SEED", "5"))

@@ -1,6 +1,6 @@
 """The kafka tier: a real Kafka-protocol broker on loopback, owned by this session.
 
-The broker is librdkafka's mock cluster (:mod:`modeswitch.sources.kafka_mock`), started in
+The broker is librdkafka's mock cluster (:mod:`modeswitch.devtools.kafka_mock`), started in
 this process: its brokers serve real TCP connections, from this process and from the Spark
 jobs and Python workers it starts. Its address reaches them through
 ``MODESWITCH_KAFKA_CONFIG``, set for the session before any Spark JVM starts (the workers
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 
 _names = itertools.count()
 
@@ -61,7 +61,7 @@ def new_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
 @pytest.fixture(scope="session")
 def spark(kafka_cluster: MockKafkaCluster) -> Iterator[object]:
     """A local Spark session started after the broker's address is in the environment."""
-    from modeswitch.session import create_spark_session
+    from modeswitch.runners.session import create_spark_session
 
     session = create_spark_session(
         "modeswitch-kafka-tests", master="local[2]", conf={"spark.ui.enabled": "false"}

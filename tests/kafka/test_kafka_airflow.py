@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import decide_task
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
 from modeswitch.errors import ConfigError
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, KafkaLocation
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 
 SECRET = "kafka-s3cr3t"
 

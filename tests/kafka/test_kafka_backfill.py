@@ -13,15 +13,15 @@ import pendulum
 from deltalake import DeltaTable
 from fault_tools import records_in_window
 
-from modeswitch.backfill import Window, plan_backfill
-from modeswitch.backfill_run import run_backfill
-from modeswitch.backlog import run_batch_epoch
-from modeswitch.config import PipelineSettings
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.backfill import Window, plan_backfill
+from modeswitch.modes.backfill_job import run_backfill
+from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
-from modeswitch.verify import audit
 
 HISTORY_END = pendulum.now("UTC").start_of("hour").subtract(hours=1)
 

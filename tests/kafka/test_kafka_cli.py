@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from modeswitch.cli import main
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 
 
 def test_produce_then_run_until_caught_up_then_verify(

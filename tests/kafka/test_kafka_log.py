@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
 from modeswitch.errors import ConfigError, ModeswitchError, OffsetOutOfRangeError
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 
 BASE_MS = 1_700_000_000_000  # as in conftest
 

@@ -19,17 +19,17 @@ from deltalake import DeltaTable
 from fault_tools import assert_exactly_once, kill_at, pause_when_caught_up
 from rich.console import Console
 
-from modeswitch.config import PipelineSettings
-from modeswitch.demo import DEMO_SETTINGS, demo_cycle, demo_sources
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.demo import DEMO_SETTINGS, demo_cycle, demo_sources
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import OffsetOutOfRangeError
-from modeswitch.local_runner import run_job_process, run_pipeline
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process, run_pipeline
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 PARTITIONS = 8
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
+from modeswitch.devtools.kafka_mock import MockKafkaCluster
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
-from modeswitch.sources.kafka_mock import MockKafkaCluster
 from modeswitch.sources.spark import register
 from modeswitch.transforms import QUARANTINE_REASON, parse_events
 

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from modeswitch.session import create_spark_session
+    from modeswitch.runners.session import create_spark_session
 
     session = create_spark_session(
         "modeswitch-tests", master="local[2]", conf={"spark.ui.enabled": "false"}

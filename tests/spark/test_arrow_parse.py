@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_transforms import CASES
 
-from modeswitch.arrow_parse import parse_events_arrow, parse_json_values_arrow
 from modeswitch.errors import ConfigError
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.transforms import EVENT_SCHEMA, QUARANTINE_REASON, parse_events, parse_json_values
+from modeswitch.transforms.arrow import parse_events_arrow, parse_json_values_arrow
 
 COLUMNS = ["offset", *EVENT_SCHEMA.fieldNames(), QUARANTINE_REASON]
 EVENT_TIME = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

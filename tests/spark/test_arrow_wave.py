@@ -13,16 +13,16 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from modeswitch.arrow_parse import parse_events_arrow
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import FencedError, ModeswitchError
 from modeswitch.offsets import offsets_to_json
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.arrow_wave import write_wave
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sinks.delta import QUARANTINE_SCHEMA
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.base import RECORD_SCHEMA
 from modeswitch.transforms import ArrowForm, arrow_form_of
+from modeswitch.transforms.arrow import parse_events_arrow
 
 RECORDS = 30_000
 INPUT = from_arrow_schema(RECORD_SCHEMA)

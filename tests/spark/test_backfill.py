@@ -1,6 +1,6 @@
 """Backfill runs on the shared Spark session: a reprocessed window is replaced once, a filled
 window below a live pipeline's start is loaded once, and bad runs are refused before anything
-is written (modeswitch.backfill)."""
+is written (modeswitch.modes.backfill)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ import pytest
 from deltalake import DeltaTable
 from fault_tools import records_in_window
 
-from modeswitch.backfill import Window, backfill_commits, plan_backfill
-from modeswitch.backfill_run import run_backfill
-from modeswitch.backlog import run_batch_epoch
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import BackfillRefusedError
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.modes.backfill import Window, backfill_commits, plan_backfill
+from modeswitch.modes.backfill_job import run_backfill
+from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.stream import run_stream_epoch
+from modeswitch.ops.status import pipeline_status
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.status import pipeline_status
-from modeswitch.streaming import run_stream_epoch
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException, PySparkException, StreamingQueryException
 
-from modeswitch.produce import EventGenerator, append_events, produce_backlog
+from modeswitch.devtools.produce import EventGenerator, append_events, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 
 BUCKETS = 4
@@ -238,7 +238,7 @@ def test_the_transform_option_runs_the_arrow_form_in_the_reader(spark, tmp_path:
     """With ``transform``, the source gives the transform's columns and rows, as the
     transform applied to the DataFrame does, in batch and streaming reads; a transform with
     no Arrow form is refused naming the option."""
-    from modeswitch.arrow_parse import ARROW_TRANSFORM, parse_events_arrow
+    from modeswitch.transforms.arrow import ARROW_TRANSFORM, parse_events_arrow
 
     log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
     generator = EventGenerator(seed=3, buckets=2, malformed_fraction=0.02)

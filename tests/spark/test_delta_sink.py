@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.errors import PySparkException
 
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.offsets import offsets_to_json
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 

@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import FencedError
-from modeswitch.local_runner import run_job_process
-from modeswitch.maintenance import maintain
 from modeswitch.offsets import offsets_to_json
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.ops.maintenance import maintain
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 PIPELINE = "tended"
 GENERATOR = EventGenerator(seed=11, buckets=2, malformed_fraction=0.02)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from deltalake import DeltaTable
 
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ModeswitchError
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.native import read_segments
 from modeswitch.sources.segments import SegmentLog

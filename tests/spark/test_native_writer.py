@@ -14,9 +14,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.errors import PySparkException
 
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import FencedError, OffsetsContinuityError
 from modeswitch.offsets import offsets_to_json
-from modeswitch.produce import EventGenerator, produce_backlog
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sinks.delta import QUARANTINE_SCHEMA, vacuum
 from modeswitch.sinks.native import write_batch

@@ -1,10 +1,10 @@
-"""The session's JVM maps the class archive that `make install` made (modeswitch.jvm)."""
+"""The session's JVM maps the class archive that `make install` made (modeswitch.runners.jvm)."""
 
 from __future__ import annotations
 
 import pytest
 
-from modeswitch import jvm
+from modeswitch.runners import jvm
 
 
 def test_the_driver_jvm_maps_the_class_archive(spark) -> None:

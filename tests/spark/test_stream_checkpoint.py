@@ -1,15 +1,15 @@
 """The stream job's checkpoint on a local folder is written through Hadoop's FileSystem API
-(modeswitch.streaming.checkpoint_conf): no forked chmod per offsets or commit log entry."""
+(modeswitch.modes.stream.checkpoint_conf): no forked chmod per offsets or commit log entry."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.stream import checkpoint_conf
 from modeswitch.offsets import offsets_to_json
-from modeswitch.produce import EventGenerator, produce_backlog
-from modeswitch.session import session_conf
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.streaming import checkpoint_conf
+from modeswitch.spark_conf import session_conf
 
 
 def test_a_local_checkpoint_is_written_through_the_filesystem_api_and_resumes(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
-from modeswitch.streaming import LOCAL_CHECKPOINT_CONF
-from modeswitch.warmup import warm_up
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.modes.stream import LOCAL_CHECKPOINT_CONF
+from modeswitch.modes.warmup import warm_up
 
 CHECKPOINT_MANAGER = next(iter(LOCAL_CHECKPOINT_CONF))
 
@@ -58,7 +58,7 @@ def test_a_failed_warm_up_warns_and_leaves_nothing(
         warehouse=str(tmp_path / "warehouse"), transform="modeswitch.transforms:no_such_transform"
     )
     before = listeners(spark)
-    with caplog.at_level(logging.WARNING, logger="modeswitch.streaming"):
+    with caplog.at_level(logging.WARNING, logger="modeswitch.modes.stream"):
         assert warm_up(spark, settings, records=100) is None
     assert "stream warm-up failed; the epoch will start cold" in caplog.text
     assert "no_such_transform" in caplog.text

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from modeswitch.arrow_parse import ARROW_TRANSFORM
+from modeswitch.devtools.produce import MALFORMED, EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
-from modeswitch.produce import MALFORMED, EventGenerator, produce_backlog
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.transforms import (
@@ -23,6 +22,7 @@ from modeswitch.transforms import (
     parse_events,
     parse_json_values,
 )
+from modeswitch.transforms.arrow import ARROW_TRANSFORM
 
 GOOD = '{"event_id": 7, "user_id": 42, "action": "click", "amount": 12.34, "country": "DE"}'
 NOT_JSON = "value is not valid JSON"
@@ -197,7 +197,7 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
 
 
 def test_load_transform_resolves_the_default() -> None:
-    from modeswitch.arrow_parse import parse_events_arrow
+    from modeswitch.transforms.arrow import parse_events_arrow
 
     assert load_transform() is parse_events_arrow
     assert load_transform("modeswitch.transforms:parse_events") is parse_events

@@ -11,10 +11,9 @@ import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StringType, StructField, StructType
 
-from modeswitch.arrow_parse import ARROW_TRANSFORM, parse_events_arrow
-from modeswitch.backlog import run_batch_epoch, wave_arrow_form
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
+from modeswitch.modes.batch import run_batch_epoch, wave_arrow_form
 from modeswitch.sources.base import RECORD_SCHEMA
 from modeswitch.transforms import (
     EVENT_SCHEMA,
@@ -23,6 +22,7 @@ from modeswitch.transforms import (
     arrow_form_of,
     parse_events,
 )
+from modeswitch.transforms.arrow import ARROW_TRANSFORM, parse_events_arrow
 
 INPUT = from_arrow_schema(RECORD_SCHEMA)
 

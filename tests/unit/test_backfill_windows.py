@@ -1,5 +1,5 @@
 """Which offsets a backfill window reads, and what its replace-where commit deletes
-(modeswitch.backfill): the log's time index bounds the read below, late records above it
+(modeswitch.modes.backfill): the log's time index bounds the read below, late records above it
 are kept, empty buckets are left out, and the predicate names the window and the ranges."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from modeswitch.backfill import (
+from modeswitch.errors import BackfillRefusedError
+from modeswitch.modes.backfill import (
     BackfillCommit,
     Window,
     backfilled_positions,
     window_predicate,
     window_ranges,
 )
-from modeswitch.errors import BackfillRefusedError
 from modeswitch.sources.segments import SegmentLog
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)

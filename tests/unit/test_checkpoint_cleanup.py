@@ -1,6 +1,6 @@
 """Closing a stream epoch deletes the Spark checkpoint folders of older ended epochs, keeping
 ``stream_checkpoints_kept`` of them and never touching a running epoch's
-(modeswitch.orchestration.clean_checkpoints)."""
+(modeswitch.runners.lifecycle.clean_checkpoints)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
-from modeswitch.orchestration import clean_checkpoints
+from modeswitch.runners.lifecycle import clean_checkpoints
 from modeswitch.state import StateStore
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from modeswitch.config import (
+from modeswitch.control.settings import (
     PlannerSettings,
     PolicySettings,
     parse_positive_int,
@@ -153,7 +153,7 @@ def test_value_parsers():
 
 
 def test_pipeline_settings_round_trip_and_stream_trigger() -> None:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
     settings = PipelineSettings.from_mapping(
         {"max_records_per_trigger": "none", "stream_trigger": "available_now", "pipeline": "p"}
@@ -170,7 +170,7 @@ def test_pipeline_settings_round_trip_and_stream_trigger() -> None:
 
 def test_batch_writer_defaults_to_native_and_refuses_an_unknown_writer() -> None:
     from modeswitch.airflow.settings import settings_from_airflow
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
     assert PipelineSettings().batch_writer == "native"
     settings = PipelineSettings.from_mapping({"batch_writer": " Python "})
@@ -183,7 +183,7 @@ def test_batch_writer_defaults_to_native_and_refuses_an_unknown_writer() -> None
 
 
 def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
-    from modeswitch.config import layer_settings
+    from modeswitch.control.settings import layer_settings
 
     settings = layer_settings(
         ("config file", {"wave_records": "500"}), ("run params", {"wave_records": "700"})
@@ -194,10 +194,10 @@ def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
 
 
 def test_batch_reader_defaults_to_arrow_and_refuses_an_unknown_reader() -> None:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
     assert PipelineSettings().batch_reader == "arrow"
-    assert PipelineSettings().transform == "modeswitch.arrow_parse:parse_events_arrow"
+    assert PipelineSettings().transform == "modeswitch.transforms.arrow:parse_events_arrow"
     assert PipelineSettings.from_mapping({"batch_reader": " BucketLog "}).batch_reader == (
         "bucketlog"
     )
@@ -206,8 +206,8 @@ def test_batch_reader_defaults_to_arrow_and_refuses_an_unknown_reader() -> None:
 
 
 def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
-    from modeswitch.config import PipelineSettings
-    from modeswitch.jobrunner import job_spark_conf
+    from modeswitch.control.settings import PipelineSettings
+    from modeswitch.runners.jobs import job_spark_conf
 
     assert PipelineSettings().batch_driver_memory == "1g"
     settings = PipelineSettings.from_mapping({"batch_driver_memory": " 1536M "})
@@ -230,7 +230,7 @@ def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
 
 
 def test_stream_standby_is_a_switch_on_by_default() -> None:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
     assert PipelineSettings().stream_standby is True
     for raw, expected in [
@@ -253,7 +253,7 @@ def test_stream_standby_is_a_switch_on_by_default() -> None:
 
 
 def test_the_engine_is_submit_by_default_warm_on_request_and_nothing_else() -> None:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
     assert PipelineSettings().engine == "submit"
     settings = PipelineSettings.from_mapping({"engine": " Warm "})
@@ -264,7 +264,8 @@ def test_the_engine_is_submit_by_default_warm_on_request_and_nothing_else() -> N
 
 
 def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) -> None:
-    from modeswitch import jobrunner, session
+    from modeswitch.runners import jobs as jobrunner
+    from modeswitch.runners import session
 
     def no_session(*args, **kwargs):
         raise AssertionError("a Spark session was started for settings that are refused")

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch.config import PipelineSettings
-from modeswitch.engine import (
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.runners.engine import (
     ENGINE_DIR_ENV,
     Engine,
     EngineAddress,
@@ -31,7 +32,6 @@ from modeswitch.engine import (
     live_engine,
     run_on_engine,
 )
-from modeswitch.errors import FencedError, ModeswitchError
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +151,7 @@ def test_a_batch_is_told_done_only_once_the_engines_handoff_queued_its_stream(
 ENGINE_PROCESS = """
 import sys, threading, time
 from pathlib import Path
-from modeswitch.engine import Engine, EngineAddress, _Server
+from modeswitch.runners.engine import Engine, EngineAddress, _Server
 engine = Engine(None, "p", lambda *a: time.sleep(60), handoff=False)
 server = _Server(engine, "secret")
 threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from modeswitch import jvm
+from modeswitch.runners import jvm
 
 
 @pytest.fixture

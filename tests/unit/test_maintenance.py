@@ -15,17 +15,17 @@ from fault_tools import commit_to_sink
 from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.cli import main
-from modeswitch.config import MaintenanceSettings, PipelineSettings
+from modeswitch.control.settings import MaintenanceSettings, PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError, MaintenanceRefusedError, SinkLogCleanedError
-from modeswitch.maintenance import maintain, maintain_table
-from modeswitch.orchestration import decide
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.ops.maintenance import maintain, maintain_table
+from modeswitch.ops.status import pipeline_status
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import decide
 from modeswitch.sinks.history import LogSummary
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.state.tables import SCHEMAS
-from modeswitch.status import pipeline_status
-from modeswitch.verify import audit
 
 pytestmark = pytest.mark.unit
 

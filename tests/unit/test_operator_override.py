@@ -3,8 +3,8 @@ scenario per test (a pure function: no tables, no Spark)."""
 
 from __future__ import annotations
 
-from modeswitch.orchestration import operator_override
-from modeswitch.policy import OperatorCommand
+from modeswitch.control.policy import OperatorCommand
+from modeswitch.runners.lifecycle import operator_override
 
 
 def test_no_command_and_auto_leave_the_choice_to_the_policy() -> None:

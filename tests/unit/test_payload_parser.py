@@ -11,9 +11,9 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from modeswitch.arrow_parse import PayloadParser, _java_double
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.transforms.arrow import PayloadParser, _java_double
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeswitch.errors import ConfigError, OffsetOutOfRangeError, UnknownBucketError
-from modeswitch.planning import (
+from modeswitch.control.planning import (
     BacklogBoundary,
     BatchPlan,
     Split,
@@ -18,6 +17,7 @@ from modeswitch.planning import (
     plan_batch,
     plan_splits,
 )
+from modeswitch.errors import ConfigError, OffsetOutOfRangeError, UnknownBucketError
 
 pytestmark = pytest.mark.unit
 

@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeswitch.config import PolicySettings
-from modeswitch.errors import ConfigError, InvalidTimestampError
-from modeswitch.policy import (
+from modeswitch.control.policy import (
     Decision,
     Observation,
     OperatorCommand,
@@ -26,6 +24,8 @@ from modeswitch.policy import (
     offset_lag_signal,
     watermark_lag_signal,
 )
+from modeswitch.control.settings import PolicySettings
+from modeswitch.errors import ConfigError, InvalidTimestampError
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from modeswitch.cli import main
+from modeswitch.devtools.produce import EventGenerator, parse_skew, produce_backlog, produce_live
 from modeswitch.errors import ConfigError
-from modeswitch.produce import EventGenerator, parse_skew, produce_backlog, produce_live
 from modeswitch.sources.segments import SegmentLog
 
 NOW = pendulum.datetime(2026, 11, 21, 12, 0, 0, tz="UTC")

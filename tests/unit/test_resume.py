@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 
 from modeswitch.errors import OffsetsContinuityError
-from modeswitch.resume import (
+from modeswitch.modes.resume import (
     CheckpointLogs,
     checkpoint_path,
-    offsets_log_entry,
     plan_resume,
     read_checkpoints,
 )
-from modeswitch.sinks.commits import SinkCommit
+from modeswitch.sinks.commits import SinkCommit, offsets_log_entry
 from modeswitch.storage import remove_tree
 
 ROOT = "/ckpt/epoch-7"

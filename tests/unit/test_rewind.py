@@ -13,9 +13,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError, RewindRefusedError
-from modeswitch.orchestration import close_epoch, decide
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sinks.commits import (
     SinkCommit,
     committed_offsets,
@@ -28,7 +29,6 @@ from modeswitch.sinks.rewind import rewind_sink
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.transforms import QUARANTINE_REASON
-from modeswitch.verify import audit
 
 PIPELINE = "orders"
 LATEST = {0: 100, 1: 60}

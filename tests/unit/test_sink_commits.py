@@ -112,7 +112,7 @@ def test_a_commit_carries_offsets_epoch_mode_and_an_app_transaction(tmp_path: Pa
 def test_storage_options_come_from_the_environment_never_from_the_jobs_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
     from modeswitch.sinks.options import sink_options
     from modeswitch.storage import ENV_STORAGE_OPTIONS
 

@@ -135,7 +135,7 @@ def test_a_micro_batch_scans_the_log_once_and_reads_only_changed_footers(
     import pyarrow.parquet as pq
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from modeswitch.produce import EventGenerator, produce_backlog
+    from modeswitch.devtools.produce import EventGenerator, produce_backlog
     from modeswitch.sources.segments import SegmentLog
     from modeswitch.sources.spark import BucketLogOptions, BucketLogStreamReader
 

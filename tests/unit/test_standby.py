@@ -21,12 +21,12 @@ import pendulum
 import pyarrow as pa
 import pytest
 
-from modeswitch import jobrunner
-from modeswitch.backlog import plan_remaining
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
-from modeswitch.jobrunner import read_standby_request, standby_request
-from modeswitch.local_runner import BatchEndWatch, LocalRunner
+from modeswitch.modes.batch import plan_remaining
+from modeswitch.runners import jobs as jobrunner
+from modeswitch.runners.jobs import read_standby_request, standby_request
+from modeswitch.runners.local import BatchEndWatch, LocalRunner
 from modeswitch.sinks.commits import commits_after
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.state import StateStore
@@ -92,8 +92,8 @@ class StandIns:
         def run(kind: str, spark: object, args: object, settings: PipelineSettings) -> None:
             self.runs.append((kind, args.epoch, settings))
 
-        monkeypatch.setattr("modeswitch.session.create_spark_session", create_spark_session)
-        monkeypatch.setattr("modeswitch.warmup.warm_up", warm_up)
+        monkeypatch.setattr("modeswitch.runners.session.create_spark_session", create_spark_session)
+        monkeypatch.setattr("modeswitch.modes.warmup.warm_up", warm_up)
         monkeypatch.setattr(jobrunner, "run", run)
 
 
@@ -289,7 +289,7 @@ def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
 def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from modeswitch import local_runner
+    from modeswitch.runners import local as local_runner
 
     settings = watched_settings(tmp_path, 100)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)

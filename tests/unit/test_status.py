@@ -16,15 +16,15 @@ import pytest
 from rich.console import Console
 
 from modeswitch import cli
-from modeswitch.config import layer_settings, setting_origins
+from modeswitch.control.settings import layer_settings, setting_origins
 from modeswitch.errors import ModeswitchError
-from modeswitch.orchestration import close_epoch, decide
+from modeswitch.ops.status import pipeline_status
+from modeswitch.ops.status_view import render_status
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.status import pipeline_status
-from modeswitch.status_view import render_status
 from modeswitch.transforms import QUARANTINE_REASON
 
 PIPELINE = "orders"

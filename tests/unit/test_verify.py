@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modeswitch.cli import main
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ModeswitchError
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.ops.verify import audit, count_positions
 from modeswitch.sinks.commits import SinkCommit, committed_offsets
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.verify import audit, count_positions
 
 PIPELINE = "orders"
 BUCKETS = 4

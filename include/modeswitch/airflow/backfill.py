@@ -24,9 +24,9 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
     source_credentials,
 )
-from modeswitch.backfill import BACKFILL_MODES, Window, end_unfinished_backfill, plan_backfill
-from modeswitch.config import PipelineSettings, parse_positive_int
+from modeswitch.control.settings import PipelineSettings, parse_positive_int
 from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.modes.backfill import BACKFILL_MODES, Window, end_unfinished_backfill, plan_backfill
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)

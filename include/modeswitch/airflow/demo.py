@@ -2,15 +2,16 @@
 
 1. A local Airflow (SQLite) under ``<dir>/airflow``, migrated; the demo's settings as
    ``modeswitch_<setting>`` Variables; ``spark_default`` = ``local[*]``.
-2. A skewed backlog and a live producer (as :mod:`modeswitch.demo`).
+2. A skewed backlog and a live producer (as :mod:`modeswitch.devtools.demo`).
 3. Four runs of ``modeswitch_pipeline``, each a child process (``dag.test()``, its log in
    ``<dir>/logs/airflow-run-N.log``): batch (the backlog) -> stream (a burst holds it back
    until its offset lag has stayed over the threshold for the dwell) -> batch (the burst)
    -> stream (20 s, set by the run's ``settings`` param; with the warm engine, the stream
    the engine started right after the batch keeps the demo's own ``max_stream_runtime``).
-   The epochs run in the pipeline's warm engine (``engine = warm``, :mod:`modeswitch.engine`):
+   The epochs run in the pipeline's warm engine (``engine = warm``,
+   :mod:`modeswitch.runners.engine`):
    the first batch task starts it, and it hands each batch over to its stream itself.
-4. The summary of :mod:`modeswitch.demo`: epochs, handoffs, records per mode, the audit.
+4. The summary of :mod:`modeswitch.devtools.demo`: epochs, handoffs, records per mode, the audit.
 
 Every process started here is stopped here: the producer thread is joined, each run's child
 process group is killed if it overruns, and the engine (which outlives the runs) is stopped
@@ -29,10 +30,10 @@ from pathlib import Path
 from rich.console import Console
 
 from modeswitch.airflow.local import DAGS, airflow_environment, migrate
-from modeswitch.config import PipelineSettings
-from modeswitch.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
-from modeswitch.engine import ENGINE_DIR_ENV, stop_engine
-from modeswitch.processes import run_process_group
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
+from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
+from modeswitch.runners.processes import run_process_group
 from modeswitch.state import StateStore
 
 DAG_ID = "modeswitch_pipeline"
@@ -46,7 +47,7 @@ BURST_AFTER_SECONDS = 20.0
 # at 10 minutes.
 AIRFLOW_DEMO_SETTINGS = {
     **DEMO_SETTINGS,
-    # The epochs run in the pipeline's warm engine (modeswitch.engine), started by the first
+    # The epochs run in the pipeline's warm engine (modeswitch.runners.engine), started by the first
     # epoch task and stopped at the demo's end; MODESWITCH_DEMO_ENGINE=submit runs each epoch
     # as its own spark-submit job instead.
     "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "warm"),

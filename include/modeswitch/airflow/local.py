@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modeswitch.airflow.settings import variable_name
-from modeswitch.jobrunner import JOBS
-from modeswitch.processes import start_group, stop_group
+from modeswitch.runners.jobs import JOBS
+from modeswitch.runners.processes import start_group, stop_group
 
 REPO = JOBS.parent
 DAGS = REPO / "dags"

@@ -4,7 +4,7 @@
   from the environment (``MODESWITCH_MAINTENANCE_SCHEDULE``, default ``@hourly``; ``none``
   for manual runs only), never from Variables.
 - :func:`maintain_task`: resolve the settings (Variables < the run's ``settings`` param; the
-  ``pipeline`` param names the target) and run :func:`modeswitch.maintenance.maintain` under
+  ``pipeline`` param names the target) and run :func:`modeswitch.ops.maintenance.maintain` under
   the run's id, so a retried task re-attaches to the lease its first try took.
 """
 
@@ -20,7 +20,7 @@ from modeswitch.airflow.settings import (
     connection_storage_options,
     settings_from_airflow,
 )
-from modeswitch.maintenance import maintain
+from modeswitch.ops.maintenance import maintain
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from modeswitch.airflow.settings import (
     connection_storage_environment,
 )
 from modeswitch.airflow.tasks import require_running_epoch
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
-from modeswitch.jobrunner import job_script, job_spark_conf
-from modeswitch.jvm import java_options, with_java_options
+from modeswitch.runners.jobs import job_script, job_spark_conf
+from modeswitch.runners.jvm import java_options, with_java_options
 
 
 def require_spark_connection(conn_id: str) -> Any:
@@ -79,10 +79,10 @@ class EpochJobOperator(SparkSubmitOperator):
         super().execute(context)
 
     def run_on_engine(self, plan: Mapping[str, Any], settings: PipelineSettings) -> None:
-        """Hand the epoch to the pipeline's warm engine (:mod:`modeswitch.engine`), started
+        """Hand the epoch to the pipeline's warm engine (:mod:`modeswitch.runners.engine`), started
         here with this task's connection, conf and environment if none runs (or if the one
         that runs, idle, has other credentials than this task's), and wait for its end."""
-        from modeswitch.engine import credentials_fingerprint, ensure_engine, run_on_engine
+        from modeswitch.runners.engine import credentials_fingerprint, ensure_engine, run_on_engine
 
         if self._get_hook()._connection.get("deploy_mode") == "cluster":
             raise ConfigError(
@@ -101,8 +101,9 @@ class EpochJobOperator(SparkSubmitOperator):
         self, plan: Mapping[str, Any], settings: PipelineSettings, address_file: Path
     ) -> Any:
         """``spark-submit jobs/engine.py`` in its own process group, its output beside its
-        address file; it outlives this task (:func:`modeswitch.engine.stop_engine` stops it)."""
-        from modeswitch.processes import start_group
+        address file; it outlives this task (:func:`modeswitch.runners.engine.stop_engine` stops
+        it)."""
+        from modeswitch.runners.processes import start_group
 
         conf = dict(self.conf or {})
         if "spark.driver.memory" not in conf:  # the engine runs batch epochs too
@@ -177,7 +178,7 @@ class EpochJobOperator(SparkSubmitOperator):
             **sizing,
             **own,
         }
-        # spark-submit starts the driver JVM: map the class archive there (modeswitch.jvm).
+        # spark-submit starts the driver JVM: map the class archive there (modeswitch.runners.jvm).
         options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())
         if options:
             self.conf["spark.driver.extraJavaOptions"] = options

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from modeswitch.config import PipelineSettings, layer_settings, read_settings_file
+from modeswitch.control.settings import PipelineSettings, layer_settings, read_settings_file
 from modeswitch.errors import ConfigError
 from modeswitch.storage import storage_environment
 
@@ -62,7 +62,7 @@ def airflow_setting_layers(
     get_variable: VariableGetter | None = None,
 ) -> list[tuple[str, Mapping[str, Any] | None]]:
     """The layers :func:`settings_from_airflow` resolves, in order, each named for errors and
-    for :func:`~modeswitch.config.setting_origins`."""
+    for :func:`~modeswitch.control.settings.setting_origins`."""
     get = get_variable or airflow_variable
     config_file = get(CONFIG_FILE_VARIABLE)
     file_layer = read_settings_file(str(config_file)) if config_file else None

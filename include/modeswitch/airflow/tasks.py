@@ -24,9 +24,9 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
     source_credentials,
 )
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.orchestration import close_epoch, decide
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
 from modeswitch.state.records import COMMAND_KINDS, RUN_KINDS

@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from modeswitch.airflow.lag import measure_lag
 from modeswitch.airflow.settings import aconnection_kafka_config, aconnection_storage_options
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.sources.kafka import kafka_config_scope
 
 

@@ -7,9 +7,9 @@ The page (``/modeswitch/``, ``page.html`` beside this module) and the JSON API i
 - ``GET /modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse,
   and the one the Airflow Variables configure (``default``);
 - ``GET /modeswitch/api/status?pipeline=&rows=``: one pipeline's status
-  (:func:`~modeswitch.status.pipeline_status`; default: the Variables' pipeline);
+  (:func:`~modeswitch.ops.status.pipeline_status`; default: the Variables' pipeline);
 - ``GET /modeswitch/api/history?pipeline=&hours=``: the chart's data
-  (:func:`~modeswitch.status.pipeline_history`);
+  (:func:`~modeswitch.ops.status.pipeline_history`);
 - ``GET /modeswitch/api/decisions?pipeline=&offset=&limit=``: decisions, newest first, paged;
 - ``POST /modeswitch/api/commands``: queue a command through the ``modeswitch_control`` DAG's
   own task function (:func:`~modeswitch.airflow.tasks.submit_control_command`).
@@ -38,7 +38,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
-from modeswitch.config import PipelineSettings, layer_settings, setting_origins
+from modeswitch.control.settings import PipelineSettings, layer_settings, setting_origins
 from modeswitch.errors import ConfigError, ModeswitchError
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def create_app(
     async def status(
         pipeline: str | None = None, rows: int = Query(20, ge=1, le=500)
     ) -> dict[str, Any]:
-        from modeswitch.status import pipeline_status
+        from modeswitch.ops.status import pipeline_status
 
         def read() -> dict[str, Any]:
             settings, origins = settings_of(pipeline)
@@ -159,8 +159,8 @@ def create_app(
         offset: int = Query(0, ge=0),
         limit: int = Query(50, ge=1, le=500),
     ) -> dict[str, Any]:
+        from modeswitch.ops.status import decision_summary
         from modeswitch.state import StateStore
-        from modeswitch.status import decision_summary
 
         def read() -> dict[str, Any]:
             settings, _ = settings_of(pipeline)
@@ -182,7 +182,7 @@ def create_app(
     async def history(
         pipeline: str | None = None, hours: float = Query(1.0, gt=0, le=24 * 31)
     ) -> dict[str, Any]:
-        from modeswitch.status import pipeline_history
+        from modeswitch.ops.status import pipeline_history
 
         def read() -> dict[str, Any]:
             settings, _ = settings_of(pipeline)

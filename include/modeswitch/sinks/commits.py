@@ -32,7 +32,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from modeswitch.errors import ModeswitchError, SinkLogCleanedError
-from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
+from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
+from modeswitch.storage import filesystem
 
 log = logging.getLogger(__name__)
 
@@ -317,8 +318,6 @@ def sink_version(table_uri: str) -> int:
 
 
 def _log_dir(table_uri: str) -> tuple[Any, str]:
-    from modeswitch.storage import filesystem
-
     fs, root = filesystem(table_uri)
     return fs, f"{root}/_delta_log"
 
@@ -462,3 +461,27 @@ def offset_regressions(commits: list[SinkCommit]) -> list[str]:
                 )
         before.update(commit.end)
     return problems
+
+
+def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
+    """The end offsets Spark's offsets log records for micro-batch ``batch_id`` of the stream
+    whose checkpoint is at ``checkpoint`` (None if there is no such entry).
+
+    Spark writes ``<checkpoint>/offsets/<id>`` before it runs a micro-batch: a version line,
+    a line of metadata, then one line of end offsets per source. The exactly-once sink
+    supports one source (the ``bucketlog`` stream), whose offsets are an offsets map.
+    """
+    fs, root = filesystem(checkpoint)
+    path = f"{root}/offsets/{batch_id}"
+    try:
+        with fs.open_input_stream(path) as src:
+            lines = src.read().decode().splitlines()
+    except FileNotFoundError:
+        return None
+    sources = [line for line in lines[2:] if line.strip()]
+    if len(sources) != 1:
+        raise ModeswitchError(
+            f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
+            "queries with exactly one bucketlog source"
+        )
+    return offsets_from_json(sources[0], source=path)

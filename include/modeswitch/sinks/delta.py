@@ -61,8 +61,7 @@ from pyspark.sql.datasource import (
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap
-from modeswitch.resume import offsets_log_entry
-from modeswitch.sinks.commits import METADATA_KEY
+from modeswitch.sinks.commits import METADATA_KEY, offsets_log_entry
 from modeswitch.sinks.committer import (
     COMMIT_ATTEMPTS,
     QUARANTINE_METADATA_KEY,

@@ -1,6 +1,6 @@
 """What the sink's Delta log said, kept before log cleanup removes it.
 
-The exactly-once audit (:mod:`modeswitch.verify`) reads the pipeline's commits from the sink's
+The exactly-once audit (:mod:`modeswitch.ops.verify`) reads the pipeline's commits from the sink's
 log: where each bucket's committed range starts, whether committed offsets ever moved back
 without a rewind, and which windows backfills filled. Log cleanup (``modeswitch maintain``,
 or delta-rs on its own after ``delta.logRetentionDuration``) deletes the oldest commit files.
@@ -24,7 +24,7 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 from modeswitch.sinks.commits import SinkCommit, commit_infos_after, oldest_log_version
 
 BACKFILL_KEY = "modeswitch_backfill"
-"""The ``commitInfo`` key of a backfill commit's metadata (:mod:`modeswitch.backfill`; live
+"""The ``commitInfo`` key of a backfill commit's metadata (:mod:`modeswitch.modes.backfill`; live
 commits use ``modeswitch``)."""
 
 
@@ -172,3 +172,36 @@ def _backfill_pipeline(raw: Any) -> str | None:
         return str(body["pipeline"])
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def expected_ranges(
+    commits: list[SinkCommit], *, before: LogSummary | None = None
+) -> tuple[OffsetsMap, OffsetsMap]:
+    """``(start, committed)`` per bucket from a pipeline's sink commits, newest first, and the
+    summary of the commits ``before`` them (log cleanup removed their files).
+
+    ``start`` is the bucket's start in the oldest commit that covers it; ``committed`` is the
+    newest commit's end map. Buckets of neither map have nothing committed.
+    """
+    if before is not None:
+        starts, committed = expected_ranges(commits)
+        committed = committed or dict(before.end)
+        older = {**before.starts}
+        for bucket, offset in before.rewound.items():
+            older[bucket] = min(offset, older.get(bucket, offset))
+        starts = {**starts, **older}
+        return {b: starts.get(b, 0) for b in committed}, committed
+    if not commits:
+        return {}, {}
+    starts: OffsetsMap = {}
+    rewound: OffsetsMap = {}
+    for commit in commits:  # newest first: older commits overwrite
+        if commit.is_rewind:
+            for bucket, offset in commit.start.items():
+                rewound[bucket] = min(offset, rewound.get(bucket, offset))
+        else:
+            starts.update(commit.start)
+    for bucket, offset in rewound.items():  # a rewind below the oldest start reaches further
+        starts[bucket] = min(offset, starts.get(bucket, offset))
+    committed = dict(commits[0].end)
+    return {b: starts.get(b, 0) for b in committed}, committed

@@ -48,7 +48,6 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from modeswitch.errors import ModeswitchError
-from modeswitch.session import session_conf
 from modeswitch.sinks.committer import CommitOutcome, commit_files
 from modeswitch.sinks.delta import SINK_NAME, prepare_write
 from modeswitch.sinks.files import (
@@ -60,6 +59,7 @@ from modeswitch.sinks.files import (
     footer_stats_json,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.spark_conf import session_conf
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.offsets import OffsetsMap, offsets_from_json
 from modeswitch.storage import absolute_location, storage_options
 

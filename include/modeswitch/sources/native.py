@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modeswitch.session import session_conf
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.spark_conf import session_conf
 from modeswitch.storage import is_local
 
 

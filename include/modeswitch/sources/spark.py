@@ -230,11 +230,11 @@ def plan_partitions(
 
     At least ``parallelism`` partitions when there is that much to read, more when a partition
     would exceed ``max_records``; skewed buckets are cut and small ones packed together (the
-    planner's balancing, :func:`modeswitch.planning.plan_batch`). A micro-batch of a few
+    planner's balancing, :func:`modeswitch.control.planning.plan_batch`). A micro-batch of a few
     thousand records over 16 buckets is one or two tasks, not sixteen. Within a bucket,
     ranges come in offset order. An empty range gives no partition.
     """
-    from modeswitch.planning import plan_batch
+    from modeswitch.control.planning import plan_batch
 
     total = sum(max(0, end[b] - start.get(b, end[b])) for b in end)
     if total == 0:

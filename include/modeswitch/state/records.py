@@ -228,7 +228,7 @@ class Command:
     It moves once, from ``pending`` to ``applied`` (with the epoch and offsets at which it took
     effect) or to ``rejected`` (with a reason). A ``backfill`` is recorded when its run starts,
     as ``running``, and moves once to ``applied`` or ``rejected`` (failed, or superseded by a
-    later run of its window); it never waits in ``pending`` (:mod:`modeswitch.backfill`).
+    later run of its window); it never waits in ``pending`` (:mod:`modeswitch.modes.backfill`).
     """
 
     id: int

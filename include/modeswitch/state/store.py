@@ -55,7 +55,7 @@ from modeswitch.state.tables import (
 )
 
 if TYPE_CHECKING:
-    from modeswitch.config import PipelineSettings
+    from modeswitch.control.settings import PipelineSettings
 
 log = logging.getLogger(__name__)
 

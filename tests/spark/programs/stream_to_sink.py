@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from modeswitch.offsets import offsets_to_json
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 
 
 def _parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from modeswitch.config import PipelineSettings, load_job_settings
+from modeswitch.control.settings import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
@@ -111,9 +111,9 @@ class EngineAddress:
 
 def credentials_fingerprint(environ: Mapping[str, str]) -> str:
     """A hash of the credentials an engine started with ``environ`` would use (the variables
-    the session hands its executors, :data:`modeswitch.session.EXECUTOR_ENVIRONMENT`): equal
+    the session hands its executors, :data:`modeswitch.runners.session.EXECUTOR_ENVIRONMENT`): equal
     fingerprints, same credentials. The values themselves never leave the process."""
-    from modeswitch.session import EXECUTOR_ENVIRONMENT
+    from modeswitch.runners.session import EXECUTOR_ENVIRONMENT
 
     chosen = {name: environ.get(name, "") for name in EXECUTOR_ENVIRONMENT}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
@@ -217,7 +217,7 @@ class Engine:
         (the caller queues it at once). That run's ``decide`` re-attaches the open epoch and
         its ``stream`` task attaches to the run queued; a ``close_epoch`` task finds the batch
         epoch closed. Whatever decides batch or pause is left to the next DAG run."""
-        from modeswitch.orchestration import close_epoch, decide
+        from modeswitch.runners.lifecycle import close_epoch, decide
 
         try:
             status, _ = close_epoch(settings, batch_epoch)
@@ -236,7 +236,7 @@ class Engine:
 
 
 def _run_epoch(kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
-    from modeswitch.jobrunner import run
+    from modeswitch.runners.jobs import run
 
     run(kind, spark, argparse.Namespace(epoch=epoch, command=None), settings)  # type: ignore[arg-type]
 
@@ -297,7 +297,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
 def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
     """Serve epochs until SIGTERM or SIGINT: bind, write the address, warm up, wait."""
-    from modeswitch.warmup import warm_up
+    from modeswitch.modes.warmup import warm_up
 
     engine = Engine(spark, settings.pipeline)
     server = _Server(engine, secrets.token_urlsafe(24))
@@ -345,8 +345,8 @@ def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``spark-submit jobs/engine.py --pipeline P --config SETTINGS --address-file PATH``."""
-    from modeswitch.jobrunner import LOG_FORMAT, job_spark_conf
-    from modeswitch.session import create_spark_session
+    from modeswitch.runners.jobs import LOG_FORMAT, job_spark_conf
+    from modeswitch.runners.session import create_spark_session
 
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     parser = argparse.ArgumentParser(description="the pipeline's warm engine")

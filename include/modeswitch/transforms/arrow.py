@@ -1,7 +1,7 @@
 """The vectorised parse: the default transform's work done on Arrow batches in Python with
 msgspec, in place of Spark's ``from_json``.
 
-:func:`parse_events_arrow` (``transform = "modeswitch.arrow_parse:parse_events_arrow"``) gives
+:func:`parse_events_arrow` (``transform = "modeswitch.transforms.arrow:parse_events_arrow"``) gives
 the same columns as :func:`modeswitch.transforms.parse_events`, and the same quarantine
 reasons, through ``DataFrame.mapInArrow``: each Arrow batch of the source goes to a Python
 worker, which decodes every ``value`` with a msgspec decoder built for the payload schema (a
@@ -64,7 +64,7 @@ from modeswitch.transforms import (
     check_parse_inputs,
 )
 
-ARROW_TRANSFORM = "modeswitch.arrow_parse:parse_events_arrow"
+ARROW_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
 """The ``transform`` setting's value for the default payload with this parse."""
 
 _INTEGER_BITS = {"long": 64, "integer": 32, "short": 16, "byte": 8}

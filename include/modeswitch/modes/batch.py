@@ -32,11 +32,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, FencedError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap, offsets_to_json
-from modeswitch.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.sinks import arrow_wave
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
@@ -240,6 +240,6 @@ def wave_arrow_form(settings: PipelineSettings, transform: Callable) -> ArrowFor
             f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="
             f"{settings.transform!r} has none (modeswitch.transforms, 'An Arrow form'); use "
             "'native' or 'bucketlog', or a transform with one such as "
-            "modeswitch.arrow_parse:parse_events_arrow"
+            "modeswitch.transforms.arrow:parse_events_arrow"
         )
     return form

@@ -10,8 +10,8 @@ A :class:`StreamingQueryListener` wakes the job's main thread after every micro-
 main thread reads the new sink commits from the sink's log (only the new commit files), records
 them in the progress table (batched: one control-table commit a second at most, so that the
 bookkeeping stays off the micro-batches' path on a small machine), evaluates
-:func:`modeswitch.policy.decide_mode` (the same function the ``decide`` task calls) and looks
-for operator commands (twice a second). The query is stopped, between micro-batches, when the
+:func:`modeswitch.control.policy.decide_mode` (the same function the ``decide`` task calls) and
+looks for operator commands (twice a second). The query is stopped, between micro-batches, when the
 policy says batch, when a command asks for it, or at ``max_stream_runtime``. The end offsets are
 then read from the sink's log (the truth), and a switch or pause command that caused the stop
 is applied and acknowledged, with those offsets, in one commit of the commands table. A
@@ -30,16 +30,22 @@ from datetime import datetime, timedelta
 
 import pendulum
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.policy import (
+    Decision,
+    Observation,
+    OperatorCommand,
+    PolicyState,
+    decide_mode,
+)
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError
-from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
-from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
-from modeswitch.resume import (
+from modeswitch.modes.resume import (
     ResumePoint,
     epoch_commits,
     plan_resume,
     read_checkpoints,
 )
+from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
 from modeswitch.sinks.commits import (
     SinkCommit,
     commits_after,
@@ -258,7 +264,7 @@ def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> 
 
 
 def resume_point(store: StateStore, settings: PipelineSettings, epoch: Epoch) -> ResumePoint:
-    """Where the epoch's query starts (:func:`modeswitch.resume.plan_resume`): on its first
+    """Where the epoch's query starts (:func:`modeswitch.modes.resume.plan_resume`): on its first
     run, at the epoch's start, which must be where the sink ends (the handoff); on a rerun,
     the sink's commits since the epoch began must all be the epoch's and continue from its
     start, and the query resumes its checkpoint if that is in step with the sink, else starts

@@ -1,9 +1,10 @@
 """The stream standby's warm-up: a throwaway stream run the way an epoch runs, so that the epoch
 that follows in the same session starts warm (:func:`warm_up`; used by ``jobs/stream.py
---standby``, :mod:`modeswitch.jobrunner`)."""
+--standby``, :mod:`modeswitch.runners.jobs`)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import time
@@ -12,13 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from modeswitch.config import PipelineSettings
+import pendulum
+import pyarrow as pa
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.modes.stream import _ProgressListener, checkpoint_conf, sink_stream
 from modeswitch.offsets import offsets_to_json
-from modeswitch.session import session_conf
 from modeswitch.sinks.commits import committed_offsets
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.spark_conf import session_conf
 from modeswitch.storage import remove_tree
-from modeswitch.streaming import _ProgressListener, checkpoint_conf, sink_stream
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,34 @@ class WarmUp:
 
     records: int
     seconds: float
+
+
+def append_warm_up_events(log_: SegmentLog, records: int) -> None:
+    """Append ``records`` events for a warm-up to ``log_``: the last minute's, over its
+    buckets, the default transform's payload (:data:`modeswitch.transforms.EVENT_SCHEMA`),
+    every tenth one malformed so that the quarantine's path warms up too."""
+    buckets = log_.buckets()
+    now_us = int(pendulum.now("UTC").timestamp() * 1_000_000)
+    values = [
+        "{not json"
+        if i % 10 == 9
+        else json.dumps(
+            {"event_id": i, "user_id": i % 97, "action": "view", "amount": 1.5, "country": "DE"}
+        )
+        for i in range(records)
+    ]
+    events = pa.table(
+        {
+            "event_time": pa.array(
+                [now_us - 60_000_000 + i * 60_000_000 // max(1, records) for i in range(records)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "key": pa.array([f"user-{i % 97}" for i in range(records)]),
+            "value": pa.array(values),
+        }
+    )
+    for at, bucket in enumerate(buckets):
+        log_.append(bucket, events.take(list(range(at, records, len(buckets)))))
 
 
 def warm_up(
@@ -62,8 +94,6 @@ def warm_up(
     it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
     epoch itself reports any real fault).
     """
-    from modeswitch.produce import EventGenerator, produce_backlog
-
     started = time.monotonic()
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
@@ -71,7 +101,7 @@ def warm_up(
     listener = _ProgressListener(queue.Queue()).listener
     try:
         source = SegmentLog.create(f"{work}/log", buckets=2)
-        produce_backlog(source, EventGenerator(seed=1, buckets=2), records=records)
+        append_warm_up_events(source, records)
         writer = sink_stream(
             spark,
             settings,

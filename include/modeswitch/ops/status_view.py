@@ -1,4 +1,4 @@
-"""``modeswitch status`` in the terminal: :func:`~modeswitch.status.pipeline_status`'s facts as
+"""``modeswitch status`` in the terminal: :func:`~modeswitch.ops.status.pipeline_status`'s facts as
 rich tables (``--json`` prints the mapping itself)."""
 
 from __future__ import annotations

@@ -24,14 +24,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from modeswitch.config import PipelineSettings
-from modeswitch.local_runner import LocalRunner
-from modeswitch.orchestration import close_epoch, decide
-from modeswitch.produce import EventGenerator, EventLog, produce_backlog, produce_live
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import LocalRunner
 from modeswitch.sources.kafka import KafkaLog, is_kafka_source
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.verify import audit
 
 LIVE_RATE = 500.0
 BURST_RECORDS = 400_000
@@ -66,7 +66,7 @@ def run_demo(
 ) -> int:
     """The demo on the embedded log, or with ``kafka`` on a Kafka topic of ``buckets``
     partitions in a broker the demo starts and stops itself (librdkafka's mock cluster,
-    :mod:`modeswitch.sources.kafka_mock`)."""
+    :mod:`modeswitch.devtools.kafka_mock`)."""
     root = Path(directory).resolve()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -95,8 +95,8 @@ def demo_broker(partitions: int, console: Console) -> Iterator[str]:
     """A Kafka broker on loopback with the demo's topic, for the block: yields the source
     setting. Its address goes to this process's environment (``MODESWITCH_KAFKA_CONFIG``),
     where the jobs started here find it; both are removed when the block ends."""
+    from modeswitch.devtools.kafka_mock import MockKafkaCluster
     from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
-    from modeswitch.sources.kafka_mock import MockKafkaCluster
 
     with MockKafkaCluster() as cluster:
         cluster.create_topic(DEMO_TOPIC, partitions)

@@ -1,8 +1,8 @@
 """Running epochs without Airflow: each epoch's job as a child process, and the stream standby.
 
-:func:`run_locally` strings the epoch lifecycle (:mod:`modeswitch.orchestration`: decide, run,
+:func:`run_locally` strings the epoch lifecycle (:mod:`modeswitch.runners.lifecycle`: decide, run,
 close) together with the Spark jobs run as child processes in their own process groups
-(:mod:`modeswitch.processes`): the pipeline without Airflow, for tests, the demo and the
+(:mod:`modeswitch.runners.processes`): the pipeline without Airflow, for tests, the demo and the
 benchmarks. :class:`LocalRunner` runs the jobs, and starts the next stream job in standby
 (:class:`StreamStandby`) while a batch epoch runs, by :class:`BatchEndWatch`'s estimate of the
 batch's end.
@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.jobrunner import job_script, job_spark_conf, standby_request
 from modeswitch.offsets import OffsetsMap
-from modeswitch.orchestration import EpochPlan, close_epoch, decide
-from modeswitch.processes import output_to, run_process_group, start_group, wait_group
+from modeswitch.runners.jobs import job_script, job_spark_conf, standby_request
+from modeswitch.runners.lifecycle import EpochPlan, close_epoch, decide
+from modeswitch.runners.processes import output_to, run_process_group, start_group, wait_group
 from modeswitch.sinks.commits import commits_after, sink_version
 from modeswitch.state import StateStore
 
@@ -75,7 +75,7 @@ class StreamStandby:
 
     A stream epoch's job spends most of its first seconds starting up: its JVM and session,
     then a Python process for each step of the source and the sink, all cold. Started while a
-    batch epoch runs, the standby does all that (:func:`modeswitch.warmup.warm_up`) and waits;
+    batch epoch runs, the standby does all that (:func:`modeswitch.modes.warmup.warm_up`) and waits;
     when ``decide`` opens a stream epoch, :meth:`hand_over` gives it the epoch and its settings
     (one line on its standard input) and the epoch starts warm. :meth:`release` ends it
     unused. The standby runs in its own process group, killed when it ends, like any job.

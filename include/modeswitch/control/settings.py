@@ -1,7 +1,7 @@
 """Settings, validated in one place (hence one module past 600 lines).
 
 Layering (code defaults < config file < Airflow Variables < run params) builds on the value
-parsers of :mod:`modeswitch.setting_values`. Every parser takes the setting's name so that its
+parsers of :mod:`modeswitch.control.values`. Every parser takes the setting's name so that its
 error names the setting and the bad value.
 
 STYLE.md asks for settings validated in one place: every setting's default, layer and
@@ -21,8 +21,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
-from modeswitch.errors import ConfigError
-from modeswitch.setting_values import (
+from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
     _refuse_unknown,
     parse_bool,
@@ -33,6 +32,7 @@ from modeswitch.setting_values import (
     parse_threshold_count,
     parse_threshold_duration,
 )
+from modeswitch.errors import ConfigError
 
 __all__ = [
     "MIN_DRIVER_MEMORY",
@@ -101,7 +101,7 @@ previous version read them, and maintenance summarises them first."""
 
 @dataclass(frozen=True, kw_only=True)
 class MaintenanceSettings:
-    """What ``modeswitch maintain`` (:mod:`modeswitch.maintenance`) does to the tables.
+    """What ``modeswitch maintain`` (:mod:`modeswitch.ops.maintenance`) does to the tables.
 
     - ``compact_target_mb`` (128): the file size compaction aims at (delta-rs
       ``optimize.compact``'s ``target_size``).
@@ -318,7 +318,7 @@ class PipelineSettings:
     benchmarks), ``stream_standby`` (``true``, the default: while a batch epoch runs, the local
     runner starts the next stream job ahead of its epoch, its Spark session up and its Python
     workers warm, and hands it the stream epoch when one opens; see
-    :class:`modeswitch.local_runner.StreamStandby`), ``stream_standby_lead`` (``60s``: how
+    :class:`modeswitch.runners.local.StreamStandby`), ``stream_standby_lead`` (``60s``: how
     long before the batch epoch's expected end, by its throughput so far, the standby starts;
     its start-up and warm-up took 20-30 s here while a batch job ran, and an estimate from the
     first wave alone runs long: that wave pays for the job's first Spark query).
@@ -339,8 +339,8 @@ class PipelineSettings:
     size). On a local master the driver runs the tasks too, so this bounds the job's memory whatever
     the backlog: a wave is streamed through, never held.
     ``transform`` is ``module:function`` (default: the Arrow parse,
-    ``modeswitch.arrow_parse:parse_events_arrow``; ``modeswitch.transforms:parse_events`` is the
-    same parse with Spark's ``from_json``). ``storage_connection`` names the Airflow Connection
+    ``modeswitch.transforms.arrow:parse_events_arrow``; ``modeswitch.transforms:parse_events`` is
+    the same parse with Spark's ``from_json``). ``storage_connection`` names the Airflow Connection
     whose extras are the tables' storage options (credentials); only the id is a setting, the
     options travel in the environment (:mod:`modeswitch.storage`). ``kafka_connection``
     (``kafka_default``) names the Airflow Connection whose extras are a Kafka source's client
@@ -348,12 +348,12 @@ class PipelineSettings:
     (:mod:`modeswitch.sources.kafka`). ``start_from`` (``earliest``): where a bucket the sink
     holds nothing of starts; ``latest`` goes live at once, at the offsets of the epoch that
     opens, and leaves the history below them to backfill runs in ``fill`` mode
-    (:mod:`modeswitch.backfill`). ``stream_checkpoints_kept`` (3): how many ended stream epochs
-    keep their Spark checkpoint folders (closing an epoch deletes older ones; within an epoch
+    (:mod:`modeswitch.modes.backfill`). ``stream_checkpoints_kept`` (3): how many ended stream
+    epochs keep their Spark checkpoint folders (closing an epoch deletes older ones; within an epoch
     Spark keeps its last ``spark.sql.streaming.minBatchesToRetain`` micro-batches, 100 by
     default). ``engine`` (``submit``): under Airflow each epoch is its own spark-submit job;
     ``warm`` hands the epochs to the pipeline's long-lived engine instead, one Spark
-    application that runs them all (:mod:`modeswitch.engine`). ``policy`` and ``planner``
+    application that runs them all (:mod:`modeswitch.runners.engine`). ``policy`` and ``planner``
     hold the switching and planning settings, ``maintenance`` those of ``modeswitch maintain``.
 
     Layering (code defaults < config file < Airflow Variables < run params) is
@@ -376,7 +376,7 @@ class PipelineSettings:
     batch_writer: str = "native"
     batch_reader: str = "arrow"
     batch_driver_memory: str = "1g"
-    transform: str = "modeswitch.arrow_parse:parse_events_arrow"
+    transform: str = "modeswitch.transforms.arrow:parse_events_arrow"
     storage_connection: str = ""
     kafka_connection: str = "kafka_default"
     start_from: str = "earliest"

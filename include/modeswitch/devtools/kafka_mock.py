@@ -15,7 +15,7 @@ answers -1 for every timestamp (the log answers it by a search instead), and
 ``isolation.level=read_committed`` does not hide the records of aborted transactions (their
 markers still leave gaps in the offsets). Partitions cannot be added to an existing topic.
 
-``python -m modeswitch.sources.kafka_mock --topic events:8`` runs one until it is stopped
+``python -m modeswitch.devtools.kafka_mock --topic events:8`` runs one until it is stopped
 (SIGTERM or Ctrl-C) and prints ``{"bootstrap": "127.0.0.1:PORT"}`` on its first line.
 """
 

@@ -34,7 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from modeswitch.config import PolicySettings, parse_threshold_count, parse_threshold_duration
+from modeswitch.control.settings import (
+    PolicySettings,
+    parse_threshold_count,
+    parse_threshold_duration,
+)
 from modeswitch.errors import ConfigError, InvalidTimestampError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 

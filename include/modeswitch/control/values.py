@@ -1,8 +1,8 @@
 """The value parsers of settings: durations, rates, counts, switches, thresholds, JVM memory.
 
 Every parser takes the setting's name, so that its error names the setting and the bad value
-(:class:`~modeswitch.errors.ConfigError`). :mod:`modeswitch.config` builds the settings classes
-and their layers on these.
+(:class:`~modeswitch.errors.ConfigError`). :mod:`modeswitch.control.settings` builds the settings
+classes and their layers on these.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ deterministic: the same inputs give the same plan, so a retried task re-reads th
 
 Recovery (FLIP-537's three cases) plans with :func:`plan_batch` too: a new run after a failure
 plans only ``[sink's committed offsets, boundary)``, its waves numbered on after the ledger's
-(:func:`modeswitch.backlog.plan_remaining`); a retried task reads an identical split; a wave
+(:func:`modeswitch.modes.batch.plan_remaining`); a retried task reads an identical split; a wave
 that the sink committed but the ledger did not record is marked committed from the sink's log
 (:meth:`modeswitch.state.StateStore.reconcile`) and, starting from the sink's offsets, is
 never planned again.
@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from modeswitch.config import PlannerSettings
+from modeswitch.control.settings import PlannerSettings
 from modeswitch.errors import OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 

@@ -6,7 +6,7 @@ and map that archive into later JVMs (``-XX:SharedArchiveFile``). Measured on th
 2-core machine (see docs/BENCHMARKS.md): a session plus its first job went from ~21 s to
 ~12.5 s under load, which is most of what a stream epoch waits for at a handoff.
 
-``python -m modeswitch.jvm`` (run by ``make install``) makes the archive once: a child
+``python -m modeswitch.runners.jvm`` (run by ``make install``) makes the archive once: a child
 process starts a session that dumps its classes at exit, runs a small workload through the
 ``bucketlog`` source and the ``modeswitch_delta`` sink (batch and streaming), and stops. The
 archive is written aside and renamed into place, so a concurrent reader never maps half a
@@ -89,16 +89,16 @@ def with_java_options(existing: str | None, options: str) -> str:
 
 _WORKLOAD = """
 import os, sys, json, tempfile
-from modeswitch.session import create_spark_session
+from modeswitch.runners.session import create_spark_session
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.produce import EventGenerator, produce_backlog
+from modeswitch.modes.warmup import append_warm_up_events
 from modeswitch.transforms import load_transform
 
 dump = "-XX:ArchiveClassesAtExit=" + sys.argv[1]
 spark = create_spark_session("modeswitch-cds", conf={"spark.driver.extraJavaOptions": dump})
 work = tempfile.mkdtemp(prefix="modeswitch-cds-")
 log = SegmentLog.create(work + "/log", buckets=2)
-produce_backlog(log, EventGenerator(seed=1, buckets=2, malformed_fraction=0.05), records=2000)
+append_warm_up_events(log, 2000)
 transform = load_transform("modeswitch.transforms:parse_events")
 start = json.dumps({"0": 0, "1": 0})
 end = json.dumps({str(b): o for b, o in log.latest_offsets().items()})
@@ -107,7 +107,7 @@ options = {"pipeline": "cds", "mode": "batch", "quarantinePath": work + "/quaran
     .write.format("modeswitch_delta").mode("append").options(**options)
     .option("epoch", "1").option("sequence", "0").option("offsetsStart", start)
     .option("offsetsEnd", end).save(work + "/sink"))
-produce_backlog(log, EventGenerator(seed=2, buckets=2), records=2000, first=10000)
+append_warm_up_events(log, 2000)
 stream = spark.readStream.format("bucketlog").option("startingOffsets", end).load(log.root)
 query = (transform(stream)
     .withWatermark("event_time", "10 seconds").writeStream.format("modeswitch_delta")

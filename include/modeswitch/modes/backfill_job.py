@@ -1,17 +1,17 @@
-"""The backfill job: run one recorded backfill (:mod:`modeswitch.backfill`: the window rule,
+"""The backfill job: run one recorded backfill (:mod:`modeswitch.modes.backfill`: the window rule,
 the ranges, the guards), read by Spark, committed by deltalake.
 
 **The write.** The batch engine reads those records, filters them to the window, runs the
 pipeline's transform and writes Parquet to a staging folder (good and quarantined rows apart,
 one read of the source). Then, per table, ONE Delta commit (deltalake ``write_deltalake`` with
 ``mode="overwrite"`` and a ``predicate``: Delta's replace-where) deletes what the table holds at
-those positions (:func:`~modeswitch.backfill.window_predicate`: the window's event times within
-each bucket's ``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches
+those positions (:func:`~modeswitch.modes.backfill.window_predicate`: the window's event times
+within each bucket's ``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches
 the predicate. The commit carries ``txn(appId = <pipeline>/backfill/<start>/<end>, version =
 command id)`` (a run of a window whose later run already committed is refused) and, under
-:data:`~modeswitch.backfill.BACKFILL_KEY`, the window, mode, run, ranges and counts
-(:class:`~modeswitch.backfill.BackfillCommit`). Re-running a run leaves the same rows (one more
-commit). The sink's commit and the quarantine's are two commits of two tables, as for live
+:data:`~modeswitch.modes.backfill.BACKFILL_KEY`, the window, mode, run, ranges and counts
+(:class:`~modeswitch.modes.backfill.BackfillCommit`). Re-running a run leaves the same rows (one
+more commit). The sink's commit and the quarantine's are two commits of two tables, as for live
 writes: between them a record that moved from one table to the other (a transform fix) is in
 both or neither, and a run killed there is repaired by its retry, which replaces the window in
 both again.
@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from modeswitch.backfill import BackfillCommit, BackfillPlan, backfill_app_id
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.modes.backfill import BackfillCommit, BackfillPlan, backfill_app_id
 from modeswitch.sinks.commits import keep_log
 from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.state import StateStore
@@ -127,8 +127,8 @@ def _read_window(
     """The window's records, transformed: the planned ranges, filtered on event time."""
     from pyspark.sql import functions as F
 
-    from modeswitch.backlog import wave_partitions_json
-    from modeswitch.planning import plan_batch
+    from modeswitch.control.planning import plan_batch
+    from modeswitch.modes.batch import wave_partitions_json
     from modeswitch.sources.native import read_segments
     from modeswitch.transforms import load_transform
 
@@ -161,8 +161,8 @@ def _stage(df: Any, staging: str) -> None:
     ``route=quarantine`` (the source is read once), with the sink's Parquet settings."""
     from pyspark.sql import functions as F
 
-    from modeswitch.session import session_conf
     from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE, WRITE_CONF
+    from modeswitch.spark_conf import session_conf
     from modeswitch.transforms import QUARANTINE_REASON
 
     route = F.when(F.col(QUARANTINE_REASON).isNull(), F.lit(ROUTE_TABLE))

@@ -31,7 +31,7 @@ Spark schema that returns an :class:`ArrowForm`, a picklable function from the i
 batches to the output's and the output's Spark schema. Batch waves with ``batch_reader =
 arrow`` run it in the Python workers on the batches they read and write
 (:mod:`modeswitch.sinks.arrow_wave`); both forms must give the same rows. The Arrow parse
-(:func:`modeswitch.arrow_parse.parse_events_arrow`) has one; :func:`arrow_form_of` finds it.
+(:func:`modeswitch.transforms.arrow.parse_events_arrow`) has one; :func:`arrow_form_of` finds it.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ log = logging.getLogger(__name__)
 QUARANTINE_REASON = "_quarantine_reason"
 """Name of the column that marks a malformed record: null when good, a reason when not."""
 
-DEFAULT_TRANSFORM = "modeswitch.arrow_parse:parse_events_arrow"
-"""The ``transform`` setting's default value: the Arrow parse (:mod:`modeswitch.arrow_parse`)."""
+DEFAULT_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
+"""The ``transform`` setting's default value: the Arrow parse
+(:mod:`modeswitch.transforms.arrow`)."""
 
 SPARK_SQL_TRANSFORM = "modeswitch.transforms:parse_events"
 """The same parse with Spark SQL's ``from_json`` (:func:`parse_events`), the default until the
@@ -89,7 +90,8 @@ EVENT_SCHEMA = StructType(
         StructField("country", StringType()),
     ]
 )
-"""The synthetic events' payload (see :mod:`modeswitch.produce`); every field is required."""
+"""The synthetic events' payload (see :mod:`modeswitch.devtools.produce`); every field is
+required."""
 
 _PARSED = "_modeswitch_parsed"
 _CORRUPT = "_modeswitch_corrupt"
@@ -194,16 +196,22 @@ def _type_word(dtype: DataType) -> str:
     return TYPE_WORDS.get(dtype.typeName(), f"a {dtype.simpleString()}")
 
 
+MOVED_MODULES = {"modeswitch.arrow_parse": "modeswitch.transforms.arrow"}
+"""Modules a ``transform`` setting may still name from before the package's subpackages."""
+
+
 def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataFrame]:
     """Resolve the ``transform`` setting, ``module:function``, to the callable it names.
 
     ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). Raises
     :class:`ConfigError` naming the setting and the value when the spec is malformed, the
-    module cannot be imported, the attribute is missing, or it is not callable.
+    module cannot be imported, the attribute is missing, or it is not callable. A module that
+    moved (:data:`MOVED_MODULES`) is found at its new place.
     """
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise ConfigError(f"transform={spec!r}: expected 'module:function'")
     module_name, _, attr_path = (part.strip() for part in spec.partition(":"))
+    module_name = MOVED_MODULES.get(module_name, module_name)
     if not module_name or not attr_path:
         raise ConfigError(f"transform={spec!r}: expected 'module:function'")
     try:

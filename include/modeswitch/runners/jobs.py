@@ -3,10 +3,10 @@ session, run the epoch, stop the session. ``jobs/backlog_batch.py`` and ``jobs/s
 are one line on top of this.
 
 The stream job can also start in standby (``--standby`` instead of ``--epoch``): it starts its
-session, warms it up (:func:`modeswitch.warmup.warm_up`) and then waits for one line on its
+session, warms it up (:func:`modeswitch.modes.warmup.warm_up`) and then waits for one line on its
 standard input, :func:`standby_request`: the epoch to run and its settings. At the end of its
 input without a request it stops its session and exits 0. The local runner
-(:class:`modeswitch.local_runner.StreamStandby`) starts it while a batch epoch runs.
+(:class:`modeswitch.runners.local.StreamStandby`) starts it while a batch epoch runs.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import Literal, TextIO
 
-from modeswitch.config import PipelineSettings, load_job_settings
+from modeswitch.control.settings import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JobKind = Literal["batch", "stream", "backfill"]
-JOBS = Path(__file__).resolve().parents[2] / "jobs"
+JOBS = Path(__file__).resolve().parents[3] / "jobs"
 """The spark-submit entrypoints' folder (``jobs/`` at the repository's top)."""
 JOB_SCRIPTS: dict[str, str] = {
     "batch": "backlog_batch.py",
@@ -106,7 +106,7 @@ def job_spark_conf(kind: JobKind, settings: PipelineSettings) -> dict[str, str]:
 
 
 def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: PipelineSettings):
-    from modeswitch.session import create_spark_session  # pyspark: only where a job runs
+    from modeswitch.runners.session import create_spark_session  # pyspark: only where a job runs
 
     name = _target(args).replace(" ", "-")
     return create_spark_session(
@@ -121,7 +121,7 @@ def _wait_in_standby(
     that epoch's settings, or None if released without one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from modeswitch.warmup import warm_up
+    from modeswitch.modes.warmup import warm_up
 
     # The request is read while the warm-up runs: an epoch that comes early cuts it short.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standby-request") as reader:
@@ -146,7 +146,7 @@ def _target(args: argparse.Namespace) -> str:
 
 def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
     if kind == "backfill":
-        from modeswitch.backfill_run import run_backfill
+        from modeswitch.modes.backfill_job import run_backfill
 
         report = run_backfill(spark, settings, args.command)
         log.info(
@@ -157,7 +157,7 @@ def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettin
             report.sink_version,
         )
     elif kind == "batch":
-        from modeswitch.backlog import run_batch_epoch
+        from modeswitch.modes.batch import run_batch_epoch
 
         report = run_batch_epoch(spark, settings, args.epoch)
         log.info(
@@ -168,7 +168,7 @@ def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettin
             report.committed,
         )
     else:
-        from modeswitch.streaming import run_stream_epoch
+        from modeswitch.modes.stream import run_stream_epoch
 
         report = run_stream_epoch(spark, settings, args.epoch)
         log.info(

@@ -35,7 +35,7 @@ The ranges come from the sink's Delta history, read in full (one JSON file per c
 Delta log cleanup has removed the oldest commits, ``start`` is that of the oldest commit left,
 and the records committed before it count as out of range.
 
-**Backfills** (:mod:`modeswitch.backfill`): a ``fill`` run loads a window's records below
+**Backfills** (:mod:`modeswitch.modes.backfill`): a ``fill`` run loads a window's records below
 the live range's start. Those offsets, read back from the log (each backfill commit's window
 within its ranges), are expected too: committed = the live range and the filled windows. A
 ``reprocess`` run replaces records inside the live range, which are already expected.
@@ -57,11 +57,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from modeswitch.backfill import backfill_commits, backfilled_positions, summarised_backfills
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
+from modeswitch.modes.backfill import backfill_commits, backfilled_positions, summarised_backfills
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import SinkCommit, offset_regressions, sink_commits
-from modeswitch.sinks.history import LogSummary, join_summaries, unsummarised_cleanup
+from modeswitch.sinks.commits import offset_regressions, sink_commits
+from modeswitch.sinks.history import (
+    LogSummary,
+    expected_ranges,
+    join_summaries,
+    unsummarised_cleanup,
+)
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
 
@@ -149,7 +154,7 @@ class AuditReport:
     sink_commits: int = field(default=0)
     """How many of the pipeline's sink commits the expected ranges come from."""
     backfill_commits: int = 0
-    """How many backfill commits (:mod:`modeswitch.backfill`) added filled windows."""
+    """How many backfill commits (:mod:`modeswitch.modes.backfill`) added filled windows."""
 
     @property
     def totals(self) -> AuditTotals:
@@ -307,39 +312,6 @@ def _with_backfills(
         starts[bucket] = min(int(offsets[0]), starts.get(bucket, int(offsets[0])))
         committed[bucket] = max(int(offsets[-1]) + 1, committed.get(bucket, 0))
     return starts, committed, held
-
-
-def expected_ranges(
-    commits: list[SinkCommit], *, before: LogSummary | None = None
-) -> tuple[OffsetsMap, OffsetsMap]:
-    """``(start, committed)`` per bucket from a pipeline's sink commits, newest first, and the
-    summary of the commits ``before`` them (log cleanup removed their files).
-
-    ``start`` is the bucket's start in the oldest commit that covers it; ``committed`` is the
-    newest commit's end map. Buckets of neither map have nothing committed.
-    """
-    if before is not None:
-        starts, committed = expected_ranges(commits)
-        committed = committed or dict(before.end)
-        older = {**before.starts}
-        for bucket, offset in before.rewound.items():
-            older[bucket] = min(offset, older.get(bucket, offset))
-        starts = {**starts, **older}
-        return {b: starts.get(b, 0) for b in committed}, committed
-    if not commits:
-        return {}, {}
-    starts: OffsetsMap = {}
-    rewound: OffsetsMap = {}
-    for commit in commits:  # newest first: older commits overwrite
-        if commit.is_rewind:
-            for bucket, offset in commit.start.items():
-                rewound[bucket] = min(offset, rewound.get(bucket, offset))
-        else:
-            starts.update(commit.start)
-    for bucket, offset in rewound.items():  # a rewind below the oldest start reaches further
-        starts[bucket] = min(offset, starts.get(bucket, offset))
-    committed = dict(commits[0].end)
-    return {b: starts.get(b, 0) for b in committed}, committed
 
 
 def count_positions(
@@ -573,5 +545,4 @@ __all__ = [
     "SpotCheck",
     "audit",
     "count_positions",
-    "expected_ranges",
 ]

@@ -14,7 +14,7 @@
 - ``epochs``, ``decisions``, ``commands``: the newest of each, newest first;
 - ``settings``: every effective setting and where its value came from.
 
-Nothing here writes: the policy is evaluated with :func:`~modeswitch.policy.decide_mode`, a
+Nothing here writes: the policy is evaluated with :func:`~modeswitch.control.policy.decide_mode`, a
 pure function, and no decision is recorded.
 """
 
@@ -29,11 +29,11 @@ from typing import Any
 import pendulum
 import pyarrow as pa
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.policy import PolicySettings, decide_mode
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import offsets_to_dict
-from modeswitch.orchestration import observe, operator_override, policy_state_of
-from modeswitch.policy import PolicySettings, decide_mode
+from modeswitch.runners.lifecycle import observe, operator_override, policy_state_of
 from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
 from modeswitch.state.commands import describe_backfill
@@ -54,8 +54,8 @@ def pipeline_status(
     rows: int = DEFAULT_ROWS,
 ) -> dict[str, Any]:
     """The pipeline's state now, JSON-safe (module docstring). ``origins``: where each set
-    setting came from (:func:`~modeswitch.config.setting_origins`); the others are defaults.
-    The source is asked for its latest offsets; if it cannot answer, ``next`` and the lags
+    setting came from (:func:`~modeswitch.control.settings.setting_origins`); the others are
+    defaults. The source is asked for its latest offsets; if it cannot answer, ``next`` and the lags
     say why instead, and the rest is still shown."""
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)

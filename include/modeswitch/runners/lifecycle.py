@@ -1,7 +1,8 @@
 """Deciding and closing epochs: what the Airflow ``decide`` and ``close_epoch`` tasks do.
 
 No Spark here: the control tables and the source's offsets are read with deltalake and the
-log itself, in milliseconds. :func:`decide` calls the same :func:`~modeswitch.policy.decide_mode`
+log itself, in milliseconds. :func:`decide` calls the same
+:func:`~modeswitch.control.policy.decide_mode`
 as the stream job, opens the next epoch with its exact start offsets (the sink's committed
 offsets: the handoff) and, for a batch epoch, its boundary (the source's latest offsets now).
 :func:`close_epoch` checks that a batch epoch reached its boundary, or records where a stream
@@ -11,7 +12,7 @@ batch epoch finishes first, a running stream stops at its next commit boundary. 
 pending commands, the ``force_mode`` run param and the policy decides is
 :func:`operator_override`'s choice, a pure function.
 
-:mod:`modeswitch.local_runner` strings decide, the jobs and close together without Airflow.
+:mod:`modeswitch.runners.local` strings decide, the jobs and close together without Airflow.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from typing import Literal
 import pendulum
 import pyarrow.fs as pafs
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.policy import (
+    Decision,
+    Observation,
+    OperatorCommand,
+    PolicyState,
+    decide_mode,
+)
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import (
     InvalidOffsetsError,
     InvalidStateTransitionError,
@@ -35,7 +43,6 @@ from modeswitch.errors import (
     RewindRefusedError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
-from modeswitch.policy import Decision, Observation, OperatorCommand, PolicyState, decide_mode
 from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
@@ -77,7 +84,7 @@ def operator_override(
     nothing (the policy decides: a pause is lifted by deciding again); a ``rewind`` is not
     this function's (:func:`apply_rewinds` applies it before). A ``force_mode`` other than
     ``auto`` (a run param) wins over every command, which are still applied. Returns the
-    override for :func:`~modeswitch.policy.decide_mode` (None: the policy decides) and the
+    override for :func:`~modeswitch.control.policy.decide_mode` (None: the policy decides) and the
     ids of the commands applied.
     """
     command = None

@@ -28,7 +28,7 @@ A late record can sit anywhere above ``lo``, so there is no upper index: the who
 ``[lo, hi)`` is read and filtered on event time (on the embedded log, Spark's Parquet reader
 skips the row groups whose event-time statistics lie outside the window).
 
-**The write** (:mod:`modeswitch.backfill_run`): the batch engine reads those records, runs the
+**The write** (:mod:`modeswitch.modes.backfill_job`): the batch engine reads those records, runs the
 pipeline's transform, and ONE Delta replace-where commit per table replaces what the table
 holds at those positions (:func:`window_predicate`), under :data:`BACKFILL_KEY`
 (:class:`BackfillCommit`), beside the live pipeline's commits. Nothing of the live pipeline
@@ -52,7 +52,7 @@ from typing import Any, Literal, get_args
 
 import pendulum
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import BackfillRefusedError, ModeswitchError
 from modeswitch.sinks.commits import event_time_to_micros, sink_commits
 from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
@@ -316,7 +316,7 @@ def plan_backfill(
             f"{what} refused: the pipeline has committed nothing to {settings.sink}; "
             "check the pipeline setting, or start the pipeline first"
         )
-    from modeswitch.verify import expected_ranges
+    from modeswitch.sinks.history import expected_ranges
 
     starts, committed = expected_ranges(commits)
     source = open_log(settings.source)

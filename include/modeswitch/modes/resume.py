@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modeswitch.errors import ModeswitchError, OffsetsContinuityError
-from modeswitch.offsets import OffsetsMap, offsets_from_json, offsets_to_json
-from modeswitch.sinks.commits import SinkCommit, commit_entries
+from modeswitch.offsets import OffsetsMap, offsets_to_json
+from modeswitch.sinks.commits import SinkCommit, commit_entries, offsets_log_entry
 from modeswitch.storage import filesystem
 
 FRESH_CHECKPOINT_SUFFIX = "-from-"
@@ -275,27 +275,3 @@ def _batch_ids(fs: Any, folder: str) -> list[int]:
 
     entries = fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
     return [int(e.base_name) for e in entries if e.base_name.isdigit()]
-
-
-def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
-    """The end offsets Spark's offsets log records for micro-batch ``batch_id`` of the stream
-    whose checkpoint is at ``checkpoint`` (None if there is no such entry).
-
-    Spark writes ``<checkpoint>/offsets/<id>`` before it runs a micro-batch: a version line,
-    a line of metadata, then one line of end offsets per source. The exactly-once sink
-    supports one source (the ``bucketlog`` stream), whose offsets are an offsets map.
-    """
-    fs, root = filesystem(checkpoint)
-    path = f"{root}/offsets/{batch_id}"
-    try:
-        with fs.open_input_stream(path) as src:
-            lines = src.read().decode().splitlines()
-    except FileNotFoundError:
-        return None
-    sources = [line for line in lines[2:] if line.strip()]
-    if len(sources) != 1:
-        raise ModeswitchError(
-            f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
-            "queries with exactly one bucketlog source"
-        )
-    return offsets_from_json(sources[0], source=path)

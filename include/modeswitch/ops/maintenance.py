@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from modeswitch.config import PipelineSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import MaintenanceRefusedError
 from modeswitch.sinks.commits import keep_log, newest_commit_entry
 from modeswitch.sinks.history import LogSummary
@@ -158,7 +158,7 @@ def maintain(
             )
             if done is not None:
                 tables.append(done)
-        from modeswitch.orchestration import clean_checkpoints
+        from modeswitch.runners.lifecycle import clean_checkpoints
 
         hold()
         removed = clean_checkpoints(settings, store, keep=settings.stream_checkpoints_kept)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,7 @@ def create_spark_session(
     """
     from pyspark.sql import SparkSession
 
-    from modeswitch.jvm import java_options, with_java_options
+    from modeswitch.runners.jvm import java_options, with_java_options
     from modeswitch.sinks.delta import register as register_sink
     from modeswitch.sources.spark import register
 
@@ -86,7 +84,7 @@ def create_spark_session(
         settings["spark.jars"] = delta_jars
         settings.update(DELTA_SPARK_CONF)
     settings.update(conf or {})
-    # Map the JVM class archive when there is one (modeswitch.jvm): a faster start.
+    # Map the JVM class archive when there is one (modeswitch.runners.jvm): a faster start.
     options = java_options()
     if options:
         settings["spark.driver.extraJavaOptions"] = with_java_options(
@@ -99,19 +97,3 @@ def create_spark_session(
     register_sink(spark)
     log.info("spark session %s on %s", app_name, spark.sparkContext.master)
     return spark
-
-
-@contextlib.contextmanager
-def session_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
-    """Set Spark SQL settings for the duration of a block, then put back what was there."""
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from modeswitch.errors import ModeswitchError
-from modeswitch.processes import start_group, stop_group
-from modeswitch.session import EXECUTOR_ENVIRONMENT
+from modeswitch.runners.processes import start_group, stop_group
+from modeswitch.runners.session import EXECUTOR_ENVIRONMENT
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
