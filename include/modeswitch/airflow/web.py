@@ -2,7 +2,7 @@
 at ``/modeswitch`` in Airflow's API server.
 
 The page (``/modeswitch/``, ``page.html`` beside this module) and the JSON API it is built on
-(documented in the README):
+(documented in docs/OPERATIONS.md):
 
 - ``GET /modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse,
   and the one the Airflow Variables configure (``default``);

@@ -1,8 +1,9 @@
 """Native batch reads of the embedded log: Spark's own Parquet reader on the segment files.
 
-What a batch wave reads with ``batch_reader = native`` (the default): no Python worker between
-the files and the JVM. Only the embedded segment log has files Spark can read this way; the
-``bucketlog`` data source (:mod:`modeswitch.sources.spark`) reads any log.
+What a batch wave reads with ``batch_reader = native`` (not the default, ``arrow``:
+:mod:`modeswitch.sinks.arrow_wave`): no Python worker between the files and the JVM. Only the
+embedded segment log has files Spark can read this way; the ``bucketlog`` data source
+(:mod:`modeswitch.sources.spark`) reads any log.
 """
 
 from __future__ import annotations
