@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from modeswitch.runners.engine import main
+from modeswitch.runners.engine_server import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -50,7 +50,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "run",
         help="run a pipeline without Airflow: decide, run the epoch's job, close, in a loop",
         description=(
-            "Run your pipeline with the local runner, as the Airflow DAG would: the settings "
+            "Run your pipeline as the Airflow DAG would, on the runner its engine setting "
+            "chooses (submit: each epoch's job a child process; warm: the warm engine, "
+            "started here and stopped at the end): the settings "
             "file holds what the Airflow Variables hold (pipeline, source, warehouse, "
             "thresholds). Stops on Ctrl-C, or at --until / --for. Credentials come from the "
             "environment: MODESWITCH_KAFKA_CONFIG for a kafka:// source, "
@@ -70,7 +72,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from modeswitch.control.settings import layer_settings, read_settings_file
-    from modeswitch.runners.local import run_pipeline
+    from modeswitch.runners.lifecycle import run_pipeline
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     duration = parse_duration(args.duration, setting="--for") if args.duration else None

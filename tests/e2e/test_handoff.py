@@ -121,7 +121,7 @@ def run_epoch(
     plan = decide(settings, decided_by="e2e")
     assert plan.epoch is not None
     assert plan.mode == expected_mode, plan.reason
-    runner(plan.mode, settings, plan.epoch)
+    runner.run(plan.mode, settings, plan.epoch)
     status, end = close_epoch(settings, plan.epoch)
     assert status == "completed"
     return plan.epoch, dict(plan.start), end

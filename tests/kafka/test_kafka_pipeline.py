@@ -24,8 +24,8 @@ from modeswitch.devtools.demo import DEMO_SETTINGS, demo_cycle, demo_sources
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import OffsetOutOfRangeError
 from modeswitch.ops.verify import audit
-from modeswitch.runners.lifecycle import close_epoch, decide
-from modeswitch.runners.local import run_job_process, run_pipeline
+from modeswitch.runners.lifecycle import close_epoch, decide, run_pipeline
+from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation

@@ -20,18 +20,17 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
 from modeswitch.runners.engine import (
     ENGINE_DIR_ENV,
-    Engine,
     EngineAddress,
     EngineLostError,
     EngineRefusedError,
     _exchange,
-    _Server,
     credentials_fingerprint,
     engine_file,
     ensure_engine,
     live_engine,
     run_on_engine,
 )
+from modeswitch.runners.engine_server import Engine, _Server
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +150,8 @@ def test_a_batch_is_told_done_only_once_the_engines_handoff_queued_its_stream(
 ENGINE_PROCESS = """
 import sys, threading, time
 from pathlib import Path
-from modeswitch.runners.engine import Engine, EngineAddress, _Server
+from modeswitch.runners.engine import EngineAddress
+from modeswitch.runners.engine_server import Engine, _Server
 engine = Engine(None, "p", lambda *a: time.sleep(60), handoff=False)
 server = _Server(engine, "secret")
 threading.Thread(target=server.serve_forever, daemon=True).start()

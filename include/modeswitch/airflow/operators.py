@@ -17,7 +17,9 @@ from modeswitch.airflow.settings import (
 )
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ConfigError
+from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.runners.base import EpochKind, EpochRunner, choose_runner
+from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
 
@@ -48,6 +50,31 @@ def job_environment() -> dict[str, str]:
     }
 
 
+class SparkSubmitRunner:
+    """The ``submit`` runner (:mod:`modeswitch.runners.base`): the epoch's job through the
+    Spark provider's own ``SparkSubmitOperator.execute`` (its hook, its log handling and
+    ``on_kill``) for the epoch the operator was prepared for."""
+
+    def __init__(self, operator: EpochJobOperator, context: Any) -> None:
+        self.operator = operator
+        self.context = context
+
+    def run(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> None:
+        prepared = (self.operator.kind, self.operator.application_args)
+        if kind != self.operator.kind or str(epoch) not in (self.operator.application_args or []):
+            raise ModeswitchError(
+                f"the {self.operator.task_id} task was prepared for {prepared}, "
+                f"not {kind} epoch {epoch}"
+            )
+        SparkSubmitOperator.execute(self.operator, self.context)
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        """Nothing outlives the task: spark-submit ended with its epoch."""
+
+
 class EpochJobOperator(SparkSubmitOperator):
     """Run ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for the epoch in ``decide``'s XCom.
 
@@ -72,37 +99,49 @@ class EpochJobOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
         self.prepare(plan or {})
-        settings = PipelineSettings.from_json(plan["settings"])
-        if self.kind in ("batch", "stream") and settings.engine == "warm":
-            self.run_on_engine(plan, settings)
+        if self.kind == "backfill":
+            super().execute(context)
             return
-        super().execute(context)
+        settings = PipelineSettings.from_json(plan["settings"])
+        runner = self.epoch_runner(plan, settings, context)
+        runner.run(self.kind, settings, int(plan["epoch"]))  # type: ignore[arg-type]
 
-    def run_on_engine(self, plan: Mapping[str, Any], settings: PipelineSettings) -> None:
-        """Hand the epoch to the pipeline's warm engine (:mod:`modeswitch.runners.engine`), started
-        here with this task's connection, conf and environment if none runs (or if the one
-        that runs, idle, has other credentials than this task's), and wait for its end."""
-        from modeswitch.runners.engine import credentials_fingerprint, ensure_engine, run_on_engine
-
-        if self._get_hook()._connection.get("deploy_mode") == "cluster":
-            raise ConfigError(
-                f"engine: 'warm' needs the engine's driver beside this task (client deploy "
-                f"mode); connection {self._conn_id!r} submits in cluster mode"
+    def epoch_runner(
+        self, plan: Mapping[str, Any], settings: PipelineSettings, context: Any
+    ) -> EpochRunner:
+        """The runner the settings choose for this task (:func:`choose_runner`): a
+        spark-submit of this task's job, or the pipeline's warm engine, started here with this
+        task's connection, conf and environment if none runs (or if the one that runs, idle,
+        has other credentials than this task's). The engine outlives the task."""
+        name = choose_runner(settings.engine, airflow=True, deploy_mode=self._deploy_mode_used())
+        if name == "engine":
+            return EngineRunner(
+                lambda path: self.start_engine(plan, settings, path),
+                # What start_engine would hand a new engine: this environment, the job's on top.
+                credentials=credentials_fingerprint({**os.environ, **(self.env_vars or {})}),
             )
-        address = ensure_engine(
-            settings,
-            lambda path: self.start_engine(plan, settings, path),
-            # What start_engine would hand a new engine: this environment, the job's on top.
-            credentials=credentials_fingerprint({**os.environ, **(self.env_vars or {})}),
-        )
-        run_on_engine(address, self.kind, int(plan["epoch"]), plan["settings"])  # type: ignore[arg-type]
+        return SparkSubmitRunner(self, context)
+
+    def _deploy_mode_used(self) -> str | None:
+        """The deploy mode spark-submit will use: the operator's, else the connection's
+        ``deploy-mode`` extra (as the Spark provider's hook resolves it)."""
+        if self._deploy_mode:
+            return self._deploy_mode
+        connection = require_spark_connection(self._conn_id)
+        return connection.extra_dejson.get("deploy-mode")
 
     def start_engine(
         self, plan: Mapping[str, Any], settings: PipelineSettings, address_file: Path
     ) -> Any:
         """``spark-submit jobs/engine.py`` in its own process group, its output beside its
-        address file; it outlives this task (:func:`modeswitch.runners.engine.stop_engine` stops
-        it)."""
+        address file; it outlives this task (:func:`modeswitch.runners.engine.stop_engine`
+        stops it).
+
+        The Spark provider's public API cannot start it: ``SparkSubmitHook.submit`` waits for
+        the application to end, and the engine must outlive this task in a process group of
+        its own. So the command line comes from the hook's ``_build_spark_submit_command``
+        (the same connection, conf, arguments and environment as ``submit``), started
+        detached here."""
         from modeswitch.runners.processes import start_group
 
         conf = dict(self.conf or {})

@@ -27,7 +27,8 @@ from rich.table import Table
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
 from modeswitch.ops.verify import audit
-from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.base import EpochRunner
+from modeswitch.runners.lifecycle import EpochPlan, open_runner, run_one_epoch
 from modeswitch.runners.local import LocalRunner
 from modeswitch.sources.kafka import KafkaLog, is_kafka_source
 from modeswitch.sources.segments import SegmentLog
@@ -182,25 +183,43 @@ def burst_later(
         timer.join()
 
 
-def _epoch(runner: LocalRunner, settings: PipelineSettings, console: Console, note: str) -> None:
-    plan = decide(settings, decided_by="demo")
-    if plan.epoch is None:
-        console.print(f"decide: {plan.mode} ({plan.reason}); nothing to run")
-        return
-    console.print(f"[bold]epoch {plan.epoch}: {plan.mode}[/bold] {note}\n  why: {plan.reason}")
-    runner(plan.mode, settings, plan.epoch)
-    status, end = close_epoch(settings, plan.epoch)
-    how = " (run by the stream job started in standby)" if plan.epoch in runner.handed_over else ""
-    console.print(
-        f"  closed {status} at {sum(end.values()):,} records committed{how} "
-        f"(job log: {runner.log_file(plan.epoch)})"
+def _epoch(
+    runner: EpochRunner,
+    settings: PipelineSettings,
+    console: Console,
+    note: str,
+    job_settings: PipelineSettings | None = None,
+) -> None:
+    def announce(plan: EpochPlan) -> None:
+        if plan.epoch is None:
+            console.print(f"decide: {plan.mode} ({plan.reason}); nothing to run")
+        else:
+            console.print(
+                f"[bold]epoch {plan.epoch}: {plan.mode}[/bold] {note}\n  why: {plan.reason}"
+            )
+
+    ran = run_one_epoch(
+        settings,
+        runner,
+        decided_by="demo",
+        run_settings=(lambda _: job_settings) if job_settings else None,
+        on_plan=announce,
     )
+    if ran is None:
+        return
+    plan, status, end = ran
+    how, where = "", ""
+    if isinstance(runner, LocalRunner):
+        if plan.epoch in runner.handed_over:
+            how = " (run by the stream job started in standby)"
+        where = f" (job log: {runner.log_file(plan.epoch)})"
+    console.print(f"  closed {status} at {sum(end.values()):,} records committed{how}{where}")
 
 
 def demo_cycle(settings: PipelineSettings, log: EventLog, buckets: int, console: Console) -> None:
     console.rule("2. the pipeline: decide, run, close, decide again")
     logs = Path(settings.warehouse).parent / "logs"
-    with LocalRunner(log_dir=logs, timeout=900) as runner:
+    with open_runner(settings, log_dir=logs, timeout=900) as runner:
         _epoch(runner, settings, console, "drains the backlog up to its boundary")
         with burst_later(log, buckets, console):
             _epoch(runner, settings, console, "from the batch's end offsets, until it falls behind")
@@ -208,7 +227,7 @@ def demo_cycle(settings: PipelineSettings, log: EventLog, buckets: int, console:
         short = PipelineSettings.from_mapping(
             {**settings.to_mapping(), "max_stream_runtime": "20s"}
         )
-        _epoch(runner, short, console, "live again (20 s, then the demo ends)")
+        _epoch(runner, settings, console, "live again (20 s, then the demo ends)", short)
 
 
 def _summary(settings: PipelineSettings, console: Console) -> int:

@@ -1,11 +1,10 @@
 """Running epochs without Airflow: each epoch's job as a child process, and the stream standby.
 
-:func:`run_locally` strings the epoch lifecycle (:mod:`modeswitch.runners.lifecycle`: decide, run,
-close) together with the Spark jobs run as child processes in their own process groups
-(:mod:`modeswitch.runners.processes`): the pipeline without Airflow, for tests, the demo and the
-benchmarks. :class:`LocalRunner` runs the jobs, and starts the next stream job in standby
-(:class:`StreamStandby`) while a batch epoch runs, by :class:`BatchEndWatch`'s estimate of the
-batch's end.
+The ``local`` runner (:mod:`modeswitch.runners.base`): :class:`LocalRunner` runs each
+epoch's job as a child process in its own process group (:mod:`modeswitch.runners.processes`),
+and starts the next stream job in standby (:class:`StreamStandby`) while a batch epoch runs,
+by :class:`BatchEndWatch`'s estimate of the batch's end. The lifecycle around it (decide, run,
+close) is :mod:`modeswitch.runners.lifecycle`'s.
 """
 
 from __future__ import annotations
@@ -20,10 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.offsets import OffsetsMap
+from modeswitch.errors import ModeswitchError
 from modeswitch.runners.jobs import job_script, job_spark_conf, standby_request
-from modeswitch.runners.lifecycle import EpochPlan, close_epoch, decide
 from modeswitch.runners.processes import output_to, run_process_group, start_group, wait_group
 from modeswitch.sinks.commits import commits_after, sink_version
 from modeswitch.state import StateStore
@@ -254,7 +251,9 @@ class LocalRunner:
         self.logs: dict[int, Path] = {}
         self.handed_over: list[int] = []
 
-    def __call__(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
+    def run(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
+        """Run the epoch's job as a child process (a stream epoch by the standby, if one
+        waits and suits it); raise :class:`ModeswitchError` if it exited with an error."""
         log_file = self.log_dir / f"epoch-{epoch}-{kind}.log" if self.log_dir else None
         if kind == "stream" and self.standby is not None:
             standby, self.standby = self.standby, None
@@ -325,6 +324,14 @@ class LocalRunner:
         """Where the output of ``epoch``'s job went (None without ``log_dir``)."""
         return self.logs.get(epoch)
 
+    def alive(self) -> bool:
+        """Always: each epoch's job is started when it runs."""
+        return True
+
+    def stop(self) -> None:
+        """Release a standby that is still waiting."""
+        self.close()
+
     def close(self) -> None:
         """Release a standby that is still waiting."""
         standby, self.standby = self.standby, None
@@ -336,89 +343,3 @@ class LocalRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def run_locally(
-    settings: PipelineSettings,
-    *,
-    epochs: int,
-    runner: JobRunner | None = None,
-    on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
-) -> list[tuple[EpochPlan, str, OffsetsMap]]:
-    """Decide, run and close ``epochs`` epochs in turn, as the Airflow DAG does (the jobs by
-    a :class:`LocalRunner` unless ``runner`` is given)."""
-    with contextlib.ExitStack() as stack:
-        if runner is None:
-            runner = stack.enter_context(LocalRunner())
-        done = []
-        for _ in range(epochs):
-            plan = decide(settings, decided_by="run_locally")
-            if plan.epoch is None:
-                break
-            runner(plan.mode, settings, plan.epoch)
-            status, end = close_epoch(settings, plan.epoch)
-            done.append((plan, status, end))
-            if on_epoch:
-                on_epoch(plan, status, end)
-        return done
-
-
-UNTIL_CAUGHT_UP = "caught-up"
-
-
-def run_pipeline(
-    settings: PipelineSettings,
-    *,
-    until: str | None = None,
-    duration: timedelta | None = None,
-    runner: JobRunner | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-    on_epoch: Callable[[EpochPlan, str, OffsetsMap], None] | None = None,
-    idle_wait: float = 5.0,
-) -> list[tuple[EpochPlan, str, OffsetsMap]]:
-    """``modeswitch run``: decide, run and close epochs in a loop, as the Airflow DAG does,
-    until a condition holds (or ``should_stop()``, checked between epochs).
-
-    - ``until="caught-up"``: stream epochs read what the log holds when they start and then
-      end (``stream_trigger = available_now``); the run stops once one has closed having
-      committed up to those offsets.
-    - ``duration``: the run stops when it has lasted that long; a stream epoch's
-      ``max_stream_runtime`` is cut to the time left, a batch epoch runs to its boundary.
-    - neither: until ``should_stop()`` (Ctrl-C).
-
-    A paused pipeline (no epoch to run) is asked again every ``idle_wait`` seconds.
-    """
-    if until not in (None, UNTIL_CAUGHT_UP):
-        raise ConfigError(f"--until {until!r}: expected {UNTIL_CAUGHT_UP!r}")
-    deadline = None if duration is None else time.monotonic() + duration.total_seconds()
-    stream = settings
-    if until == UNTIL_CAUGHT_UP:
-        stream = _with(settings, stream_trigger="available_now")
-    done: list[tuple[EpochPlan, str, OffsetsMap]] = []
-    with contextlib.ExitStack() as stack:
-        if runner is None:
-            runner = stack.enter_context(LocalRunner())
-        while not should_stop():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            plan = decide(settings, decided_by="modeswitch run")
-            if plan.epoch is None:
-                time.sleep(idle_wait if left is None else min(idle_wait, left))
-                continue
-            chosen = stream if plan.mode == "stream" else settings
-            if plan.mode == "stream" and left is not None:
-                runtime = min(chosen.max_stream_runtime, timedelta(seconds=max(1.0, left)))
-                chosen = _with(chosen, max_stream_runtime=f"{runtime.total_seconds():g}s")
-            runner(plan.mode, chosen, plan.epoch)
-            status, end = close_epoch(settings, plan.epoch)
-            done.append((plan, status, end))
-            if on_epoch:
-                on_epoch(plan, status, end)
-            if until == UNTIL_CAUGHT_UP and plan.mode == "stream" and status == "completed":
-                break
-    return done
-
-
-def _with(settings: PipelineSettings, **changes: str) -> PipelineSettings:
-    return PipelineSettings.from_mapping({**settings.to_mapping(), **changes})

@@ -1,0 +1,278 @@
+"""The warm engine's server: the long-lived Spark application (``spark-submit jobs/engine.py``)
+that runs a pipeline's epochs one at a time in one session. What an engine is, how it is found,
+its protocol, its handoff and its faults: :mod:`modeswitch.runners.engine`, the client side
+that the epoch tasks and ``modeswitch run`` use."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import queue
+import secrets
+import signal
+import socketserver
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from pathlib import Path
+from typing import Any
+
+from modeswitch.control.settings import PipelineSettings, load_job_settings
+from modeswitch.errors import ModeswitchError
+from modeswitch.runners.engine import (
+    EngineAddress,
+    EngineLostError,
+    EngineRefusedError,
+    credentials_fingerprint,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    """Runs one epoch at a time in one session; a ``run`` of the running epoch attaches.
+
+    The epochs run in the thread that calls :meth:`run_next` (the driver's main thread: a
+    stream started from another Python thread does not find the session's Python data
+    sources, measured with pyspark 4.2); the request handlers only queue them and wait."""
+
+    def __init__(
+        self,
+        spark: Any,
+        pipeline: str,
+        runner: Callable[..., None] | None = None,
+        *,
+        handoff: bool = True,
+    ):
+        self.spark = spark
+        self.pipeline = pipeline
+        self.handoff = handoff
+        self.requested = threading.Event()  # any request: the warm-up gives way
+        self._runner = runner or _run_epoch
+        self._lock = threading.Lock()
+        self._running: tuple[str, int, Future] | None = None
+        self._queue: queue.Queue[tuple[str, int, PipelineSettings, Future]] = queue.Queue()
+
+    def running(self) -> tuple[str, int] | None:
+        with self._lock:
+            if self._running is None or self._running[2].done():
+                return None
+            return self._running[0], self._running[1]
+
+    def submit(self, kind: str, epoch: int, config: str) -> Future:
+        with self._lock:
+            if self._running is not None and not self._running[2].done():
+                running_kind, running_epoch, future = self._running
+                if (running_kind, running_epoch) == (kind, epoch):
+                    log.info("engine: attached to %s epoch %d, still running", kind, epoch)
+                    return future
+                raise EngineRefusedError(
+                    f"engine of pipeline {self.pipeline!r} is running {running_kind} epoch "
+                    f"{running_epoch}; {kind} epoch {epoch} waits for it to end"
+                )
+            return self._enqueue(kind, epoch, load_job_settings(config, pipeline=self.pipeline))
+
+    def _enqueue(self, kind: str, epoch: int, settings: PipelineSettings) -> Future:
+        """Make ``kind`` epoch ``epoch`` the running one and queue it (``_lock`` held)."""
+        future: Future = Future()
+        self._running = (kind, epoch, future)
+        self._queue.put((kind, epoch, settings, future))
+        return future
+
+    def pending(self) -> bool:
+        """Whether an epoch waits to run."""
+        return not self._queue.empty()
+
+    def run_next(self, timeout: float) -> tuple[str, PipelineSettings] | None:
+        """Run the next queued epoch, if one comes within ``timeout`` seconds; returns its
+        kind and settings."""
+        try:
+            kind, epoch, settings, future = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if not future.set_running_or_notify_cancel():
+            return None
+        log.info("engine: running %s epoch %d", kind, epoch)
+        try:
+            self._runner(kind, self.spark, epoch, settings)
+        except BaseException as exc:
+            future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return kind, settings
+        stream = self._hand_off(epoch, settings) if kind == "batch" and self.handoff else None
+        with self._lock:
+            if stream is not None:
+                log.info("engine: handing off to stream epoch %d at once", stream)
+                self._enqueue("stream", stream, settings)
+        # Told done only now: the batch's task ends with its epoch closed and the stream
+        # queued, so the next DAG run's decide re-attaches what the engine opened.
+        future.set_result(None)
+        return kind, settings
+
+    def _hand_off(self, batch_epoch: int, settings: PipelineSettings) -> int | None:
+        """After a batch epoch: close it and, if the policy (or a pending command) chooses
+        stream, open the stream epoch, without waiting for the next DAG run; returns its id
+        (the caller queues it at once). That run's ``decide`` re-attaches the open epoch and
+        its ``stream`` task attaches to the run queued; a ``close_epoch`` task finds the batch
+        epoch closed. Whatever decides batch or pause is left to the next DAG run."""
+        from modeswitch.runners.lifecycle import close_epoch, decide
+
+        try:
+            status, _ = close_epoch(settings, batch_epoch)
+            if status != "completed" or decide(settings, dry_run=True).mode != "stream":
+                return None
+            plan = decide(settings, decided_by="engine")
+            if plan.mode == "stream" and plan.epoch is not None:
+                return plan.epoch
+        except Exception as exc:  # the next DAG run decides as always
+            log.warning("engine: no handoff after batch epoch %d: %s", batch_epoch, exc)
+        return None
+
+    def close(self) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()[3].cancel()
+
+
+def _run_epoch(kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
+    from modeswitch.runners.jobs import run
+
+    run(kind, spark, argparse.Namespace(epoch=epoch, command=None), settings)  # type: ignore[arg-type]
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        engine = self.server.engine
+        try:
+            request = json.loads(self.rfile.readline() or b"{}")
+            if not isinstance(request, dict) or request.get("token") != self.server.token:
+                return self._send(event="refused", error="engine: bad or missing token")
+            engine.requested.set()
+            op = request.get("op")
+            if op == "ping":
+                return self._send(event="pong", pid=os.getpid(), running=engine.running())
+            if op != "run":
+                return self._send(event="refused", error=f"engine: unknown op {op!r}")
+            kind, epoch, config = request.get("kind"), request.get("epoch"), request.get("config")
+            if kind not in ("batch", "stream") or not isinstance(epoch, int):
+                return self._send(event="refused", error=f"engine: bad run request {request!r}")
+            future = engine.submit(kind, epoch, str(config))
+        except (ModeswitchError, ValueError) as exc:
+            return self._send(event="refused", error=str(exc))
+        self._send(event="running", kind=kind, epoch=epoch)
+        try:
+            error = future.exception()
+        except CancelledError:
+            error = EngineLostError(f"the engine stopped before it ran {kind} epoch {epoch}")
+        if error is None:
+            self._send(event="done", kind=kind, epoch=epoch)
+        else:
+            detail = "".join(traceback.format_exception_only(error)).strip()
+            self._send(
+                event="failed",
+                kind=kind,
+                epoch=epoch,
+                error=detail,
+                modeswitch=isinstance(error, ModeswitchError),
+            )
+
+    def _send(self, **message: Any) -> None:
+        with contextlib.suppress(OSError):  # the client went away: the epoch goes on
+            self.wfile.write((json.dumps(message) + "\n").encode())
+            self.wfile.flush()
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, engine: Engine, token: str, host: str = "127.0.0.1") -> None:
+        super().__init__((host, 0), _Handler)
+        self.engine = engine
+        self.token = token
+
+
+def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
+    """Serve epochs until SIGTERM or SIGINT: bind, write the address, warm up, wait."""
+    from modeswitch.modes.warmup import warm_up
+
+    engine = Engine(spark, settings.pipeline)
+    server = _Server(engine, secrets.token_urlsafe(24))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    thread = threading.Thread(target=server.serve_forever, name="engine-server", daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    address = EngineAddress(
+        pipeline=settings.pipeline,
+        state_root=settings.state_root,
+        pid=os.getpid(),
+        pgid=os.getpgid(0),
+        host=str(host),
+        port=int(port),
+        token=server.token,
+        credentials=credentials_fingerprint(os.environ),
+    )
+    address.write(address_file)
+    log.info("engine of pipeline %s: listening on %s:%d", settings.pipeline, host, port)
+    try:
+        # The stream path is warm once a warm-up ran to its end or a stream epoch ran; a
+        # warm-up cut short by the first epoch runs again after it, while the tasks between
+        # two epochs (close, decide) run.
+        warmed = warm_up(spark, settings, should_stop=engine.requested.is_set)
+        stream_warm = warmed is not None and warmed.records > 0
+        while not stop.is_set():
+            ran = engine.run_next(timeout=0.5)
+            if ran is None or stream_warm:
+                continue
+            kind, latest = ran
+            if kind == "stream":
+                stream_warm = True
+            elif not engine.pending():
+                warmed = warm_up(spark, latest, should_stop=engine.pending)
+                stream_warm = warmed is not None and warmed.records > 0
+    finally:
+        log.info("engine: stopping")
+        server.shutdown()
+        if EngineAddress.read(address_file) == address:
+            address_file.unlink(missing_ok=True)
+        engine.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit jobs/engine.py --pipeline P --config SETTINGS --address-file PATH``."""
+    from modeswitch.runners.jobs import LOG_FORMAT, job_spark_conf
+    from modeswitch.runners.session import create_spark_session
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    parser = argparse.ArgumentParser(description="the pipeline's warm engine")
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--config", required=True, help="resolved settings (file or JSON)")
+    parser.add_argument("--address-file", required=True, help="where to write the address")
+    args = parser.parse_args(argv)
+    spark = None
+    try:
+        settings = load_job_settings(args.config, pipeline=args.pipeline)
+        spark = create_spark_session(
+            f"modeswitch-{args.pipeline}-engine", conf=job_spark_conf("batch", settings)
+        )
+        serve(spark, settings, Path(args.address_file))
+        return 0
+    except ModeswitchError as exc:
+        log.error("engine of pipeline %s failed: %s", args.pipeline, exc)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

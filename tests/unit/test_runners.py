@@ -1,0 +1,145 @@
+"""The runner seam: which runner the settings choose, and the engine runner's lifecycle.
+
+The runners themselves run real jobs in the e2e, faults and Airflow tiers; here the choice is
+a pure function, tested one case at a time, and the engine runner is tried against a real
+engine server on loopback whose epochs a stand-in runs (no Spark)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.runners import engine as engine_client
+from modeswitch.runners.base import choose_runner
+from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, EngineRunner, engine_file
+from modeswitch.runners.engine_server import Engine, _Server
+from modeswitch.runners.lifecycle import open_runner
+from modeswitch.runners.local import LocalRunner
+
+pytestmark = pytest.mark.unit
+
+
+def test_warm_is_the_engine_with_or_without_airflow() -> None:
+    assert choose_runner("warm", airflow=True) == "engine"
+    assert choose_runner("warm", airflow=False) == "engine"
+    assert choose_runner("warm", airflow=True, deploy_mode="client") == "engine"
+
+
+def test_submit_is_spark_submit_under_airflow_and_child_processes_without() -> None:
+    assert choose_runner("submit", airflow=True) == "submit"
+    assert choose_runner("submit", airflow=True, deploy_mode="cluster") == "submit"
+    assert choose_runner("submit", airflow=False) == "local"
+
+
+def test_the_engine_in_cluster_deploy_mode_is_refused_naming_both() -> None:
+    with pytest.raises(ConfigError, match=r"engine: 'warm'.*cluster mode"):
+        choose_runner("warm", airflow=True, deploy_mode="cluster")
+
+
+def test_an_unknown_engine_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of submit, warm"):
+        choose_runner("hot", airflow=False)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PipelineSettings:
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    return PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": str(tmp_path / "log"), "warehouse": str(tmp_path / "w")}
+    )
+
+
+def _with(settings: PipelineSettings, **changes: str) -> PipelineSettings:
+    return PipelineSettings.from_mapping({**settings.to_mapping(), **changes})
+
+
+def test_open_runner_gives_the_runner_the_engine_setting_chooses(settings) -> None:
+    with open_runner(settings) as runner:
+        assert isinstance(runner, LocalRunner)
+    with open_runner(_with(settings, engine="warm")) as runner:
+        assert isinstance(runner, EngineRunner) and runner.owns_engine
+
+
+class FakeEngine:
+    """A real engine server on loopback, its epochs run by a stand-in in a thread."""
+
+    def __init__(self, settings: PipelineSettings) -> None:
+        self.ran: list[tuple[str, int]] = []
+
+        def run(kind, spark, epoch, s) -> None:
+            if epoch == 13:
+                raise ModeswitchError("epoch 13 failed on purpose")
+            self.ran.append((kind, epoch))
+
+        self.engine = Engine(None, settings.pipeline, run, handoff=False)
+        self.server = _Server(self.engine, "secret")
+        self.stop = threading.Event()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._loop, daemon=True).start()
+        host, port = self.server.server_address[:2]
+        self.address = EngineAddress(
+            settings.pipeline, settings.state_root, os.getpid(), 0, host, port, "secret"
+        )
+        self.starts = 0
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            self.engine.run_next(timeout=0.1)
+
+    def start(self, address_file: Path) -> None:
+        self.starts += 1
+        self.address.write(address_file)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_engine_runner_starts_the_engine_once_and_runs_each_epoch_on_it(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeEngine(settings)
+    stopped: list[str] = []
+    monkeypatch.setattr(engine_client, "stop_engine", lambda s: stopped.append(s.pipeline))
+    try:
+        runner = EngineRunner(fake.start, owns_engine=True)
+        assert not runner.alive()
+        runner.run("batch", settings, 1)
+        runner.run("stream", settings, 2)
+        assert fake.ran == [("batch", 1), ("stream", 2)]
+        assert fake.starts == 1  # the second epoch found it running
+        assert runner.alive() and engine_file(settings).exists()
+        with pytest.raises(ModeswitchError, match="epoch 13 failed on purpose"):
+            runner.run("batch", settings, 13)
+        runner.stop()
+        assert stopped == ["p"]  # it started the engine, so it stops it
+    finally:
+        fake.close()
+
+
+def test_an_engine_runner_stops_only_an_engine_it_started(
+    settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeEngine(settings)
+    stopped: list[str] = []
+    monkeypatch.setattr(engine_client, "stop_engine", lambda s: stopped.append(s.pipeline))
+    try:
+        fake.start(engine_file(settings))  # someone else's engine runs already
+        runner = EngineRunner(fake.start, owns_engine=True)
+        runner.run("batch", settings, 1)
+        assert fake.starts == 1
+        runner.stop()
+        assert stopped == []
+        # An Airflow task's runner never stops the engine: the next task uses it.
+        airflow_task = EngineRunner(fake.start, owns_engine=False)
+        airflow_task.run("stream", settings, 2)
+        airflow_task.stop()
+        assert stopped == []
+    finally:
+        fake.close()
