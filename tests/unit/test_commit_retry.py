@@ -45,3 +45,17 @@ def test_anything_but_a_lost_race_propagates_at_once() -> None:
     with pytest.raises(ModeswitchError, match="fenced"):
         retry_commit_races(attempt, attempts=5, what="sink s", backoff=0.001)
     assert calls == [1]
+
+
+def test_a_first_commit_that_finds_the_table_created_meanwhile_lost_a_race(tmp_path) -> None:
+    """Two writers saw no table; the second's create fails on the first's table: a lost race
+    (retried on the new table), told by the table being there, not by the error's words."""
+    import pyarrow as pa
+
+    from modeswitch.sinks.committer import _create_or_append
+
+    uri = str(tmp_path / "sink")
+    shape = {"schema": pa.schema([("a", pa.int64())]), "partition_by": None}
+    _create_or_append(None, uri, [], **shape, storage_options={}, properties=None)
+    with pytest.raises(CommitRaceLost, match=f"created the table {uri} first"):
+        _create_or_append(None, uri, [], **shape, storage_options={}, properties=None)

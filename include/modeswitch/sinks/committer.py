@@ -278,6 +278,7 @@ def _create_or_append(
     is None, else an append on top of that snapshot. A lost race raises deltalake's
     ``CommitFailedError``, or :class:`CommitRaceLost` when another writer created the table
     first; :func:`retry_commit_races` then checks again."""
+    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import create_table_with_add_actions
 
@@ -299,8 +300,9 @@ def _create_or_append(
     except CommitFailedError:
         raise
     except Exception as exc:
-        if table is None and "exists" in str(exc).lower():
-            raise CommitRaceLost("another writer created the table first") from exc
+        # mode="error" refuses a table that exists: if one does now, another writer won.
+        if table is None and DeltaTable.is_deltatable(uri, storage_options=storage_options):
+            raise CommitRaceLost(f"another writer created the table {uri} first") from exc
         raise
 
 
