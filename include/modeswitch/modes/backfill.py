@@ -58,7 +58,6 @@ from modeswitch.sinks.commits import event_time_to_micros, sink_commits
 from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
-from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.state import StateStore
 from modeswitch.state.records import Command
 from modeswitch.state.tables import sql_timestamp
@@ -329,9 +328,7 @@ def plan_backfill(
     chosen = sorted(set(buckets)) if buckets else known
     _check_retention(source, window, chosen, what)
     bound = committed if mode == "reprocess" else starts
-    ranges = window_ranges(
-        source, window, bound, buckets=chosen, indexed=_time_indexed(settings.source)
-    )
+    ranges = window_ranges(source, window, bound, buckets=chosen, indexed=source.event_time_indexed)
     args = {
         "mode": mode,
         "start": window.start.isoformat(),
@@ -367,14 +364,6 @@ def end_unfinished_backfill(store: StateStore, command_id: int) -> Command:
         store.finish_backfill(command_id, error="the backfill job failed (see its log)")
         command = store.command(command_id)
     return command
-
-
-def _time_indexed(source_uri: str) -> bool:
-    if not is_kafka_source(source_uri):
-        return True
-    from modeswitch.sources.kafka import KafkaLocation
-
-    return KafkaLocation.parse(source_uri).event_time_field is None
 
 
 def _check_retention(

@@ -231,7 +231,7 @@ def audit(
 
     held = (
         None
-        if getattr(source, "contiguous", True)
+        if source.contiguous
         else _held_offsets(source, starts, committed, sink_positions, quarantine_positions)
     )
     fills = [

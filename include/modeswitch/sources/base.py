@@ -39,12 +39,28 @@ event_time timestamp, key string, value string``."""
 SPARK_RECORD_DDL = "bucket int, offset bigint, event_time timestamp, key string, value string"
 
 
-@runtime_checkable
-class BucketedLog(Protocol):
-    """A log of buckets of ordered offsets (the embedded segment log, Kafka)."""
+class LogCapabilities(Protocol):
+    """What a kind of log can do beyond reading ranges, known without opening one: class
+    attributes of each log class (:func:`modeswitch.sources.log_type`), what the wave seam
+    (:func:`modeswitch.modes.wave_path.choose_wave_path`) decides from."""
 
     contiguous: bool
-    """True when every offset of ``[earliest, latest)`` holds a record (no gaps)."""
+    """True when every offset of ``[earliest, latest)`` holds a record (no gaps): a reader
+    may count the records of a range as ``end - start``."""
+
+    parquet_files: bool
+    """True when the records are Parquet files that Spark's own reader can read
+    (:func:`modeswitch.sources.native.read_segments`, ``batch_reader = native``)."""
+
+
+@runtime_checkable
+class BucketedLog(LogCapabilities, Protocol):
+    """A log of buckets of ordered offsets (the embedded segment log, Kafka)."""
+
+    event_time_indexed: bool
+    """True when :meth:`offset_at` answers by the records' own event time; False when the
+    log's time index holds another time (a Kafka topic whose event time is a JSON field: its
+    index is the message timestamp), so a search by event time starts at the earliest offset."""
 
     def buckets(self) -> list[int]:
         """Bucket ids, ascending."""

@@ -149,6 +149,7 @@ class KafkaLog:
     """A topic, read by partition and exact offsets; see the module docstring."""
 
     contiguous = False  # transaction markers, aborted transactions and compaction leave gaps
+    parquet_files = False  # records come from the brokers, never from files Spark could read
 
     def __init__(self, source: str, config: Mapping[str, str] | None = None) -> None:
         self.location = KafkaLocation.parse(source)
@@ -165,6 +166,12 @@ class KafkaLog:
 
     def __repr__(self) -> str:
         return f"KafkaLog({SCHEME}{self.topic} at {self.config['bootstrap.servers']})"
+
+    @property
+    def event_time_indexed(self) -> bool:
+        """Kafka's time index holds message timestamps: it indexes the event time only when
+        that is the message timestamp (no ``event_time`` field in the source)."""
+        return self.location.event_time_field is None
 
     @property
     def servers(self) -> str:

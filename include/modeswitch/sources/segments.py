@@ -137,6 +137,8 @@ class SegmentLog:
     """
 
     contiguous = True  # segments of a bucket are contiguous: no offset without a record
+    parquet_files = True  # segments are Parquet files: Spark's reader reads them natively
+    event_time_indexed = True  # offset_at searches the records' event times
 
     def __init__(
         self,
