@@ -21,7 +21,7 @@ from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sinks.delta import QUARANTINE_SCHEMA
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.base import RECORD_SCHEMA
-from modeswitch.transforms import ArrowForm, arrow_form_of
+from modeswitch.transforms import ArrowForm
 from modeswitch.transforms.arrow import parse_events_arrow
 
 RECORDS = 30_000
@@ -43,7 +43,7 @@ def log(tmp_path: Path):
 
 
 def form() -> ArrowForm:
-    found = arrow_form_of(parse_events_arrow, INPUT)
+    found = parse_events_arrow.arrow_form(INPUT)
     assert found is not None
     return found
 

@@ -17,7 +17,7 @@ from modeswitch.transforms import (
     EVENT_SCHEMA,
     QUARANTINE_REASON,
     SPARK_SQL_TRANSFORM,
-    check_transform_output,
+    Transform,
     load_transform,
     parse_events,
     parse_json_values,
@@ -90,7 +90,7 @@ def test_output_schema_keeps_source_columns_and_adds_typed_columns_and_reason(so
         "event_id:bigint,user_id:bigint,action:string,amount:double,country:string,"
         "_quarantine_reason:string>"
     )
-    check_transform_output(out)  # the contract the sink checks
+    load_transform(SPARK_SQL_TRANSFORM).check_output(out)  # the contract the sink checks
 
 
 def test_no_row_is_dropped_and_lineage_columns_are_untouched(source_df, parsed) -> None:
@@ -165,8 +165,9 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
         seen.extend(r.asDict() for r in batch_df.collect())
 
     stream = spark.readStream.format("bucketlog").option("startingOffsets", "earliest")
-    transformed = load_transform(spec)(stream.load(log.root))
-    check_transform_output(transformed, spec=spec)
+    transform = load_transform(spec)
+    transformed = transform(stream.load(log.root))
+    transform.check_output(transformed)
     query = (
         transformed.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -200,7 +201,7 @@ def test_load_transform_resolves_the_default() -> None:
     from modeswitch.transforms.arrow import parse_events_arrow
 
     assert load_transform() is parse_events_arrow
-    assert load_transform("modeswitch.transforms:parse_events") is parse_events
+    assert load_transform("modeswitch.transforms:parse_events").spark is parse_events
 
 
 @pytest.mark.parametrize(
@@ -223,13 +224,13 @@ def test_load_transform_refuses_a_bad_spec_naming_the_setting(spec: str, message
     assert message in text
 
 
-def test_check_transform_output_names_missing_and_mistyped_columns(source_df) -> None:
+def test_check_output_names_the_transform_and_missing_and_mistyped_columns(source_df) -> None:
     with pytest.raises(ConfigError) as err:
-        check_transform_output(source_df.drop("key"), spec="my.mod:fn")
+        Transform("my.mod:fn", parse_events).check_output(source_df.drop("key"))
     text = str(err.value)
     assert "transform='my.mod:fn'" in text
     assert "lacks columns key, _quarantine_reason" in text
 
     mistyped = parse_events(source_df).withColumn("offset", F.col("offset").cast("string"))
     with pytest.raises(ConfigError, match=r"mistyped columns offset \(string, expected bigint\)"):
-        check_transform_output(mistyped)
+        Transform("my.mod:fn", parse_events).check_output(mistyped)

@@ -149,7 +149,7 @@ def _read_window(
     ).waves
     partitions = wave_partitions_json(waves[0]) if waves else "[]"
     reader = spark.read.format("bucketlog").option("partitions", partitions)
-    if getattr(transform, "arrow_form", None) is not None:
+    if transform.arrow is not None:
         # The Arrow form runs in the reader's workers: the rows reach the JVM parsed.
         reader = reader.option("transform", settings.transform)
         return reader.load(settings.source).where(in_window)

@@ -45,7 +45,7 @@ from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
-from modeswitch.transforms import ArrowForm, arrow_form_of, load_transform
+from modeswitch.transforms import ArrowForm, Transform, load_transform
 
 log = logging.getLogger(__name__)
 
@@ -228,13 +228,13 @@ def run_batch_epoch(
     return BatchRunReport(epoch_id, len(plan.waves), records, final, tuple(sorted(finished)))
 
 
-def wave_arrow_form(settings: PipelineSettings, transform: Callable) -> ArrowForm | None:
+def wave_arrow_form(settings: PipelineSettings, transform: Transform) -> ArrowForm | None:
     """The transform's Arrow form when batch waves run in the Python workers
     (``batch_reader = arrow``), else None. Refuses, before anything is read or written, a
     transform that has none."""
     if settings.batch_reader != "arrow":
         return None
-    form = arrow_form_of(transform, spec=settings.transform)
+    form = transform.arrow_form()
     if form is None:
         raise ConfigError(
             f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="

@@ -297,7 +297,7 @@ def sink_stream(
     reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
     if settings.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
-    if getattr(transform, "arrow_form", None) is not None:
+    if transform.arrow is not None:
         frame = reader.option("transform", settings.transform).load(source)
     else:
         frame = transform(reader.load(source))

@@ -7,7 +7,7 @@ unchanged on a cluster); each task, in a Python worker:
 1. reads its ``(bucket, start, end)`` ranges with the log's own reader
    (:meth:`~modeswitch.sources.base.BucketedLog.read`: pyarrow on the segment files, or the
    Kafka consumer), as Arrow batches;
-2. runs the transform's Arrow form on them (:func:`modeswitch.transforms.arrow_form_of`;
+2. runs the transform's Arrow form on them (:meth:`modeswitch.transforms.Transform.arrow_form`;
    the Arrow parse's is :class:`modeswitch.transforms.arrow.PayloadParser`);
 3. writes them with the sink's own pyarrow writer (:func:`modeswitch.sinks.files.write_files`:
    the table's files and the quarantine's, with their statistics and the max event time per

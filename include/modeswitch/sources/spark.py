@@ -276,9 +276,9 @@ def transform_form(spec: str) -> ArrowForm:
     per process. Refuses, naming the option, a transform without one."""
     form = _FORMS.get(spec)
     if form is None:
-        from modeswitch.transforms import arrow_form_of, load_transform
+        from modeswitch.transforms import load_transform
 
-        form = arrow_form_of(load_transform(spec), spec=spec)
+        form = load_transform(spec).arrow_form()
         if form is None:
             raise ValueError(
                 f"option transform={spec!r}: this transform has no Arrow form to run in the "

@@ -22,16 +22,18 @@ complete JSON object is ignored (``{"event_id": 1} trailing``), a string field t
 value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid double.
 
 The transform is a setting, ``module:function`` (default :data:`DEFAULT_TRANSFORM`), resolved
-by :func:`load_transform`; :func:`check_transform_output` tells a custom transform that broke
-the contract apart from a working one before anything is written.
+by :func:`load_transform` to a :class:`Transform`: the function it names, or the
+:class:`Transform` it names as is. :meth:`Transform.check_output` tells a custom transform
+that broke the contract apart from a working one before anything is written.
 
 **An Arrow form** (optional): a transform may also say how to do the same work on Arrow
-batches, without Spark, by carrying an attribute ``arrow_form``: a function of the input's
-Spark schema that returns an :class:`ArrowForm`, a picklable function from the input's Arrow
-batches to the output's and the output's Spark schema. Batch waves with ``batch_reader =
+batches, without Spark: a :class:`Transform` built with ``arrow=``, a function of the input's
+Spark schema that returns an :class:`ArrowForm` (a picklable function from the input's Arrow
+batches to the output's, and the output's Spark schema). Batch waves with ``batch_reader =
 arrow`` run it in the Python workers on the batches they read and write
-(:mod:`modeswitch.sinks.arrow_wave`); both forms must give the same rows. The Arrow parse
-(:func:`modeswitch.transforms.arrow.parse_events_arrow`) has one; :func:`arrow_form_of` finds it.
+(:mod:`modeswitch.sinks.arrow_wave`), and the ``bucketlog`` reader runs it where it reads
+(its ``transform`` option); both forms must give the same rows. The Arrow parse
+(:data:`modeswitch.transforms.arrow.parse_events_arrow`) has one; a plain function has none.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame
@@ -200,13 +203,76 @@ MOVED_MODULES = {"modeswitch.arrow_parse": "modeswitch.transforms.arrow"}
 """Modules a ``transform`` setting may still name from before the package's subpackages."""
 
 
-def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataFrame]:
-    """Resolve the ``transform`` setting, ``module:function``, to the callable it names.
+class ArrowForm(NamedTuple):
+    """A transform's work on Arrow batches: ``function`` maps the input's batches (the
+    ``bucketlog`` columns) to the output's, whose Spark schema is ``schema``. ``function`` is
+    pickled to the Python workers."""
 
-    ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). Raises
-    :class:`ConfigError` naming the setting and the value when the spec is malformed, the
-    module cannot be imported, the attribute is missing, or it is not callable. A module that
-    moved (:data:`MOVED_MODULES`) is found at its new place.
+    function: Callable[[Iterator[Any]], Iterator[Any]]
+    schema: StructType
+
+
+@dataclass(frozen=True)
+class Transform:
+    """The pipeline's transform (module docstring): one piece of work in one or two forms.
+
+    - ``name``: how errors name it; :func:`load_transform` gives a plain function the
+      ``transform`` setting's value.
+    - ``spark``: ``DataFrame -> DataFrame`` on the ``bucketlog`` columns, batch or streaming.
+      Calling the transform runs it: ``transform(df)``.
+    - ``arrow`` (optional): a function of the input's Spark schema that returns the same
+      work's :class:`ArrowForm`; called on the driver (or in the reader's Python worker), its
+      :attr:`ArrowForm.function` must be picklable. Both forms must give the same rows.
+
+    Build one at module level and name it in the setting (``pkg.mod:my_transform``) to give
+    a transform of your own an Arrow form.
+    """
+
+    name: str
+    spark: Callable[[DataFrame], DataFrame]
+    arrow: Callable[[StructType], ArrowForm] | None = None
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        """The Spark form on ``df``."""
+        return self.spark(df)
+
+    def arrow_form(self, input_schema: StructType | None = None) -> ArrowForm | None:
+        """The Arrow form for input of ``input_schema`` (by default the ``bucketlog``
+        records'), or None without one. Refuses, naming the transform, a form that is not an
+        :class:`ArrowForm` or whose output breaks the sink's contract."""
+        if self.arrow is None:
+            return None
+        if input_schema is None:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            from modeswitch.sources.base import RECORD_SCHEMA
+
+            input_schema = from_arrow_schema(RECORD_SCHEMA)
+        form = self.arrow(input_schema)
+        if not isinstance(form, ArrowForm):
+            raise ConfigError(
+                f"transform={self.name!r}: its Arrow form gave a {type(form).__name__}, not an "
+                "ArrowForm"
+            )
+        check_output_schema(form.schema, spec=self.name)
+        return form
+
+    def check_output(self, df: DataFrame) -> None:
+        """Refuse an output of this transform that breaks the sink's contract, before
+        anything is written: :func:`check_output_schema` on ``df``'s schema (no Spark job)."""
+        check_output_schema(df.schema, spec=self.name)
+
+
+def load_transform(spec: str = DEFAULT_TRANSFORM) -> Transform:
+    """Resolve the ``transform`` setting, ``module:function``, to a :class:`Transform`.
+
+    ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). A
+    :class:`Transform` is used as is; a plain function becomes a Transform named ``spec``
+    with no Arrow form. A module that moved (:data:`MOVED_MODULES`) is found at its new
+    place. Raises :class:`ConfigError` naming the setting and the value when the spec is
+    malformed, the module cannot be imported, the attribute is missing, is not callable, or
+    is a function carrying an ``arrow_form`` attribute (the Arrow form's old place, no longer
+    read: build a :class:`Transform` with ``arrow=`` instead).
     """
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise ConfigError(f"transform={spec!r}: expected 'module:function'")
@@ -227,62 +293,29 @@ def load_transform(spec: str = DEFAULT_TRANSFORM) -> Callable[[DataFrame], DataF
             raise ConfigError(
                 f"transform={spec!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from exc
+    if isinstance(target, Transform):
+        log.info("transform %s loaded (%s)", spec, target.name)
+        return target
     if not callable(target):
         raise ConfigError(
             f"transform={spec!r}: {attr_path!r} is a {type(target).__name__}, not a callable"
         )
-    log.info("transform %s loaded", spec)
-    return target  # type: ignore[return-value]
-
-
-class ArrowForm(NamedTuple):
-    """A transform's work on Arrow batches: ``function`` maps the input's batches (the
-    ``bucketlog`` columns) to the output's, whose Spark schema is ``schema``. ``function`` is
-    pickled to the Python workers."""
-
-    function: Callable[[Iterator[Any]], Iterator[Any]]
-    schema: StructType
-
-
-def arrow_form_of(
-    transform: Callable[[DataFrame], DataFrame],
-    input_schema: StructType | None = None,
-    *,
-    spec: str = "",
-) -> ArrowForm | None:
-    """The Arrow form of ``transform`` for input of ``input_schema`` (by default the
-    ``bucketlog`` records'), or None if it has none (module docstring). Refuses, naming the
-    transform, a form that is not an :class:`ArrowForm` or whose output breaks the sink's
-    contract."""
-    make = getattr(transform, "arrow_form", None)
-    if make is None:
-        return None
-    if input_schema is None:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from modeswitch.sources.base import RECORD_SCHEMA
-
-        input_schema = from_arrow_schema(RECORD_SCHEMA)
-    form = make(input_schema)
-    which = f"transform={spec!r}" if spec else "transform"
-    if not isinstance(form, ArrowForm):
-        raise ConfigError(f"{which}: its arrow_form gave a {type(form).__name__}, not an ArrowForm")
-    check_output_schema(form.schema, spec=spec)
-    return form
-
-
-def check_transform_output(df: DataFrame, *, spec: str | None = None) -> None:
-    """Refuse a transform output that breaks the sink's contract, before anything is written.
-
-    The output must have the columns of :data:`REQUIRED_OUTPUT` with those types. Raises
-    :class:`ConfigError` naming the missing or mistyped columns (and ``spec``, if given).
-    Inspects the schema only: no Spark job runs.
-    """
-    check_output_schema(df.schema, spec=spec)
+    if hasattr(target, "arrow_form"):
+        raise ConfigError(
+            f"transform={spec!r}: {attr_path!r} carries an arrow_form attribute, which is no "
+            "longer read; make it a modeswitch.transforms.Transform(name, spark=..., "
+            "arrow=...) to keep its Arrow form"
+        )
+    log.info("transform %s loaded (a Spark form only)", spec)
+    return Transform(name=spec, spark=target)  # type: ignore[arg-type]
 
 
 def check_output_schema(schema: StructType, *, spec: str | None = None) -> None:
-    """:func:`check_transform_output` on a transform's output schema."""
+    """Refuse a transform's output schema that breaks the sink's contract.
+
+    The output must have the columns of :data:`REQUIRED_OUTPUT` with those types. Raises
+    :class:`ConfigError` naming the missing or mistyped columns (and ``spec``, if given).
+    """
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     missing = [name for name in REQUIRED_OUTPUT if name not in types]
     mistyped = [
@@ -312,10 +345,9 @@ __all__ = [
     "SOURCE_COLUMNS",
     "SPARK_SQL_TRANSFORM",
     "ArrowForm",
-    "arrow_form_of",
+    "Transform",
     "check_output_schema",
     "check_parse_inputs",
-    "check_transform_output",
     "load_transform",
     "parse_events",
     "parse_json_values",

@@ -1,7 +1,7 @@
 """The vectorised parse: the default transform's work done on Arrow batches in Python with
 msgspec, in place of Spark's ``from_json``.
 
-:func:`parse_events_arrow` (``transform = "modeswitch.transforms.arrow:parse_events_arrow"``) gives
+:data:`parse_events_arrow` (``transform = "modeswitch.transforms.arrow:parse_events_arrow"``) gives
 the same columns as :func:`modeswitch.transforms.parse_events`, and the same quarantine
 reasons, through ``DataFrame.mapInArrow``: each Arrow batch of the source goes to a Python
 worker, which decodes every ``value`` with a msgspec decoder built for the payload schema (a
@@ -61,6 +61,7 @@ from modeswitch.transforms import (
     QUARANTINE_REASON,
     TYPE_WORDS,
     ArrowForm,
+    Transform,
     check_parse_inputs,
 )
 
@@ -364,12 +365,6 @@ def _java_double(text: str) -> str:
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
 
 
-def parse_events_arrow(df: Any) -> Any:
-    """The default transform with the Arrow parse: ``value`` parsed into
-    :data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required."""
-    return parse_json_values_arrow(df, EVENT_SCHEMA)
-
-
 def parse_json_values_arrow(df: Any, schema: Any, *, required: Sequence[str] | None = None) -> Any:
     """:func:`modeswitch.transforms.parse_json_values` through ``mapInArrow`` and
     :class:`PayloadParser`: the same columns, rows and reasons (see the module's doc for
@@ -395,8 +390,18 @@ def json_values_form(
     return ArrowForm(functools.partial(parser.batches, keep=list(input_schema.names)), out)
 
 
+def _parse_events_with_arrow(df: Any) -> Any:
+    return parse_json_values_arrow(df, EVENT_SCHEMA)
+
+
 def _events_form(input_schema: Any) -> ArrowForm:
     return json_values_form(input_schema, EVENT_SCHEMA)
 
 
-parse_events_arrow.arrow_form = _events_form  # type: ignore[attr-defined]
+parse_events_arrow = Transform(
+    name=ARROW_TRANSFORM, spark=_parse_events_with_arrow, arrow=_events_form
+)
+"""The default transform with the Arrow parse: ``value`` parsed into
+:data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required; its Spark form runs the
+parse through ``mapInArrow``, its Arrow form is what a batch wave's tasks and the
+``bucketlog`` reader run (:func:`json_values_form`)."""
