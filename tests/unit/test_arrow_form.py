@@ -14,7 +14,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
-from modeswitch.modes.batch import run_batch_epoch, wave_arrow_form
+from modeswitch.modes.batch import run_batch_epoch
 from modeswitch.sources.base import RECORD_SCHEMA
 from modeswitch.transforms import (
     EVENT_SCHEMA,
@@ -133,7 +133,3 @@ def test_batch_reader_arrow_refuses_a_transform_without_a_form_before_anything_i
     with pytest.raises(ConfigError, match=r"batch_reader: 'arrow' .*parse_events' has none"):
         run_batch_epoch(None, settings, 1)
     assert not (tmp_path / "warehouse").exists()  # no control table, no sink: nothing written
-    arrow = PipelineSettings.from_mapping({"batch_reader": "arrow", "transform": ARROW_TRANSFORM})
-    form = wave_arrow_form(arrow, parse_events_arrow)
-    assert form is not None and form.schema.names[-1] == QUARANTINE_REASON
-    assert wave_arrow_form(PipelineSettings(batch_reader="native"), parse_events_arrow) is None

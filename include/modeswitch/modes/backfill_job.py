@@ -39,7 +39,6 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
 from modeswitch.modes.backfill import BackfillCommit, BackfillPlan, backfill_app_id
 from modeswitch.sinks.commits import keep_log
-from modeswitch.sources.kafka import is_kafka_source
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
 
@@ -124,19 +123,31 @@ def _running_plan(store: StateStore, pipeline: str, command_id: int) -> Backfill
 def _read_window(
     spark: Any, settings: PipelineSettings, plan: BackfillPlan, *, scratch: str
 ) -> Any:
-    """The window's records, transformed: the planned ranges, filtered on event time."""
+    """The window's records, transformed: the planned ranges, filtered on event time, read
+    as :func:`~modeswitch.modes.wave_path.choose_wave_path` says for a backfill."""
     from pyspark.sql import functions as F
 
     from modeswitch.control.planning import plan_batch
     from modeswitch.modes.batch import wave_partitions_json
+    from modeswitch.modes.wave_path import choose_wave_path
+    from modeswitch.sources import log_type
     from modeswitch.sources.native import read_segments
     from modeswitch.transforms import load_transform
 
     transform = load_transform(settings.transform)
+    path = choose_wave_path(
+        log_type(settings.source),
+        batch_reader=settings.batch_reader,
+        batch_writer=settings.batch_writer,
+        transform=transform,
+        job="backfill",
+        source=settings.source,
+    )
+    log.info("backfill command %d: read by %s (%s)", plan.command, path.reader, path.reason)
     in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
         F.col("event_time") < F.lit(plan.window.end)
     )
-    if settings.batch_reader == "native" and not is_kafka_source(settings.source):
+    if path.reader == "native":
         splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
         source = read_segments(spark, settings.source, splits, scratch=scratch)
         return transform(source.where(in_window))
@@ -149,7 +160,7 @@ def _read_window(
     ).waves
     partitions = wave_partitions_json(waves[0]) if waves else "[]"
     reader = spark.read.format("bucketlog").option("partitions", partitions)
-    if transform.arrow is not None:
+    if path.transform == "arrow":
         # The Arrow form runs in the reader's workers: the rows reach the JVM parsed.
         reader = reader.option("transform", settings.transform)
         return reader.load(settings.source).where(in_window)

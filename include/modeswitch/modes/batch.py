@@ -11,10 +11,13 @@ committed:
    wave numbers (FLIP-537 case 1). A failed task inside a wave is Spark's to retry; the sink's
    idempotent commit makes the retry harmless (case 2).
 3. Each wave goes through the shared transform and is written by the Delta sink in one
-   commit carrying the wave's offsets. By default (``batch_reader = arrow``) each of the
-   wave's tasks reads its planned ranges, runs the transform's Arrow form and writes the files
-   in one Python worker, no row in the JVM, and the driver checks the wave's record count and
-   commits (:mod:`modeswitch.sinks.arrow_wave`; any log). With ``batch_reader = native`` Spark's
+   commit carrying the wave's offsets, by the path that
+   :func:`~modeswitch.modes.wave_path.choose_wave_path` chooses once from what the log can do,
+   the settings and the transform's forms (its module has the table). By default
+   (``batch_reader = arrow``) each of the wave's tasks reads its planned ranges, runs the
+   transform's Arrow form and writes the files in one Python worker, no row in the JVM, and
+   the driver checks the wave's record count (on a contiguous log) and commits
+   (:mod:`modeswitch.sinks.arrow_wave`; any log). With ``batch_reader = native`` Spark's
    Parquet reader reads the segment files and, with ``bucketlog``, the Python data source
    reads exactly the planned partitions; then Spark's own Parquet writer writes the data files
    and the sink makes the commit, checking the count after a native read (``batch_writer =
@@ -34,18 +37,19 @@ from dataclasses import dataclass
 
 from modeswitch.control.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ConfigError, FencedError
+from modeswitch.errors import FencedError
 from modeswitch.faults import pause_point
+from modeswitch.modes.wave_path import choose_wave_path
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks import arrow_wave
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
-from modeswitch.sources.kafka import is_kafka_source
+from modeswitch.sources import log_type
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
-from modeswitch.transforms import ArrowForm, Transform, load_transform
+from modeswitch.transforms import load_transform
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +131,19 @@ def run_batch_epoch(
     """Process every uncommitted split of batch epoch ``epoch_id``; see the module docstring.
 
     Raises :class:`FencedError` if the epoch is not a running batch epoch (a retried task of
-    an epoch that was closed or superseded must not write).
+    an epoch that was closed or superseded must not write), and :class:`ConfigError`, before
+    anything is read or written, for settings whose waves cannot run
+    (:func:`~modeswitch.modes.wave_path.choose_wave_path`).
     """
     transform = load_transform(settings.transform)
-    form = wave_arrow_form(settings, transform)
+    path = choose_wave_path(
+        log_type(settings.source),
+        batch_reader=settings.batch_reader,
+        batch_writer=settings.batch_writer,
+        transform=transform,
+        source=settings.source,
+    )
+    form = transform.arrow_form() if path.transform == "arrow" else None
     store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
@@ -150,10 +163,12 @@ def run_batch_epoch(
         finished |= plan.finished_buckets
     committed = dict(plan.start)
     records = 0
-    native_read = (
-        settings.batch_reader == "native"
-        and settings.batch_writer == "native"
-        and not is_kafka_source(settings.source)  # only the embedded log has files to read
+    log.info(
+        "epoch %d: waves read by %s, written by %s (%s)",
+        epoch_id,
+        path.reader,
+        path.writer,
+        path.reason,
     )
     for wave in plan.waves:
         start = {b: committed[b] for b in wave.end_offsets()}
@@ -164,10 +179,15 @@ def run_batch_epoch(
             "offsetsStart": offsets_to_json(start),
             "offsetsEnd": offsets_to_json(end),
         }
-        # The writers refuse to commit unless the wave wrote exactly what it planned. Kafka's
-        # offsets are not contiguous (transaction markers, compaction): no count to expect.
-        expected = str(sum(s.end - s.start for s in wave.splits))
-        if form is not None:
+        # The writers refuse to commit unless the wave wrote exactly what it planned; only a
+        # contiguous log has a count to expect (Kafka's offsets have gaps).
+        expected = (
+            {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
+            if path.count_checked
+            else {}
+        )
+        if path.reader == "arrow":
+            assert form is not None
             arrow_wave.write_wave(
                 spark,
                 settings.source,
@@ -176,19 +196,15 @@ def run_batch_epoch(
                 form.schema,
                 settings.sink,
                 **wave_options,
-                **({} if is_kafka_source(settings.source) else {"expectedRecords": expected}),
+                **expected,
             )
-        elif native_read:
+        elif path.reader == "native":
             scratch = scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
             try:
                 splits = [(s.bucket, s.start, s.end) for s in wave.splits]
                 source = read_segments(spark, settings.source, splits, scratch=scratch)
                 write_batch(
-                    transform(source),
-                    settings.sink,
-                    writer=settings.batch_writer,
-                    **wave_options,
-                    expectedRecords=expected,
+                    transform(source), settings.sink, writer=path.writer, **wave_options, **expected
                 )
             finally:
                 remove_tree(scratch)
@@ -199,7 +215,7 @@ def run_batch_epoch(
                 .load(settings.source)
             )
             write_batch(
-                transform(source), settings.sink, writer=settings.batch_writer, **wave_options
+                transform(source), settings.sink, writer=path.writer, **wave_options, **expected
             )
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(
@@ -226,20 +242,3 @@ def run_batch_epoch(
             on_wave(wave)
     final = {**committed, **store.committed_offsets()}
     return BatchRunReport(epoch_id, len(plan.waves), records, final, tuple(sorted(finished)))
-
-
-def wave_arrow_form(settings: PipelineSettings, transform: Transform) -> ArrowForm | None:
-    """The transform's Arrow form when batch waves run in the Python workers
-    (``batch_reader = arrow``), else None. Refuses, before anything is read or written, a
-    transform that has none."""
-    if settings.batch_reader != "arrow":
-        return None
-    form = transform.arrow_form()
-    if form is None:
-        raise ConfigError(
-            f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="
-            f"{settings.transform!r} has none (modeswitch.transforms, 'An Arrow form'); use "
-            "'native' or 'bucketlog', or a transform with one such as "
-            "modeswitch.transforms.arrow:parse_events_arrow"
-        )
-    return form
