@@ -36,11 +36,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.errors import FencedError
 from modeswitch.modes.backfill import BackfillCommit, BackfillPlan, backfill_app_id
 from modeswitch.sinks.commits import keep_log
 from modeswitch.state import StateStore
-from modeswitch.storage import remove_tree
+from modeswitch.storage import remove_tree, retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -262,18 +262,20 @@ def _replace(
     *,
     create: bool,
 ) -> int | None:
-    """One replace-where commit of ``rows()`` into the table at ``uri``, retried on the new
-    snapshot when a concurrent commit conflicts; the table's new version. A table that does
+    """One replace-where commit of ``rows()`` into the table at ``uri``, checked and made again
+    on the new snapshot when a concurrent commit conflicts
+    (:func:`~modeswitch.storage.retry_commit_races`); the table's new version. A table that does
     not exist is created when ``create`` (else nothing is done, None)."""
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    from deltalake.exceptions import TableNotFoundError
 
     app_id = backfill_app_id(plan.pipeline, plan.window)
     properties = CommitProperties(
         app_transactions=[Transaction(app_id, plan.command)],
         custom_metadata=commit.to_metadata(),
     )
-    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+
+    def attempt(number: int) -> int | None:
         try:
             table = DeltaTable(uri, storage_options=dict(options))
         except TableNotFoundError:
@@ -294,22 +296,18 @@ def _replace(
                 f"{uri}: backfill command {plan.command} refused: a later run of window "
                 f"{plan.window} (command {held}) has committed since; this run was superseded"
             )
-        try:
-            write_deltalake(
-                table,
-                rows(),
-                mode="overwrite",
-                predicate=plan.predicate(),
-                commit_properties=properties,
-                post_commithook_properties=keep_log(),
-            )
-        except CommitFailedError as exc:
-            log.info("%s: backfill commit attempt %d conflicted (%s); again", uri, attempt, exc)
-            continue
+        write_deltalake(  # CommitFailedError: the race was lost, retry_commit_races checks again
+            table,
+            rows(),
+            mode="overwrite",
+            predicate=plan.predicate(),
+            commit_properties=properties,
+            post_commithook_properties=keep_log(),
+        )
         return table.version()
-    raise ModeswitchError(
-        f"{uri}: backfill command {plan.command} conflicted with concurrent commits "
-        f"{COMMIT_ATTEMPTS} times; nothing of it was committed to this table"
+
+    return retry_commit_races(
+        attempt, attempts=COMMIT_ATTEMPTS, what=f"{uri}: backfill command {plan.command}"
     )
 
 
