@@ -84,6 +84,11 @@ class MaintenanceRefusedError(ModeswitchError):
     """A maintenance run that cannot start: another run of the pipeline holds the lease."""
 
 
+class StreamQueryError(ModeswitchError):
+    """A stream epoch's Structured Streaming query stopped or failed; the message names the
+    epoch, and the query's own exception is chained as the cause."""
+
+
 class SinkLogCleanedError(ModeswitchError):
     """The sink's log no longer holds the pipeline's newest commit (a writer outside the
     pipeline cleaned it up): its committed offsets are unknown, and guessing would lose or

@@ -423,8 +423,9 @@ def test_a_shared_snapshot_that_misses_a_later_range_is_refused(
     scratch = str(tmp_path / "scratch")
     live_log.stable_paths(0, 0, 40, scratch=scratch)
     live_log.append(0, events([f"b{j}" for j in range(20)]))  # planned after the snapshot
-    with pytest.raises(ModeswitchError, match=r"snapshot holds offsets up to 40 of bucket 0"):
+    with pytest.raises(ModeswitchError, match=r"snapshot holds offsets up to 40 of bucket 0") as e:
         live_log.stable_paths(0, 40, 60, scratch=scratch)
+    assert isinstance(e.value.__cause__, FileExistsError)  # the snapshot that was there
 
 
 def test_stable_paths_copy_the_range_where_no_hard_link_can_be_made(

@@ -38,7 +38,7 @@ from modeswitch.control.policy import (
     decide_mode,
 )
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import FencedError, OffsetsContinuityError
+from modeswitch.errors import FencedError, OffsetsContinuityError, StreamQueryError
 from modeswitch.modes.resume import (
     ResumePoint,
     epoch_commits,
@@ -411,14 +411,16 @@ def run_stream_epoch(
         else:
             error = query.exception()
             if not available_now or error is not None:
-                raise RuntimeError(f"stream epoch {epoch_id}: the query stopped: {error}")
+                raise StreamQueryError(
+                    f"stream epoch {epoch_id}: the query stopped: {error}"
+                ) from error
             reason = "availableNow: read everything that was there at the start"
     finally:
         query.stop()
         spark.streams.removeListener(listener)
     error = query.exception()
     if error is not None:
-        raise RuntimeError(f"stream epoch {epoch_id}: the query failed: {error}") from None
+        raise StreamQueryError(f"stream epoch {epoch_id}: the query failed: {error}") from error
     supervisor.follow_commits()
     supervisor.record_progress(force=True)
     end = {**epoch.start, **store.committed_offsets()}

@@ -17,6 +17,7 @@ import pendulum
 import pyarrow as pa
 
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import StreamQueryError
 from modeswitch.modes.stream import _ProgressListener, checkpoint_conf, sink_stream
 from modeswitch.offsets import offsets_to_json
 from modeswitch.sinks.commits import committed_offsets
@@ -125,8 +126,9 @@ def warm_up(
                         break
             finally:
                 query.stop()
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
+        error = query.exception()
+        if error is not None:
+            raise StreamQueryError(f"the warm-up query failed: {error}") from error
         done = WarmUp(
             sum(committed_offsets(f"{work}/sink", "warm-up").values()),
             time.monotonic() - started,

@@ -447,14 +447,14 @@ class SegmentLog:
         name = f"{segment.bucket}-{segment.base}.parquet"
         try:
             os.link(segment.path, f"{folder}/{name}")
-        except FileExistsError:
+        except FileExistsError as exc:
             held = pq.ParquetFile(f"{folder}/{name}").metadata.num_rows
             if segment.base + held < needed_end:
                 raise ModeswitchError(
                     f"{folder}/{name}: the snapshot holds offsets up to {segment.base + held} "
                     f"of bucket {segment.bucket}, not {needed_end}: take the snapshots of one "
                     "scratch folder after every range in it was planned"
-                ) from None
+                ) from exc
         except OSError:
             return None
         return name

@@ -1,0 +1,42 @@
+"""A stream epoch whose query fails (modeswitch.modes.stream.run_stream_epoch) raises
+StreamQueryError naming the epoch, with the query's own exception as its cause, after
+stopping the query: a job reports it as a modeswitch error (exit 1 with the message)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.errors import StreamQueryError
+from modeswitch.modes.stream import run_stream_epoch
+from modeswitch.runners.lifecycle import decide
+from modeswitch.sources.segments import SegmentLog
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_failed_query_is_a_stream_query_error_naming_the_epoch(spark, tmp_path: Path) -> None:
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "broken",
+            "source": str(tmp_path / "log"),
+            "warehouse": str(tmp_path / "warehouse"),
+            "stream_trigger": "available_now",
+        }
+    )
+    log = SegmentLog.create(settings.source, buckets=1)
+    plan = decide(settings, force_mode="stream")
+    produce_backlog(log, EventGenerator(seed=3, buckets=1), records=200)
+    segments = sorted(Path(settings.source).rglob("*.parquet"))
+    assert segments
+    for segment in segments:  # unreadable: the query's first micro-batch fails
+        segment.write_bytes(b"not parquet")
+
+    with pytest.raises(StreamQueryError, match=f"stream epoch {plan.epoch}: the query") as raised:
+        run_stream_epoch(spark, settings, plan.epoch)
+    assert isinstance(raised.value.__cause__, StreamingQueryException)
+    assert spark.streams.active == []
