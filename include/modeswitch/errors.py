@@ -28,7 +28,13 @@ class SegmentConflictError(ModeswitchError):
 
 
 class ConfigError(ModeswitchError, ValueError):
-    """A setting has a bad value; the message names the setting and the value."""
+    """A setting has a bad value; the message names the setting and the value. ``setting`` is
+    the setting's name when the error is about one (how a layered lookup tells which layer
+    gave the bad value), else None."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class InvalidTimestampError(ModeswitchError, ValueError):

@@ -274,3 +274,67 @@ def test_a_job_refuses_bad_settings_before_it_starts_a_jvm(monkeypatch, caplog) 
     argv = ["--pipeline", "x", "--epoch", "1", "--config", '{"batch_driver_memory": "100m"}']
     assert jobrunner.main("batch", "test", argv) == 1
     assert "batch_driver_memory: '100m' is less than 512m" in caplog.text
+
+
+# One bad value for each kind of check a layered value goes through: each parser of
+# control/values.py, each settings class's own validation, the Kafka source's parse.
+BAD_LAYER_VALUES = [
+    ("enter_threshold", "0s"),  # parse_threshold_duration
+    ("allowed_lateness", "soon"),  # parse_duration
+    ("offset_lag_threshold", "-3"),  # parse_threshold_count
+    ("max_split_records", "many"),  # parse_positive_int
+    ("stream_standby", "maybe"),  # parse_bool
+    ("batch_driver_memory", "100m"),  # parse_jvm_memory
+    ("offset_lag_measure", "median"),  # PolicySettings
+    ("exit_threshold", "1h"),  # PolicySettings: above enter_threshold
+    ("log_retention", "1m"),  # MaintenanceSettings
+    ("vacuum_retention", "30m"),  # MaintenanceSettings
+    ("pipeline", "a pipeline"),  # PipelineSettings
+    ("stream_trigger", "sometimes"),  # PipelineSettings
+    ("transform", "parse_events"),  # PipelineSettings
+    ("source", "kafka://"),  # KafkaLocation.parse
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD_LAYER_VALUES)
+def test_a_bad_value_in_a_layer_is_reported_with_that_layer_s_name(name, value) -> None:
+    from modeswitch.airflow.settings import settings_from_airflow
+    from modeswitch.control.settings import PipelineSettings
+
+    with pytest.raises(ConfigError) as bare:
+        PipelineSettings.from_mapping({name: value})
+    assert bare.value.setting == name
+    assert str(bare.value).startswith(f"{name}: ")  # the message as it always was
+    variables = {f"modeswitch_{name}": value, "modeswitch_trigger_interval": "2s"}
+    with pytest.raises(ConfigError) as layered:
+        settings_from_airflow(get_variable=variables.get)
+    assert str(layered.value) == f"Airflow Variable 'modeswitch_{name}': {bare.value}"
+
+
+def test_a_bad_value_is_reported_with_the_last_layer_that_set_it() -> None:
+    from modeswitch.control.settings import layer_settings
+
+    with pytest.raises(ConfigError) as raised:
+        layer_settings(
+            ("config file p.toml:", {"enter_threshold": "10m", "parallelism": "0"}),
+            ("run param settings:", {"enter_threshold": "0s"}),
+        )
+    assert str(raised.value) == (
+        "run param settings: enter_threshold: '0s' must be greater than 0 (use 'none' to turn "
+        "it off)"
+    )
+    with pytest.raises(ConfigError, match=r"^config file p.toml: parallelism: '0' must be"):
+        layer_settings(("config file p.toml:", {"parallelism": "0"}), ("run param settings:", {}))
+
+
+def test_a_settings_constructor_names_the_setting_it_refuses() -> None:
+    from modeswitch.control.settings import MaintenanceSettings
+
+    for build, name in [
+        (lambda: PlannerSettings(parallelism=0), "parallelism"),
+        (lambda: PolicySettings(min_time_in_batch=timedelta(seconds=-1)), "min_time_in_batch"),
+        (lambda: MaintenanceSettings(compact_target_mb=0), "compact_target_mb"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{name}: ") as raised:
+            build()
+        assert raised.value.setting == name

@@ -77,9 +77,9 @@ class PlannerSettings:
         for name in ("max_split_records", "wave_records", "parallelism"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name}: {value!r} is not a whole number")
+                raise ConfigError(f"{name}: {value!r} is not a whole number", setting=name)
             if value <= 0:
-                raise ConfigError(f"{name}: {value!r} must be greater than 0")
+                raise ConfigError(f"{name}: {value!r} must be greater than 0", setting=name)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> PlannerSettings:
@@ -136,23 +136,30 @@ class MaintenanceSettings:
     def __post_init__(self) -> None:
         value = self.compact_target_mb
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"compact_target_mb: {value!r} must be a whole number > 0")
+            raise ConfigError(
+                f"compact_target_mb: {value!r} must be a whole number > 0",
+                setting="compact_target_mb",
+            )
         for name in ("vacuum_retention", "progress_horizon", "maintenance_lease"):
             value = getattr(self, name)
             if not isinstance(value, timedelta) or value <= timedelta(0):
-                raise ConfigError(f"{name}: {value!r} must be a duration greater than 0")
+                raise ConfigError(
+                    f"{name}: {value!r} must be a duration greater than 0", setting=name
+                )
         retention = self.log_retention
         if retention is not None and (
             not isinstance(retention, timedelta) or retention < MIN_LOG_RETENTION
         ):
             raise ConfigError(
                 f"log_retention: {retention!r} must be a duration of at least "
-                f"{MIN_LOG_RETENTION} (or none): maintenance must summarise the log first"
+                f"{MIN_LOG_RETENTION} (or none): maintenance must summarise the log first",
+                setting="log_retention",
             )
         if self.vacuum_retention < MIN_VACUUM_RETENTION:
             raise ConfigError(
                 f"vacuum_retention: {self.vacuum_retention} is less than "
-                f"{MIN_VACUUM_RETENTION}: a reader of the previous version could lose its files"
+                f"{MIN_VACUUM_RETENTION}: a reader of the previous version could lose its files",
+                setting="vacuum_retention",
             )
 
     @classmethod
@@ -222,36 +229,45 @@ class PolicySettings:
             if value is None:
                 continue
             if not isinstance(value, timedelta):
-                raise ConfigError(f"{name}: {value!r} is not a duration (timedelta) or None")
+                raise ConfigError(
+                    f"{name}: {value!r} is not a duration (timedelta) or None", setting=name
+                )
             if value <= timedelta(0):
                 raise ConfigError(
-                    f"{name}: {value!r} must be greater than 0 (use None to turn it off)"
+                    f"{name}: {value!r} must be greater than 0 (use None to turn it off)",
+                    setting=name,
                 )
         for name in _DURATIONS:
             value = getattr(self, name)
             if not isinstance(value, timedelta):
-                raise ConfigError(f"{name}: {value!r} is not a duration (timedelta)")
+                raise ConfigError(f"{name}: {value!r} is not a duration (timedelta)", setting=name)
             if value < timedelta(0):
-                raise ConfigError(f"{name}: {value!r} is negative")
+                raise ConfigError(f"{name}: {value!r} is negative", setting=name)
         threshold = self.offset_lag_threshold
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, int):
-                raise ConfigError(f"offset_lag_threshold: {threshold!r} is not a whole number")
+                raise ConfigError(
+                    f"offset_lag_threshold: {threshold!r} is not a whole number",
+                    setting="offset_lag_threshold",
+                )
             if threshold <= 0:
                 raise ConfigError(
                     f"offset_lag_threshold: {threshold!r} must be greater than 0 "
-                    "(use None to turn it off)"
+                    "(use None to turn it off)",
+                    setting="offset_lag_threshold",
                 )
         if self.offset_lag_measure not in _OFFSET_LAG_MEASURES:
             raise ConfigError(
                 f"offset_lag_measure: {self.offset_lag_measure!r} is not one of "
-                f"{', '.join(_OFFSET_LAG_MEASURES)}"
+                f"{', '.join(_OFFSET_LAG_MEASURES)}",
+                setting="offset_lag_measure",
             )
         enter, exit_ = self.enter_threshold, self.exit_threshold
         if enter is not None and exit_ is not None and exit_ > enter:
             raise ConfigError(
                 f"exit_threshold: {exit_} must be at most enter_threshold ({enter}), "
-                "otherwise the pipeline would switch back and forth"
+                "otherwise the pipeline would switch back and forth",
+                setting="exit_threshold",
             )
 
     @classmethod
@@ -389,55 +405,74 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.pipeline, str) or not _PIPELINE_NAME.match(self.pipeline):
             raise ConfigError(
-                f"pipeline: {self.pipeline!r} is not a valid name (letters, digits, '_', '.', '-')"
+                f"pipeline: {self.pipeline!r} is not a valid name (letters, digits, '_', '.', '-')",
+                setting="pipeline",
             )
         for name in ("source", "warehouse"):
             if not getattr(self, name):
-                raise ConfigError(f"{name}: a location is required")
+                raise ConfigError(f"{name}: a location is required", setting=name)
         if self.trigger_interval <= timedelta(0):
-            raise ConfigError(f"trigger_interval: {self.trigger_interval} must be greater than 0")
+            raise ConfigError(
+                f"trigger_interval: {self.trigger_interval} must be greater than 0",
+                setting="trigger_interval",
+            )
         if self.max_stream_runtime <= timedelta(0):
             raise ConfigError(
-                f"max_stream_runtime: {self.max_stream_runtime} must be greater than 0"
+                f"max_stream_runtime: {self.max_stream_runtime} must be greater than 0",
+                setting="max_stream_runtime",
             )
         if self.stream_trigger not in STREAM_TRIGGERS:
             raise ConfigError(
                 f"stream_trigger: {self.stream_trigger!r} is not one of "
-                + ", ".join(STREAM_TRIGGERS)
+                + ", ".join(STREAM_TRIGGERS),
+                setting="stream_trigger",
             )
         if not isinstance(self.stream_standby, bool):
-            raise ConfigError(f"stream_standby: {self.stream_standby!r} is not true or false")
+            raise ConfigError(
+                f"stream_standby: {self.stream_standby!r} is not true or false",
+                setting="stream_standby",
+            )
         if self.batch_writer not in BATCH_WRITERS:
             raise ConfigError(
-                f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
+                f"batch_writer: {self.batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS),
+                setting="batch_writer",
             )
         if self.stream_checkpoints_kept < 1:
             raise ConfigError(
-                f"stream_checkpoints_kept: {self.stream_checkpoints_kept!r} must be greater than 0"
+                f"stream_checkpoints_kept: {self.stream_checkpoints_kept!r} must be greater than 0",
+                setting="stream_checkpoints_kept",
             )
         if self.start_from not in START_FROM:
             raise ConfigError(
-                f"start_from: {self.start_from!r} is not one of " + ", ".join(START_FROM)
+                f"start_from: {self.start_from!r} is not one of " + ", ".join(START_FROM),
+                setting="start_from",
             )
         if self.batch_reader not in BATCH_READERS:
             raise ConfigError(
-                f"batch_reader: {self.batch_reader!r} is not one of " + ", ".join(BATCH_READERS)
+                f"batch_reader: {self.batch_reader!r} is not one of " + ", ".join(BATCH_READERS),
+                setting="batch_reader",
             )
         if self.engine not in ENGINES:
-            raise ConfigError(f"engine: {self.engine!r} is not one of " + ", ".join(ENGINES))
+            raise ConfigError(
+                f"engine: {self.engine!r} is not one of " + ", ".join(ENGINES), setting="engine"
+            )
         if self.batch_driver_memory != parse_jvm_memory(
             self.batch_driver_memory, setting="batch_driver_memory"
         ):
             raise ConfigError(
                 f"batch_driver_memory: {self.batch_driver_memory!r} is not written as Spark "
-                "takes it (e.g. '1g')"
+                "takes it (e.g. '1g')",
+                setting="batch_driver_memory",
             )
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ConfigError(
-                f"max_records_per_trigger: {self.max_records_per_trigger!r} must be greater than 0"
+                f"max_records_per_trigger: {self.max_records_per_trigger!r} must be greater than 0",
+                setting="max_records_per_trigger",
             )
         if ":" not in self.transform:
-            raise ConfigError(f"transform: {self.transform!r} is not 'module:function'")
+            raise ConfigError(
+                f"transform: {self.transform!r} is not 'module:function'", setting="transform"
+            )
         from modeswitch.sources.kafka import KafkaLocation, is_kafka_source
 
         if is_kafka_source(self.source):
@@ -490,7 +525,7 @@ class PipelineSettings:
                 values[name] = parse_jvm_memory(value, setting=name)
             elif name in _TEXT_SETTINGS:
                 if not isinstance(value, str):
-                    raise ConfigError(f"{name}: {value!r} is not text")
+                    raise ConfigError(f"{name}: {value!r} is not text", setting=name)
                 values[name] = value.strip()
         return cls(**values)
 
@@ -575,10 +610,8 @@ def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSet
     try:
         return PipelineSettings.from_mapping(merged)
     except ConfigError as exc:
-        message = str(exc)
-        setting = message.split(":", 1)[0]
-        where = origin.get(setting)
-        raise ConfigError(f"{where} {message}" if where else message) from exc
+        where = origin.get(exc.setting) if exc.setting else None
+        raise ConfigError(f"{where} {exc}" if where else str(exc), setting=exc.setting) from exc
 
 
 def setting_origins(*layers: tuple[str, Mapping[str, Any] | None]) -> dict[str, str]:

@@ -28,7 +28,7 @@ def parse_duration(value: str | float | int | timedelta, *, setting: str) -> tim
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool):
-        raise ConfigError(f"{setting}: {value!r} is not a duration")
+        raise ConfigError(f"{setting}: {value!r} is not a duration", setting=setting)
     elif isinstance(value, (int, float)):
         seconds = float(value)
     elif isinstance(value, str):
@@ -41,18 +41,20 @@ def parse_duration(value: str | float | int | timedelta, *, setting: str) -> tim
             except (ValueError, TypeError) as exc:
                 raise ConfigError(
                     f"{setting}: {value!r} is not a duration "
-                    "(use e.g. '30s', '5m', '250ms' or ISO-8601 'PT5M')"
+                    "(use e.g. '30s', '5m', '250ms' or ISO-8601 'PT5M')",
+                    setting=setting,
                 ) from exc
             if not isinstance(parsed, pendulum.Duration):
                 raise ConfigError(
                     f"{setting}: {value!r} is a date or time, not a duration "
-                    "(use e.g. '30s', '5m' or ISO-8601 'PT5M')"
+                    "(use e.g. '30s', '5m' or ISO-8601 'PT5M')",
+                    setting=setting,
                 )
             seconds = parsed.total_seconds()
     else:
-        raise ConfigError(f"{setting}: {value!r} is not a duration")
+        raise ConfigError(f"{setting}: {value!r} is not a duration", setting=setting)
     if seconds < 0:
-        raise ConfigError(f"{setting}: {value!r} is negative")
+        raise ConfigError(f"{setting}: {value!r} is negative", setting=setting)
     return timedelta(seconds=seconds)
 
 
@@ -61,11 +63,13 @@ def parse_rate(value: str | float | int, *, setting: str) -> float:
     text = str(value).strip()
     match = re.match(r"^(\d+(?:\.\d+)?)\s*(?:/\s*(s|m|h))?$", text)
     if not match:
-        raise ConfigError(f"{setting}: {value!r} is not a rate (use e.g. '5000/s' or '300/m')")
+        raise ConfigError(
+            f"{setting}: {value!r} is not a rate (use e.g. '5000/s' or '300/m')", setting=setting
+        )
     per = {"s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
     rate = float(match.group(1)) / per
     if rate <= 0:
-        raise ConfigError(f"{setting}: {value!r} must be greater than 0")
+        raise ConfigError(f"{setting}: {value!r} must be greater than 0", setting=setting)
     return rate
 
 
@@ -77,18 +81,20 @@ _OFF_WORDS = frozenset({"none", "null", "off", ""})
 def parse_positive_int(value: str | int, *, setting: str) -> int:
     """A whole number > 0 from an int or a string such as ``"1000"`` or ``"1_000_000"``."""
     if isinstance(value, bool):
-        raise ConfigError(f"{setting}: {value!r} is not a whole number")
+        raise ConfigError(f"{setting}: {value!r} is not a whole number", setting=setting)
     if isinstance(value, str):
         try:
             number = int(value.strip(), 10)
         except ValueError as exc:
-            raise ConfigError(f"{setting}: {value!r} is not a whole number") from exc
+            raise ConfigError(
+                f"{setting}: {value!r} is not a whole number", setting=setting
+            ) from exc
     elif isinstance(value, int):
         number = value
     else:
-        raise ConfigError(f"{setting}: {value!r} is not a whole number")
+        raise ConfigError(f"{setting}: {value!r} is not a whole number", setting=setting)
     if number <= 0:
-        raise ConfigError(f"{setting}: {value!r} must be greater than 0")
+        raise ConfigError(f"{setting}: {value!r} must be greater than 0", setting=setting)
     return number
 
 
@@ -105,7 +111,9 @@ def parse_bool(value: str | bool, *, setting: str) -> bool:
         return True
     if text in _FALSE_WORDS:
         return False
-    raise ConfigError(f"{setting}: {value!r} is not on or off (use 'true' or 'false')")
+    raise ConfigError(
+        f"{setting}: {value!r} is not on or off (use 'true' or 'false')", setting=setting
+    )
 
 
 def parse_threshold_duration(
@@ -119,7 +127,8 @@ def parse_threshold_duration(
     duration = parse_duration(value, setting=setting)
     if duration <= timedelta(0):
         raise ConfigError(
-            f"{setting}: {value!r} must be greater than 0 (use 'none' to turn it off)"
+            f"{setting}: {value!r} must be greater than 0 (use 'none' to turn it off)",
+            setting=setting,
         )
     return duration
 
@@ -133,7 +142,7 @@ def parse_threshold_count(value: str | int | None, *, setting: str) -> int | Non
     try:
         return parse_positive_int(value, setting=setting)
     except ConfigError as exc:
-        raise ConfigError(f"{exc} (use 'none' to turn it off)") from exc
+        raise ConfigError(f"{exc} (use 'none' to turn it off)", setting=setting) from exc
 
 
 def _refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
@@ -160,7 +169,11 @@ def parse_jvm_memory(value: str | None, *, setting: str) -> str:
     text = str(value).strip().lower()
     match = _JVM_MEMORY.match(text.removesuffix("b"))
     if not match:
-        raise ConfigError(f"{setting}: {value!r} is not a memory size (use e.g. '1g' or '768m')")
+        raise ConfigError(
+            f"{setting}: {value!r} is not a memory size (use e.g. '1g' or '768m')", setting=setting
+        )
     if int(match.group(1)) * _JVM_UNIT_BYTES[match.group(2)] < MIN_DRIVER_MEMORY:
-        raise ConfigError(f"{setting}: {value!r} is less than 512m, which Spark needs at least")
+        raise ConfigError(
+            f"{setting}: {value!r} is less than 512m, which Spark needs at least", setting=setting
+        )
     return text.removesuffix("b")

@@ -86,20 +86,22 @@ class KafkaLocation:
     @classmethod
     def parse(cls, source: str) -> KafkaLocation:
         if not is_kafka_source(source):
-            raise ConfigError(f"source: {source!r} is not kafka://<topic>")
+            raise ConfigError(f"source: {source!r} is not kafka://<topic>", setting="source")
         parts = urlsplit(source)
         topic = unquote(parts.netloc + parts.path).strip("/")
         if not topic or "/" in topic:
             raise ConfigError(
                 f"source: {source!r} names no topic; expected kafka://<topic>"
-                "[?event_time=<JSON field>]"
+                "[?event_time=<JSON field>]",
+                setting="source",
             )
         params = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(params) - {"event_time"})
         if unknown:
             raise ConfigError(
                 f"source: {source!r}: unknown parameter(s) {', '.join(unknown)}; the only one "
-                "is event_time=<JSON field> (default: the message timestamp)"
+                "is event_time=<JSON field> (default: the message timestamp)",
+                setting="source",
             )
         field = (params.get("event_time") or [""])[-1].strip()
         return cls(topic=topic, event_time_field=field or None)
