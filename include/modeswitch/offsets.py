@@ -68,8 +68,3 @@ def offsets_to_dict(offsets: Mapping[int, int]) -> dict[str, int]:
 def offsets_to_json(offsets: Mapping[int, int]) -> str:
     """Compact JSON with buckets in numeric order, stable for comparison and logs."""
     return json.dumps(offsets_to_dict(offsets), separators=(",", ":"))
-
-
-def offsets_total(start: Mapping[int, int], end: Mapping[int, int]) -> int:
-    """Number of records in ``[start, end)`` over every bucket of ``end``."""
-    return sum(max(0, end[b] - start.get(b, 0)) for b in end)

@@ -17,7 +17,7 @@ from modeswitch.transforms import (
     EVENT_SCHEMA,
     QUARANTINE_REASON,
     SPARK_SQL_TRANSFORM,
-    Transform,
+    check_output_schema,
     load_transform,
     parse_events,
     parse_json_values,
@@ -90,7 +90,7 @@ def test_output_schema_keeps_source_columns_and_adds_typed_columns_and_reason(so
         "event_id:bigint,user_id:bigint,action:string,amount:double,country:string,"
         "_quarantine_reason:string>"
     )
-    load_transform(SPARK_SQL_TRANSFORM).check_output(out)  # the contract the sink checks
+    check_output_schema(out.schema, spec=SPARK_SQL_TRANSFORM)  # the contract the sink relies on
 
 
 def test_no_row_is_dropped_and_lineage_columns_are_untouched(source_df, parsed) -> None:
@@ -167,7 +167,7 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
     stream = spark.readStream.format("bucketlog").option("startingOffsets", "earliest")
     transform = load_transform(spec)
     transformed = transform(stream.load(log.root))
-    transform.check_output(transformed)
+    check_output_schema(transformed.schema, spec=transform.name)
     query = (
         transformed.writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -224,13 +224,15 @@ def test_load_transform_refuses_a_bad_spec_naming_the_setting(spec: str, message
     assert message in text
 
 
-def test_check_output_names_the_transform_and_missing_and_mistyped_columns(source_df) -> None:
+def test_the_output_check_names_the_transform_and_missing_and_mistyped_columns(
+    source_df,
+) -> None:
     with pytest.raises(ConfigError) as err:
-        Transform("my.mod:fn", parse_events).check_output(source_df.drop("key"))
+        check_output_schema(source_df.drop("key").schema, spec="my.mod:fn")
     text = str(err.value)
     assert "transform='my.mod:fn'" in text
     assert "lacks columns key, _quarantine_reason" in text
 
     mistyped = parse_events(source_df).withColumn("offset", F.col("offset").cast("string"))
     with pytest.raises(ConfigError, match=r"mistyped columns offset \(string, expected bigint\)"):
-        Transform("my.mod:fn", parse_events).check_output(mistyped)
+        check_output_schema(mistyped.schema, spec="my.mod:fn")

@@ -80,7 +80,7 @@ class History:
         if self.mode == "batch":
             if not lost:
                 self.store.record_progress(commit, recorded_by="backlog_batch")
-                pending = self.store.pending_splits(self.epoch)
+                pending = self.store.splits(self.epoch, "pending")
                 done = [s for s in pending if s.end <= self.end[s.bucket]]
                 self.store.mark_splits(self.epoch, done, "committed")
             return
@@ -137,7 +137,7 @@ def test_incremental_reconcile_repairs_what_a_full_reconcile_would(steps: list[s
         assert [(p.epoch, p.sequence) for p in store.progress()] == in_sink
         for epoch in store.epochs():
             ends = [c.end for c in commits if c.epoch == epoch.id]  # newest first
-            for split in store.pending_splits(epoch.id) if ends else ():
+            for split in store.splits(epoch.id, "pending") if ends else ():
                 assert split.end > ends[0][split.bucket]
 
 

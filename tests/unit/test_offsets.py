@@ -12,7 +12,6 @@ from modeswitch.offsets import (
     offsets_from_json,
     offsets_to_dict,
     offsets_to_json,
-    offsets_total,
 )
 
 
@@ -49,7 +48,3 @@ def test_malformed_maps_are_refused_naming_the_source(text: str, reason: str) ->
         offsets_from_json(text, source="option startingOffsets")
     assert str(err.value).startswith("option startingOffsets")
     assert reason in str(err.value)
-
-
-def test_total_counts_records_between_two_maps() -> None:
-    assert offsets_total({0: 10, 1: 5}, {0: 15, 1: 5, 2: 4}) == 9

@@ -139,8 +139,7 @@ def test_a_split_must_not_be_empty():
 def test_boundary_remaining_and_reached():
     boundary = BacklogBoundary({"0": 100, "1": 50})
     assert boundary.remaining({0: 40}) == {0: 60, 1: 50}
-    assert not boundary.is_reached({0: 100, 1: 49})
-    assert boundary.is_reached({0: 100, 1: 50})
+    assert boundary.remaining({0: 100, 1: 50}) == {0: 0, 1: 0}
     assert boundary.to_dict() == {"0": 100, "1": 50}
     with pytest.raises(OffsetOutOfRangeError, match="bucket 1"):
         boundary.remaining({1: 51})

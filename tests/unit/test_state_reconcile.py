@@ -54,7 +54,7 @@ def test_reconcile_repairs_a_crash_between_sink_commit_and_state_write(
     second = commit_to_sink(store.sink_table_uri, epoch, 1, {0: 50, 1: 30}, {0: 100, 1: 60})
 
     assert [p.sequence for p in store.progress()] == [0]
-    assert len(store.pending_splits(epoch)) == 2
+    assert len(store.splits(epoch, "pending")) == 2
 
     repaired = store.reconcile()
 
@@ -78,7 +78,7 @@ def test_reconcile_repairs_a_crash_between_sink_commit_and_state_write(
     assert recovered.max_event_time_us == second.max_event_time_us
     assert recovered.committed_at is not None
     assert recovered.watermark is None
-    assert store.pending_splits(epoch) == []
+    assert store.splits(epoch, "pending") == []
     assert {s.status for s in store.splits(epoch)} == {"committed"}
     assert store.committed_offsets() == {0: 100, 1: 60}
 
@@ -117,7 +117,7 @@ def test_reconcile_marks_splits_when_only_the_ledger_write_was_lost(store: State
 
     assert repaired.progress == ()
     assert sorted(s.key for s in repaired.splits) == [(0, 0, 50), (1, 0, 30)]
-    assert sorted(s.key for s in store.pending_splits(epoch)) == [(0, 50, 100), (1, 30, 60)]
+    assert sorted(s.key for s in store.splits(epoch, "pending")) == [(0, 50, 100), (1, 30, 60)]
 
 
 def test_reconcile_of_an_empty_or_missing_sink_repairs_nothing(store: StateStore) -> None:
@@ -125,4 +125,4 @@ def test_reconcile_of_an_empty_or_missing_sink_repairs_nothing(store: StateStore
     store.record_splits(epoch, [Wave(0, (Split(0, 0, 10),))])
 
     assert not store.reconcile().repaired
-    assert len(store.pending_splits(epoch)) == 1
+    assert len(store.splits(epoch, "pending")) == 1

@@ -253,7 +253,7 @@ def test_splits_round_trip_and_recording_is_idempotent(store: StateStore, batch_
     assert store.record_splits(batch_epoch, PLAN) == 4
     assert store.record_splits(batch_epoch, PLAN) == 0  # a retried planning task
 
-    pending = store.pending_splits(batch_epoch)
+    pending = store.splits(batch_epoch, "pending")
     assert [(s.wave, s.bucket, s.start, s.end) for s in pending] == [
         (0, 0, 0, 50),
         (0, 1, 10, 30),
@@ -270,7 +270,7 @@ def test_mark_splits_committed_leaves_the_rest_pending(store: StateStore, batch_
     assert store.mark_splits(batch_epoch, [(0, 0, 50), Split(1, 10, 30)], "committed") == 2
     assert store.mark_splits(batch_epoch, [(0, 0, 50)], "committed") == 0  # already so
 
-    assert [s.key for s in store.pending_splits(batch_epoch)] == [(0, 50, 100), (1, 30, 50)]
+    assert [s.key for s in store.splits(batch_epoch, "pending")] == [(0, 50, 100), (1, 30, 50)]
     committed = store.splits(batch_epoch, "committed")
     assert [s.key for s in committed] == [(0, 0, 50), (1, 10, 30)]
     assert all(s.updated_at >= s.recorded_at for s in committed)
@@ -291,7 +291,7 @@ def test_split_status_moves_only_forward(store: StateStore, batch_epoch: int) ->
     # A refused call changes nothing, not even its valid part.
     with pytest.raises(StateRecordNotFoundError):
         store.mark_splits(batch_epoch, [(0, 50, 100), (9, 0, 1)], "committed")
-    assert (0, 50, 100) in [s.key for s in store.pending_splits(batch_epoch)]
+    assert (0, 50, 100) in [s.key for s in store.splits(batch_epoch, "pending")]
 
 
 def test_a_replan_replaces_pending_splits_with_new_waves(
@@ -305,7 +305,7 @@ def test_a_replan_replaces_pending_splits_with_new_waves(
     replan = [Wave(2, (Split(0, 50, 75), Split(1, 30, 50))), Wave(3, (Split(0, 75, 100),))]
     assert store.record_splits(batch_epoch, replan) == 3
 
-    assert [(s.wave, s.key) for s in store.pending_splits(batch_epoch)] == [
+    assert [(s.wave, s.key) for s in store.splits(batch_epoch, "pending")] == [
         (2, (0, 50, 75)),
         (2, (1, 30, 50)),
         (3, (0, 75, 100)),

@@ -97,10 +97,6 @@ class BacklogBoundary:
             result[bucket] = end - position
         return result
 
-    def is_reached(self, committed: Mapping[int, int]) -> bool:
-        """True once every bucket's committed offset has reached the boundary."""
-        return not any(self.remaining(committed).values())
-
     def to_dict(self) -> dict[str, int]:
         """Wire format (string keys), as the epoch record stores it."""
         return offsets_to_dict(self.offsets)

@@ -45,7 +45,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -75,7 +74,6 @@ LOG_FORMAT = "modeswitch-segments"
 LOG_FORMAT_VERSION = 1
 META_FILE = "_log.json"
 OFFSET_DIGITS = 20
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.parquet$")
 _NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
 SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
@@ -99,12 +97,6 @@ def segment_name(base_offset: int) -> str:
     if base_offset < 0:
         raise ValueError(f"segment base offset {base_offset} is negative")
     return f"{base_offset:0{OFFSET_DIGITS}d}.parquet"
-
-
-def parse_segment_name(name: str) -> int | None:
-    """The base offset encoded in a segment file name, or None for any other file."""
-    match = _SEGMENT_NAME.match(name)
-    return int(match.group(1)) if match else None
 
 
 @dataclass(frozen=True)

@@ -257,10 +257,6 @@ class CommandsState(ControlState):
             "maintain", {}, run_id, issuer, lambda _: True, stale_after=lease, refuse=refuse
         )
 
-    def holds_claim(self, command: int) -> bool:
-        """Whether run ``command`` still holds its claim (no later run superseded it)."""
-        return self.command(command).status == "running"
-
     def _claim_run(
         self,
         kind: str,

@@ -181,10 +181,6 @@ class LedgerState(ControlState):
             (split_from_row(row) for row in rows), key=lambda s: (s.wave, s.bucket, s.start)
         )
 
-    def pending_splits(self, epoch: int) -> list[LedgerSplit]:
-        """The splits of the epoch that are neither committed nor replanned."""
-        return self.splits(epoch, "pending")
-
     # --- backlog finished --------------------------------------------------------------------
 
     def record_backlog_finished(self, epoch: int, buckets: Iterable[int]) -> int:

@@ -23,8 +23,9 @@ value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid dou
 
 The transform is a setting, ``module:function`` (default :data:`DEFAULT_TRANSFORM`), resolved
 by :func:`load_transform` to a :class:`Transform`: the function it names, or the
-:class:`Transform` it names as is. :meth:`Transform.check_output` tells a custom transform
-that broke the contract apart from a working one before anything is written.
+:class:`Transform` it names as is. :func:`check_output_schema` tells a transform whose output
+breaks the contract apart from a working one; an Arrow form's output is checked before anything
+is written.
 
 **An Arrow form** (optional): a transform may also say how to do the same work on Arrow
 batches, without Spark: a :class:`Transform` built with ``arrow=``, a function of the input's
@@ -256,11 +257,6 @@ class Transform:
             )
         check_output_schema(form.schema, spec=self.name)
         return form
-
-    def check_output(self, df: DataFrame) -> None:
-        """Refuse an output of this transform that breaks the sink's contract, before
-        anything is written: :func:`check_output_schema` on ``df``'s schema (no Spark job)."""
-        check_output_schema(df.schema, spec=self.name)
 
 
 def load_transform(spec: str = DEFAULT_TRANSFORM) -> Transform:
