@@ -7,6 +7,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.modeswitch-installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (a test file to a worker; tests marked `exclusive` run
+# alone, tests/conftest.py). PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install java cds chromium postgres demo test lint format bench soak soak-faults clean
 
@@ -49,7 +52,7 @@ postgres:
 	@bash tools/ensure-postgres.sh
 
 test: install chromium postgres lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,3 +27,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+
+
+# --- two workers, and tests that run alone ------------------------------------------------------
+# `make test` runs the suite in two pytest-xdist workers, a test file to a worker. A test marked
+# `exclusive` (its timing is part of what it proves: a latency, a liveness bound, a policy
+# threshold scaled to this machine) runs alone: around its whole protocol (setup, call,
+# teardown, so the module and session fixtures it starts or stops too) it holds an exclusive
+# lock that every other test holds shared. A gate in front of the lock keeps the exclusive test
+# from waiting behind an endless line of shared ones. Without xdist nothing is locked.
+
+
+@contextlib.contextmanager
+def _run_lock(exclusive: bool) -> Iterator[None]:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    folder = Path(tempfile.gettempdir())
+    with (
+        open(folder / f"modeswitch-tests-{run}.gate", "a") as gate,
+        open(folder / f"modeswitch-tests-{run}.lock", "a") as lock,
+    ):
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _run_lock(item.get_closest_marker("exclusive") is not None):
+        return (yield)

@@ -57,6 +57,7 @@ def _states(run) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_batch_then_stream_epoch_with_a_control_command(pipeline_env: StateStore) -> None:
     store = pipeline_env
     pipeline = _dag("modeswitch_pipeline")

@@ -127,6 +127,7 @@ def run_epoch(
     return plan.epoch, dict(plan.start), end
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSettings) -> None:
     log = SegmentLog.create(settings.source, buckets=BUCKETS)
     generator = EventGenerator(

@@ -54,6 +54,7 @@ def rows_at(uri: str, bucket: int, low: int, high: int) -> list[int]:
     return [o for o in table.column("offset").to_pylist() if o < high]
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     settings: PipelineSettings,
 ) -> None:

@@ -225,6 +225,7 @@ def run_epochs(
             return
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed) -> None:
     rng = random.Random(seed)

@@ -184,6 +184,7 @@ def test_offsets_dropped_by_retention_stop_the_next_epoch_before_anything_is_wri
     assert DeltaTable(settings.sink).version() == version
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_modeswitch_run_for_a_duration_ends_its_stream_epoch_in_time(
     kafka_settings: PipelineSettings,
 ) -> None:
