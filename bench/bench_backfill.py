@@ -45,6 +45,7 @@ from modeswitch.runners.processes import start_group, wait_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 BUCKETS = 8
 WARM_UP_SECONDS = 40
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = PipelineSettings.from_mapping(
         {
             "pipeline": "bench_backfill",
+            "value_schema": EVENT_VALUE_SCHEMA,
             "source": log.root,
             "warehouse": str(scratch / "warehouse"),
             "wave_records": "2000000",

@@ -47,6 +47,7 @@ from modeswitch.runners.processes import run_process_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 BUCKETS = 16
 WARM_UP_SECONDS = 20.0
@@ -85,6 +86,7 @@ def run_one(variant: str, scratch: Path, seconds: float) -> dict:
     settings = PipelineSettings.from_mapping(
         {
             "pipeline": "connect",
+            "value_schema": EVENT_VALUE_SCHEMA,
             "source": log.root,
             "warehouse": str(scratch / "warehouse"),
             "trigger_interval": "100ms",

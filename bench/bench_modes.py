@@ -24,7 +24,9 @@ job starts in standby alongside the batch epoch (``BENCH_STANDBY=off``: the stre
 after the batch epoch has closed, cold).
 
 ``BENCH_TRANSFORM=module:function`` sets the ``transform`` of (a), (b), (d) (the same as
-(a)'s) and ``latency`` (default: the pipeline's, the Arrow parse); (c) runs with Spark SQL's
+(a)'s) and ``latency`` (default: the demo's events with the Arrow parse,
+``modeswitch.transforms.arrow:parse_events_arrow``, the pipeline's default before the
+``value_schema`` setting, so that the figures stay comparable); (c) runs with Spark SQL's
 ``from_json`` (``modeswitch.transforms:parse_events``), what a user would otherwise run
 (issue 20), unless ``BENCH_C_TRANSFORM`` names another. ``BENCH_BATCH_READER`` /
 ``BENCH_BATCH_WRITER`` set the batch path's (default: the pipeline's, ``arrow``).
@@ -66,7 +68,8 @@ from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
-from modeswitch.transforms import DEFAULT_TRANSFORM, SPARK_SQL_TRANSFORM
+from modeswitch.transforms import SPARK_SQL_TRANSFORM
+from modeswitch.transforms.arrow import ARROW_TRANSFORM
 
 BUCKETS = 16
 WARM_UP_SECONDS = 60
@@ -168,7 +171,7 @@ def finish(process: subprocess.Popen, timeout: float = 3600) -> int:
     return wait_group(process, timeout)
 
 
-TRANSFORM = os.environ.get("BENCH_TRANSFORM")
+TRANSFORM = os.environ.get("BENCH_TRANSFORM") or ARROW_TRANSFORM
 C_TRANSFORM = os.environ.get("BENCH_C_TRANSFORM") or SPARK_SQL_TRANSFORM
 
 
@@ -194,9 +197,9 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             ),
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
-            # BENCH_TRANSFORM: the transform setting (e.g. the Arrow parse's
-            # modeswitch.transforms.arrow:parse_events_arrow).
-            **({"transform": TRANSFORM} if TRANSFORM else {}),
+            # BENCH_TRANSFORM: the transform setting (default: the Arrow parse of the demo's
+            # events, modeswitch.transforms.arrow:parse_events_arrow).
+            "transform": TRANSFORM,
             **POLICY_OFF,
             **extra,
         }
@@ -256,7 +259,7 @@ spark.stop()
 
 def run_native(scratch: Path, log_root: str, records: int) -> Run:
     began = time.perf_counter()
-    transform = TRANSFORM or DEFAULT_TRANSFORM  # the same as (a)'s
+    transform = TRANSFORM  # the same as (a)'s
     process = start([sys.executable, "-c", NATIVE, log_root, str(scratch / "native"), transform])
     memory = PeakMemory(process.pid)
     code = finish(process)

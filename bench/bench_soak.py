@@ -65,6 +65,7 @@ from modeswitch.sinks.options import DeltaSinkOptions, sink_options
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.state.tables import SCHEMAS
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 BUCKETS = 4
 PER_BUCKET = 2  # records per bucket per micro-batch
@@ -108,6 +109,7 @@ class History:
         self.settings = PipelineSettings.from_mapping(
             {
                 "pipeline": "soak",
+                "value_schema": EVENT_VALUE_SCHEMA,
                 "source": str(root / "log"),
                 "warehouse": str(root / "warehouse"),
                 "trigger_interval": "100ms",

@@ -29,6 +29,7 @@ from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
 from modeswitch.runners.processes import run_process_group
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 pytestmark = pytest.mark.cluster
 
@@ -42,6 +43,7 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     produce_backlog(log, EventGenerator(seed=3, buckets=4, malformed_fraction=0.01), records=80_000)
     variables = {
         "pipeline": PIPELINE,
+        "value_schema": EVENT_VALUE_SCHEMA,  # the demo's events, parsed: some quarantined
         "source": str(tmp_path / "log"),
         "warehouse": str(tmp_path / "warehouse"),
         "wave_records": "40000",
@@ -89,6 +91,7 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
             "batch_reader": "native",
             "batch_writer": "native",
             "transform": "modeswitch.transforms:parse_events",
+            "value_schema": "",  # the explicit transform parses the same payload
             "engine": "warm",
         }
         dag_run({"force_mode": "batch", "settings": spark_io})

@@ -25,6 +25,7 @@ from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 BUCKETS = 4
 RECORDS = 20_000
@@ -35,6 +36,7 @@ def settings(tmp_path: Path) -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
             "pipeline": "rewind",
+            "value_schema": EVENT_VALUE_SCHEMA,  # the demo's events, parsed: some quarantined
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             "trigger_interval": "500ms",

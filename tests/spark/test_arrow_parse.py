@@ -16,7 +16,13 @@ from test_transforms import CASES
 
 from modeswitch.errors import ConfigError
 from modeswitch.sources.base import SPARK_RECORD_DDL
-from modeswitch.transforms import EVENT_SCHEMA, QUARANTINE_REASON, parse_events, parse_json_values
+from modeswitch.transforms import (
+    EVENT_SCHEMA,
+    QUARANTINE_REASON,
+    load_transform,
+    parse_events,
+    parse_json_values,
+)
 from modeswitch.transforms.arrow import parse_events_arrow, parse_json_values_arrow
 
 COLUMNS = ["offset", *EVENT_SCHEMA.fieldNames(), QUARANTINE_REASON]
@@ -174,3 +180,132 @@ def records(draw) -> str | None:
 def test_generated_records_parse_as_from_json_parses_them(spark, values) -> None:
     expected, got = both(spark, values)
     assert_same(values, expected, got)
+
+
+# --- a user's own payload: the transform built from value_schema -----------------------------
+
+USER_SCHEMA = (
+    "id BIGINT NOT NULL, n INT, s SMALLINT, t SMALLINT NOT NULL, d DOUBLE, f FLOAT, "
+    "name STRING NOT NULL, flag BOOLEAN"
+)
+USER_GOOD = {
+    "id": INTEGERS,
+    "n": INTEGERS,
+    "s": st.integers(-40_000, 40_000).map(str),
+    "t": st.integers(-40_000, 40_000).map(str),
+    "d": FLOATS,
+    "f": st.floats(-1e6, 1e6, allow_nan=False, width=32).map(repr),
+    "name": STRINGS,
+    "flag": st.sampled_from(["true", "false"]),
+}
+
+
+def both_forms(spark, value_schema: str, values: list[str | None]) -> tuple[list, list]:
+    """Each value through the Spark form (from_json) and the Arrow form of the transform
+    built from ``value_schema``: rows by offset."""
+    transform = load_transform("value_schema", value_schema=value_schema)
+    rows = [(1, offset, EVENT_TIME, "k", value) for offset, value in enumerate(values)]
+    df = spark.createDataFrame(rows, SPARK_RECORD_DDL)
+    form = transform.arrow_form(df.schema)
+    assert form is not None
+    spark_out = transform(df)
+    arrow_out = df.mapInArrow(form.function, form.schema)
+    assert spark_out.schema == arrow_out.schema
+    columns = [c for c in spark_out.columns if c not in ("bucket", "event_time", "key")]
+    ordered = (out.select(*columns).orderBy("offset").collect() for out in (spark_out, arrow_out))
+    expected, got = ([tuple(r) for r in out] for out in ordered)
+    return expected, got
+
+
+@st.composite
+def user_records(draw) -> str | None:
+    """Like :func:`records`, over the user schema's fields."""
+    kind = draw(st.sampled_from(["object"] * 6 + ["root", "cut", "blank", "null"]))
+    if kind == "null":
+        return None
+    if kind == "blank":
+        return draw(st.sampled_from(["", " ", "null"]))
+    if kind == "root":
+        return draw(NESTED)
+    pairs = []
+    for name, good in USER_GOOD.items():
+        choice = draw(st.sampled_from(["good"] * 5 + ["other", "nested", "null", "missing"]))
+        if choice == "missing":
+            continue
+        value = {"good": good, "other": SCALARS, "nested": NESTED, "null": st.just("null")}
+        pairs.append((name, draw(value[choice])))
+    pairs = draw(st.permutations(pairs))
+    text = "{" + ", ".join(f'"{k}": {v}' for k, v in pairs) + "}"
+    if kind == "cut":
+        return text[: draw(st.integers(0, max(0, len(text) - 1)))]
+    return text + draw(st.sampled_from(["", " trailing", "}"]))
+
+
+def test_a_user_schema_parses_alike_in_both_forms_with_not_null_required(spark) -> None:
+    values = [
+        '{"id": 1, "t": 2, "name": "ann", "n": 3, "s": 4, "d": 1.5, "f": 0.25, "flag": true}',
+        '{"id": 2, "t": 1, "name": "bob"}',  # the nullable fields are null
+        '{"id": 3, "t": 1, "name": "cy", "n": "x", "flag": 1}',  # mistyped nullable: null
+        '{"id": 4, "t": 40000, "name": "dee"}',  # beyond SMALLINT
+        '{"t": 1, "name": "eve"}',
+        "[1]",
+        None,
+    ]
+    expected, got = both_forms(spark, USER_SCHEMA, values)
+    assert_same(values, expected, got)
+    assert [row[-1] for row in got] == [
+        None,
+        None,
+        None,
+        "field t is missing or not an integer",
+        "field id is missing or not an integer",
+        "value is not a JSON object",
+        "value is null",
+    ]
+    assert got[0][2:-1] == (1, 3, 4, 2, 1.5, 0.25, "ann", True)
+    assert got[2][2:-1] == (3, None, None, 1, None, None, "cy", None)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(values=st.lists(user_records(), min_size=1, max_size=60))
+def test_generated_records_of_a_user_schema_parse_alike_in_both_forms(spark, values) -> None:
+    expected, got = both_forms(spark, USER_SCHEMA, values)
+    assert_same(values, expected, got)
+
+
+def test_without_a_schema_both_forms_land_the_records_raw(spark) -> None:
+    from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+
+    values = ['{"id": 1}', "not json", None, "", f"{NOT_UTF8_PREFIX}gA=="]
+    expected, got = both_forms(spark, "", values)
+    assert (
+        expected
+        == got
+        == [
+            (0, values[0], None),
+            (1, values[1], None),
+            (2, None, None),
+            (3, "", None),
+            (4, values[4], "value is not UTF-8"),
+        ]
+    )
+
+
+def test_value_schema_is_read_as_spark_reads_the_same_ddl(spark) -> None:
+    from pyspark.sql.types import _parse_datatype_string
+
+    from modeswitch.control.value_schema import parse_value_schema
+    from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA, payload_struct
+
+    for ddl in (USER_SCHEMA, EVENT_VALUE_SCHEMA, "`a b` LONG COMMENT 'x, y', c REAL, d SHORT"):
+        fields = parse_value_schema(ddl)
+        spark_schema = _parse_datatype_string(ddl)
+        assert payload_struct(fields).fieldNames() == spark_schema.fieldNames()
+        assert [f.dataType for f in payload_struct(fields)] == [
+            f.dataType for f in spark_schema.fields
+        ]
+        assert [f.required for f in fields] == [not f.nullable for f in spark_schema.fields]

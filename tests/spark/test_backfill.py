@@ -25,6 +25,7 @@ from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 pytestmark = pytest.mark.spark
 
@@ -38,6 +39,7 @@ def _settings(tmp_path: Path, **extra: str) -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
             "pipeline": "bf",
+            "value_schema": EVENT_VALUE_SCHEMA,  # the demo's events, parsed: some quarantined
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             "watermark_lag_threshold": "1h",

@@ -61,9 +61,8 @@ def test_the_arrow_parse_has_a_form_whose_function_survives_pickling() -> None:
     assert parse_events_arrow.arrow_form().schema == form.schema  # default: bucketlog's records
 
 
-def test_the_defaults_resolve_by_their_names_and_the_old_module_name_still_resolves() -> None:
-    assert load_transform() is parse_events_arrow  # a Transform is used as is
-    assert load_transform(ARROW_TRANSFORM) is parse_events_arrow
+def test_the_demo_parses_resolve_by_their_names_and_the_old_module_name_still_resolves() -> None:
+    assert load_transform(ARROW_TRANSFORM) is parse_events_arrow  # a Transform is used as is
     assert load_transform("modeswitch.arrow_parse:parse_events_arrow") is parse_events_arrow
     sql = load_transform(SPARK_SQL_TRANSFORM)
     assert sql == Transform(name=SPARK_SQL_TRANSFORM, spark=parse_events, arrow=None)

@@ -197,7 +197,7 @@ def test_batch_reader_defaults_to_arrow_and_refuses_an_unknown_reader() -> None:
     from modeswitch.control.settings import PipelineSettings
 
     assert PipelineSettings().batch_reader == "arrow"
-    assert PipelineSettings().transform == "modeswitch.transforms.arrow:parse_events_arrow"
+    assert PipelineSettings().transform == "value_schema"  # built from value_schema
     assert PipelineSettings.from_mapping({"batch_reader": " BucketLog "}).batch_reader == (
         "bucketlog"
     )

@@ -21,11 +21,13 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
+from modeswitch.control.value_schema import parse_value_schema
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
     _refuse_unknown,
     parse_bool,
     parse_duration,
+    parse_fraction,
     parse_jvm_memory,
     parse_positive_int,
     parse_rate,
@@ -36,6 +38,7 @@ from modeswitch.errors import ConfigError
 
 __all__ = [
     "MIN_DRIVER_MEMORY",
+    "SCHEMA_TRANSFORM",
     "MaintenanceSettings",
     "PipelineSettings",
     "PlannerSettings",
@@ -44,6 +47,7 @@ __all__ = [
     "load_job_settings",
     "parse_bool",
     "parse_duration",
+    "parse_fraction",
     "parse_jvm_memory",
     "parse_positive_int",
     "parse_rate",
@@ -299,6 +303,10 @@ BATCH_WRITERS = ("native", "python")
 BATCH_READERS = ("arrow", "bucketlog", "native")
 START_FROM = ("earliest", "latest")
 ENGINES = ("submit", "warm")
+SCHEMA_TRANSFORM = "value_schema"
+"""The ``transform`` setting's default: the transform built from ``value_schema``
+(:mod:`modeswitch.transforms.payload`): the payload parsed into its columns, or, with no
+``value_schema``, the records as they are."""
 _TEXT_SETTINGS = (
     "pipeline",
     "source",
@@ -308,6 +316,7 @@ _TEXT_SETTINGS = (
     "state_root",
     "checkpoint_root",
     "transform",
+    "value_schema",
     "storage_connection",
     "kafka_connection",
 )
@@ -354,11 +363,22 @@ class PipelineSettings:
     memory): the batch job's driver JVM heap, fixed (``spark.driver.memory`` and the same initial
     size). On a local master the driver runs the tasks too, so this bounds the job's memory whatever
     the backlog: a wave is streamed through, never held.
-    ``transform`` is ``module:function`` (default: the Arrow parse,
-    ``modeswitch.transforms.arrow:parse_events_arrow``; ``modeswitch.transforms:parse_events`` is
-    the same parse with Spark's ``from_json``). ``storage_connection`` names the Airflow Connection
-    whose extras are the tables' storage options (credentials); only the id is a setting, the
-    options travel in the environment (:mod:`modeswitch.storage`). ``kafka_connection``
+    ``value_schema`` (empty by default) is the records' JSON payload as a Spark DDL schema
+    (``"id BIGINT NOT NULL, user STRING, amount DOUBLE"``; the types and what ``NOT NULL`` means:
+    :mod:`modeswitch.control.value_schema`), checked here, with no JVM. ``transform`` is
+    ``value_schema`` (the default: :data:`SCHEMA_TRANSFORM`), the transform built from that
+    schema: each ``value`` parsed into the schema's columns, malformed ones quarantined, in both
+    forms (Spark's ``from_json``; the Arrow parse in the Python workers), or with no schema the
+    records as they are (only a value that is not UTF-8 is quarantined); or ``module:function``,
+    a transform of your own (``modeswitch.transforms.arrow:parse_events_arrow`` and
+    ``modeswitch.transforms:parse_events`` parse the demo's events), and then ``value_schema``
+    must be empty: the two settings never both say how to parse.
+    ``quarantine_warn_fraction`` (0.5; ``0 < f <= 1``): once more than this fraction of the
+    records an epoch's job has committed went to quarantine, the job logs a warning, once per
+    epoch; the status shows it and the next decision's reason mentions it.
+    ``storage_connection`` names the Airflow Connection whose extras are the tables' storage
+    options (credentials); only the id is a setting, the options travel in the environment
+    (:mod:`modeswitch.storage`). ``kafka_connection``
     (``kafka_default``) names the Airflow Connection whose extras are a Kafka source's client
     configuration (librdkafka settings); outside Airflow it is ``MODESWITCH_KAFKA_CONFIG``
     (:mod:`modeswitch.sources.kafka`). ``start_from`` (``earliest``): where a bucket the sink
@@ -392,7 +412,9 @@ class PipelineSettings:
     batch_writer: str = "native"
     batch_reader: str = "arrow"
     batch_driver_memory: str = "1g"
-    transform: str = "modeswitch.transforms.arrow:parse_events_arrow"
+    transform: str = SCHEMA_TRANSFORM
+    value_schema: str = ""
+    quarantine_warn_fraction: float = 0.5
     storage_connection: str = ""
     kafka_connection: str = "kafka_default"
     start_from: str = "earliest"
@@ -469,9 +491,30 @@ class PipelineSettings:
                 f"max_records_per_trigger: {self.max_records_per_trigger!r} must be greater than 0",
                 setting="max_records_per_trigger",
             )
-        if ":" not in self.transform:
+        if self.transform != SCHEMA_TRANSFORM and ":" not in self.transform:
             raise ConfigError(
-                f"transform: {self.transform!r} is not 'module:function'", setting="transform"
+                f"transform: {self.transform!r} is neither {SCHEMA_TRANSFORM!r} nor "
+                "'module:function'",
+                setting="transform",
+            )
+        parse_value_schema(self.value_schema)  # a ConfigError naming value_schema
+        if self.value_schema.strip() and self.transform != SCHEMA_TRANSFORM:
+            raise ConfigError(
+                f"value_schema: {self.value_schema!r} is set, but transform = {self.transform!r} "
+                f"parses the records itself; set transform to {SCHEMA_TRANSFORM!r} (the "
+                "default) to parse them into value_schema's columns, or leave value_schema empty",
+                setting="value_schema",
+            )
+        fraction = self.quarantine_warn_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise ConfigError(
+                f"quarantine_warn_fraction: {fraction!r} is not a fraction",
+                setting="quarantine_warn_fraction",
+            )
+        if not 0 < fraction <= 1:
+            raise ConfigError(
+                f"quarantine_warn_fraction: {fraction!r} must be greater than 0 and at most 1",
+                setting="quarantine_warn_fraction",
             )
         from modeswitch.sources.kafka import KafkaLocation, is_kafka_source
 
@@ -521,6 +564,8 @@ class PipelineSettings:
                 values[name] = str(value).strip().lower()
             elif name == "stream_standby":
                 values[name] = parse_bool(value, setting=name)
+            elif name == "quarantine_warn_fraction":
+                values[name] = parse_fraction(value, setting=name)
             elif name == "batch_driver_memory":
                 values[name] = parse_jvm_memory(value, setting=name)
             elif name in _TEXT_SETTINGS:

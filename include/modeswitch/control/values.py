@@ -98,6 +98,30 @@ def parse_positive_int(value: str | int, *, setting: str) -> int:
     return number
 
 
+def parse_fraction(value: str | float | int, *, setting: str) -> float:
+    """A fraction ``0 < f <= 1`` from a number or a string such as ``"0.5"`` or ``"50%"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{setting}: {value!r} is not a fraction", setting=setting)
+    number: float
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError as exc:
+            raise ConfigError(
+                f"{setting}: {value!r} is not a fraction (e.g. 0.5)", setting=setting
+            ) from exc
+    elif isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        raise ConfigError(f"{setting}: {value!r} is not a fraction", setting=setting)
+    if not 0 < number <= 1:
+        raise ConfigError(
+            f"{setting}: {value!r} must be greater than 0 and at most 1", setting=setting
+        )
+    return number
+
+
 _TRUE_WORDS = frozenset({"true", "on", "yes", "1"})
 _FALSE_WORDS = frozenset({"false", "off", "no", "0"})
 

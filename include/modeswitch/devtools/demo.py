@@ -33,6 +33,7 @@ from modeswitch.runners.local import LocalRunner
 from modeswitch.sources.kafka import KafkaLog, is_kafka_source
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 LIVE_RATE = 500.0
 BURST_RECORDS = 400_000
@@ -46,6 +47,8 @@ BURST_AFTER_SECONDS = 25.0
 # back for well over a minute, longer than the enter threshold plus the dwell.
 DEMO_SETTINGS = {
     "pipeline": "demo",
+    # The demo's events, parsed by the default transform (transform = "value_schema").
+    "value_schema": EVENT_VALUE_SCHEMA,
     "trigger_interval": "500ms",
     "max_records_per_trigger": "2000",
     "max_stream_runtime": "150s",

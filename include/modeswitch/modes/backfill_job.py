@@ -132,9 +132,9 @@ def _read_window(
     from modeswitch.modes.wave_path import choose_wave_path
     from modeswitch.sources import log_type
     from modeswitch.sources.native import read_segments
-    from modeswitch.transforms import load_transform
+    from modeswitch.transforms import load_transform, reader_options
 
-    transform = load_transform(settings.transform)
+    transform = load_transform(settings.transform, value_schema=settings.value_schema)
     path = choose_wave_path(
         log_type(settings.source),
         batch_reader=settings.batch_reader,
@@ -162,7 +162,7 @@ def _read_window(
     reader = spark.read.format("bucketlog").option("partitions", partitions)
     if path.transform == "arrow":
         # The Arrow form runs in the reader's workers: the rows reach the JVM parsed.
-        reader = reader.option("transform", settings.transform)
+        reader = reader.options(**reader_options(settings.transform, settings.value_schema))
         return reader.load(settings.source).where(in_window)
     return transform(reader.load(settings.source).where(in_window))
 

@@ -9,14 +9,16 @@ import logging
 import queue
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pendulum
 import pyarrow as pa
 
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.value_schema import PayloadField, parse_value_schema
 from modeswitch.errors import StreamQueryError
 from modeswitch.modes.stream import _ProgressListener, checkpoint_conf, sink_stream
 from modeswitch.offsets import offsets_to_json
@@ -41,17 +43,28 @@ class WarmUp:
     seconds: float
 
 
-def append_warm_up_events(log_: SegmentLog, records: int) -> None:
+def append_warm_up_events(log_: SegmentLog, records: int, *, value_schema: str = "") -> None:
     """Append ``records`` events for a warm-up to ``log_``: the last minute's, over its
-    buckets, the default transform's payload (:data:`modeswitch.transforms.EVENT_SCHEMA`),
-    every tenth one malformed so that the quarantine's path warms up too."""
+    buckets, every tenth one malformed so that the quarantine's path warms up too. Their
+    payload fits ``value_schema`` (the pipeline's setting: :func:`warm_up_payload`), or is
+    the demo's events (:data:`modeswitch.transforms.EVENT_SCHEMA`) without one, which a
+    pipeline that lands its records raw takes as they are."""
     buckets = log_.buckets()
     now_us = int(pendulum.now("UTC").timestamp() * 1_000_000)
     values = [
+    fields = parse_value_schema(value_schema)
         "{not json"
         if i % 10 == 9
         else json.dumps(
-            {"event_id": i, "user_id": i % 97, "action": "view", "amount": 1.5, "country": "DE"}
+            warm_up_payload(fields, i)
+            if fields
+            else {
+                "event_id": i,
+                "user_id": i % 97,
+                "action": "view",
+                "amount": 1.5,
+                "country": "DE",
+            }
         )
         for i in range(records)
     ]
@@ -70,6 +83,23 @@ def append_warm_up_events(log_: SegmentLog, records: int) -> None:
 
 
 def warm_up(
+_SAMPLES: dict[str, Callable[[int], Any]] = {
+    "long": lambda i: i,
+    "integer": lambda i: i,
+    "short": lambda i: i % 30_000,
+    "double": lambda i: i + 0.5,
+    "float": lambda i: 1.5,
+    "string": lambda i: f"warm-up-{i % 97}",
+    "boolean": lambda i: i % 2 == 0,
+}
+
+
+def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any]:
+    """A well-formed payload of ``value_schema``'s ``fields`` (every field set, of its type):
+    what a warm-up's good records hold, so that they take the parse's path to the table."""
+    return {f.name: _SAMPLES[f.type](index) for f in fields}
+
+
     spark,
     settings: PipelineSettings,
     *,
@@ -102,7 +132,7 @@ def warm_up(
     listener = _ProgressListener(queue.Queue()).listener
     try:
         source = SegmentLog.create(f"{work}/log", buckets=2)
-        append_warm_up_events(source, records)
+        append_warm_up_events(source, records, value_schema=settings.value_schema)
         writer = sink_stream(
             spark,
             settings,

@@ -128,8 +128,8 @@ def choose_wave_path(
             raise ConfigError(
                 f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="
                 f"{transform.name!r} has none (modeswitch.transforms, 'An Arrow form'); use "
-                "'native' or 'bucketlog', or a transform with one such as "
-                "modeswitch.transforms.arrow:parse_events_arrow"
+                "'native' or 'bucketlog', or a transform with one such as the default, "
+                "'value_schema'"
             )
         return WavePath(
             "arrow", "arrow", "arrow", capabilities.contiguous, "batch_reader='arrow': Arrow waves"

@@ -29,9 +29,11 @@ Options (validated on the driver; an error names the option and its value):
 - ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
-- ``transform``: a transform setting (``module:function``) whose transform has an Arrow form
-  (:mod:`modeswitch.transforms`, "An Arrow form"): each partition's batches go through it in
-  the reader's own Python worker, and the source gives the transform's columns. The rows then
+- ``transform``: a transform setting (``value_schema`` or ``module:function``) whose transform
+  has an Arrow form (:mod:`modeswitch.transforms`, "An Arrow form"), with ``valueSchema``, the
+  ``value_schema`` setting it is built from (``modeswitch.transforms.reader_options`` gives
+  both): each partition's batches go through it in the reader's own Python worker, and the
+  source gives the transform's columns. The rows then
   cross from Python to the JVM once, already parsed, instead of crossing back and forth for
   a ``mapInArrow``: what the stream job reads with the Arrow parse.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
@@ -98,6 +100,7 @@ class BucketLogOptions:
     partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
     parallelism: int = 2
     transform: str | None = None
+    value_schema: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -130,6 +133,7 @@ class BucketLogOptions:
             partitions=_partitions_option(opts.get("partitions")),
             parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
             transform=opts.get("transform") or None,
+            value_schema=opts.get("valueschema") or "",
         )
 
     def open_log(self) -> BucketedLog:
@@ -265,26 +269,27 @@ def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterato
     if options.transform is None:
         yield from batches
     else:
-        yield from transform_form(options.transform).function(batches)
+        yield from transform_form(options.transform, options.value_schema).function(batches)
 
 
-_FORMS: dict[str, ArrowForm] = {}
+_FORMS: dict[tuple[str, str], ArrowForm] = {}
 
 
-def transform_form(spec: str) -> ArrowForm:
-    """The Arrow form of the transform ``spec`` names, for this source's records; loaded once
-    per process. Refuses, naming the option, a transform without one."""
-    form = _FORMS.get(spec)
+def transform_form(spec: str, value_schema: str = "") -> ArrowForm:
+    """The Arrow form of the transform ``spec`` names (built from ``value_schema`` for
+    ``value_schema``), for this source's records; loaded once per process. Refuses, naming
+    the option, a transform without one."""
+    form = _FORMS.get((spec, value_schema))
     if form is None:
         from modeswitch.transforms import load_transform
 
-        form = load_transform(spec).arrow_form()
+        form = load_transform(spec, value_schema=value_schema).arrow_form()
         if form is None:
             raise ValueError(
                 f"option transform={spec!r}: this transform has no Arrow form to run in the "
                 "reader (modeswitch.transforms, 'An Arrow form'); apply it to the DataFrame"
             )
-        _FORMS[spec] = form
+        _FORMS[(spec, value_schema)] = form
     return form
 
 
@@ -455,8 +460,10 @@ class BucketLogDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> Any:
-        spec = self._options().transform
-        return SPARK_RECORD_DDL if spec is None else transform_form(spec).schema
+        options = self._options()
+        if options.transform is None:
+            return SPARK_RECORD_DDL
+        return transform_form(options.transform, options.value_schema).schema
 
     def _options(self) -> BucketLogOptions:
         return BucketLogOptions.parse(self.options)

@@ -6,8 +6,10 @@ relies on:
 
 - every input row comes out, exactly once: malformed records are *marked*, never dropped;
 - the input columns are kept as they are (``value`` stays raw, for lineage);
-- typed columns parsed from the JSON ``value`` are added (by default :data:`EVENT_SCHEMA`:
-  ``event_id long, user_id long, action string, amount double, country string``);
+- typed columns parsed from the JSON ``value`` may be added (the default transform adds the
+  ``value_schema`` setting's, :mod:`modeswitch.transforms.payload`; the demo's parse,
+  :func:`parse_events`, adds :data:`EVENT_SCHEMA`'s: ``event_id long, user_id long, action
+  string, amount double, country string``);
 - a nullable string column :data:`QUARANTINE_REASON` is added: null for a good record, a short
   human-readable reason for a bad one (``"value is not valid JSON"``, ``"field user_id is
   missing or not an integer"``). The sink routes rows with a reason to the quarantine table.
@@ -21,11 +23,13 @@ What Spark's JSON reader accepts and this transform therefore accepts too: text 
 complete JSON object is ignored (``{"event_id": 1} trailing``), a string field takes any JSON
 value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid double.
 
-The transform is a setting, ``module:function`` (default :data:`DEFAULT_TRANSFORM`), resolved
-by :func:`load_transform` to a :class:`Transform`: the function it names, or the
-:class:`Transform` it names as is. :func:`check_output_schema` tells a transform whose output
-breaks the contract apart from a working one; an Arrow form's output is checked before anything
-is written.
+The transform is a setting, resolved by :func:`load_transform` to a :class:`Transform`: by
+default ``value_schema`` (:data:`DEFAULT_TRANSFORM`), the transform built from the
+``value_schema`` setting (:mod:`modeswitch.transforms.payload`: the payload parsed into its
+columns in both forms, or the records as they are without one); or ``module:function``, the
+function it names, or the :class:`Transform` it names as is (then ``value_schema`` must be
+empty). :func:`check_output_schema` tells a transform whose output breaks the contract apart
+from a working one; an Arrow form's output is checked before anything is written.
 
 **An Arrow form** (optional): a transform may also say how to do the same work on Arrow
 batches, without Spark: a :class:`Transform` built with ``arrow=``, a function of the input's
@@ -33,8 +37,9 @@ Spark schema that returns an :class:`ArrowForm` (a picklable function from the i
 batches to the output's, and the output's Spark schema). Batch waves with ``batch_reader =
 arrow`` run it in the Python workers on the batches they read and write
 (:mod:`modeswitch.sinks.arrow_wave`), and the ``bucketlog`` reader runs it where it reads
-(its ``transform`` option); both forms must give the same rows. The Arrow parse
-(:data:`modeswitch.transforms.arrow.parse_events_arrow`) has one; a plain function has none.
+(its ``transform`` and ``valueSchema`` options, :func:`reader_options`); both forms must give
+the same rows. The transform built from ``value_schema`` and the Arrow parse
+(:data:`modeswitch.transforms.arrow.parse_events_arrow`) have one; a plain function has none.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from modeswitch.control.settings import SCHEMA_TRANSFORM
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 
@@ -64,13 +70,13 @@ log = logging.getLogger(__name__)
 QUARANTINE_REASON = "_quarantine_reason"
 """Name of the column that marks a malformed record: null when good, a reason when not."""
 
-DEFAULT_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
-"""The ``transform`` setting's default value: the Arrow parse
-(:mod:`modeswitch.transforms.arrow`)."""
+DEFAULT_TRANSFORM = SCHEMA_TRANSFORM
+"""The ``transform`` setting's default value, ``value_schema``: the transform built from the
+``value_schema`` setting (:mod:`modeswitch.transforms.payload`)."""
 
 SPARK_SQL_TRANSFORM = "modeswitch.transforms:parse_events"
-"""The same parse with Spark SQL's ``from_json`` (:func:`parse_events`), the default until the
-Arrow parse ran the batch waves in the Python workers (docs/BENCHMARKS.md)."""
+"""The demo's parse with Spark SQL's ``from_json`` (:func:`parse_events`); its Arrow parse is
+``modeswitch.transforms.arrow:parse_events_arrow``."""
 
 SOURCE_COLUMNS = ("bucket", "offset", "event_time", "key", "value")
 """The ``bucketlog`` source's columns; every transform keeps them."""
@@ -108,7 +114,8 @@ _JSON_OPTIONS = {
 
 
 def parse_events(df: DataFrame) -> DataFrame:
-    """The default transform: parse ``value`` with :data:`EVENT_SCHEMA`, all fields required."""
+    """The demo's parse: ``value`` parsed with :data:`EVENT_SCHEMA`, all fields required (what
+    ``value_schema`` = :data:`modeswitch.transforms.payload.EVENT_VALUE_SCHEMA` gives)."""
     return parse_json_values(df, EVENT_SCHEMA)
 
 
@@ -259,9 +266,13 @@ class Transform:
         return form
 
 
-def load_transform(spec: str = DEFAULT_TRANSFORM) -> Transform:
-    """Resolve the ``transform`` setting, ``module:function``, to a :class:`Transform`.
+def load_transform(spec: str = DEFAULT_TRANSFORM, *, value_schema: str = "") -> Transform:
+    """Resolve the ``transform`` setting to a :class:`Transform`.
 
+    ``value_schema`` (:data:`DEFAULT_TRANSFORM`) is the transform built from the
+    ``value_schema`` setting, given here
+    (:func:`modeswitch.transforms.payload.value_schema_transform`). Any other spec is
+    ``module:function``, and ``value_schema`` must then be empty.
     ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). A
     :class:`Transform` is used as is; a plain function becomes a Transform named ``spec``
     with no Arrow form. A module that moved (:data:`MOVED_MODULES`) is found at its new
@@ -270,8 +281,18 @@ def load_transform(spec: str = DEFAULT_TRANSFORM) -> Transform:
     is a function carrying an ``arrow_form`` attribute (the Arrow form's old place, no longer
     read: build a :class:`Transform` with ``arrow=`` instead).
     """
+    if isinstance(spec, str) and spec.strip() == SCHEMA_TRANSFORM:
+        from modeswitch.transforms.payload import value_schema_transform
+
+        return value_schema_transform(value_schema)
+    if value_schema.strip():
+        raise ConfigError(
+            f"value_schema: {value_schema!r} is set, but transform={spec!r} parses the records "
+            f"itself; use transform={SCHEMA_TRANSFORM!r} or leave value_schema empty",
+            setting="value_schema",
+        )
     if not isinstance(spec, str) or spec.count(":") != 1:
-        raise ConfigError(f"transform={spec!r}: expected 'module:function'")
+        raise ConfigError(f"transform={spec!r}: expected {SCHEMA_TRANSFORM!r} or 'module:function'")
     module_name, _, attr_path = (part.strip() for part in spec.partition(":"))
     module_name = MOVED_MODULES.get(module_name, module_name)
     if not module_name or not attr_path:
@@ -304,6 +325,12 @@ def load_transform(spec: str = DEFAULT_TRANSFORM) -> Transform:
         )
     log.info("transform %s loaded (a Spark form only)", spec)
     return Transform(name=spec, spark=target)  # type: ignore[arg-type]
+
+
+def reader_options(spec: str, value_schema: str = "") -> dict[str, str]:
+    """The ``bucketlog`` reader's options that run the transform ``spec`` (with
+    ``value_schema``) inside the reader: its ``transform`` and, when set, ``valueSchema``."""
+    return {"transform": spec, **({"valueSchema": value_schema} if value_schema else {})}
 
 
 def check_output_schema(schema: StructType, *, spec: str | None = None) -> None:
@@ -347,4 +374,5 @@ __all__ = [
     "load_transform",
     "parse_events",
     "parse_json_values",
+    "reader_options",
 ]

@@ -1,0 +1,139 @@
+"""The default transform, built from settings: ``transform = "value_schema"``.
+
+A user states the payload in settings, with no code: ``value_schema`` is a Spark DDL schema of
+the records' JSON ``value`` (:mod:`modeswitch.control.value_schema`: its grammar, its types and
+what ``NOT NULL`` means). :func:`value_schema_transform` builds the pipeline's
+:class:`~modeswitch.transforms.Transform` from it:
+
+- with a schema, the payload parse in both forms, giving the same rows and the same quarantine
+  reasons: the Spark form is Spark SQL's ``from_json``
+  (:func:`modeswitch.transforms.parse_json_values`, no Python worker), the Arrow form is the
+  msgspec parse (:func:`modeswitch.transforms.arrow.json_values_form`) that batch waves and the
+  ``bucketlog`` reader run in their Python workers. The ``NOT NULL`` fields are the required
+  ones;
+- with none, :data:`raw_records`: the records land as they are (``bucket, offset, event_time,
+  key, value``); the only record quarantined is one whose value is not UTF-8
+  (``value is not UTF-8``: a Kafka source keeps such bytes as
+  :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` + base64, which is not the value).
+
+The demo's events (:data:`modeswitch.transforms.EVENT_SCHEMA`) are
+:data:`EVENT_VALUE_SCHEMA`, which the demo's settings set; parsed with it, they give exactly
+what :func:`~modeswitch.transforms.parse_events` and
+:data:`~modeswitch.transforms.arrow.parse_events_arrow` give.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from modeswitch.control.settings import SCHEMA_TRANSFORM
+from modeswitch.control.value_schema import PayloadField, parse_value_schema
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.transforms import QUARANTINE_REASON, ArrowForm, Transform, parse_json_values
+from modeswitch.transforms.arrow import json_values_form
+
+EVENT_VALUE_SCHEMA = (
+    "event_id BIGINT NOT NULL, user_id BIGINT NOT NULL, action STRING NOT NULL, "
+    "amount DOUBLE NOT NULL, country STRING NOT NULL"
+)
+"""The demo's events (:data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required) as a
+``value_schema``."""
+
+NOT_UTF8 = "value is not UTF-8"
+
+_SPARK_TYPES: dict[str, DataType] = {
+    "long": LongType(),
+    "integer": IntegerType(),
+    "short": ShortType(),
+    "double": DoubleType(),
+    "float": FloatType(),
+    "string": StringType(),
+    "boolean": BooleanType(),
+}
+
+
+def payload_struct(fields: tuple[PayloadField, ...]) -> StructType:
+    """The Spark schema of ``value_schema``'s fields (nullable: a quarantined row's are null)."""
+    return StructType([StructField(f.name, _SPARK_TYPES[f.type]) for f in fields])
+
+
+def value_schema_transform(value_schema: str) -> Transform:
+    """The transform ``transform = "value_schema"`` stands for (module docstring): the payload
+    parse into ``value_schema``'s columns, or :data:`raw_records` when it is empty. Raises
+    :class:`~modeswitch.errors.ConfigError` naming ``value_schema`` for a schema it cannot
+    parse."""
+    fields = parse_value_schema(value_schema)
+    if not fields:
+        return raw_records
+    schema = payload_struct(fields)
+    required = tuple(f.name for f in fields if f.required)
+    return Transform(
+        name=SCHEMA_TRANSFORM,
+        spark=functools.partial(_parse_spark, schema=schema, required=required),
+        arrow=functools.partial(_parse_arrow, schema=schema, required=required),
+    )
+
+
+def _parse_spark(df: DataFrame, *, schema: StructType, required: tuple[str, ...]) -> DataFrame:
+    return parse_json_values(df, schema, required=required)
+
+
+def _parse_arrow(
+    input_schema: StructType, *, schema: StructType, required: tuple[str, ...]
+) -> ArrowForm:
+    return json_values_form(input_schema, schema, required=required)
+
+
+def _raw_spark(df: DataFrame) -> DataFrame:
+    value = F.col("value")
+    return df.withColumn(
+        QUARANTINE_REASON, F.when(value.startswith(NOT_UTF8_PREFIX), F.lit(NOT_UTF8))
+    )
+
+
+def _raw_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        value = batch.column("value")
+        not_utf8 = pc.starts_with(value, NOT_UTF8_PREFIX)
+        reason = pc.if_else(not_utf8, pa.scalar(NOT_UTF8), pa.scalar(None, pa.string()))
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, reason], names=[*batch.schema.names, QUARANTINE_REASON]
+        )
+
+
+def _raw_form(input_schema: StructType) -> ArrowForm:
+    return ArrowForm(
+        _raw_batches,
+        StructType([*input_schema.fields, StructField(QUARANTINE_REASON, StringType())]),
+    )
+
+
+raw_records = Transform(name=SCHEMA_TRANSFORM, spark=_raw_spark, arrow=_raw_form)
+"""``transform = "value_schema"`` with no ``value_schema``: every record as it is, with a null
+quarantine reason, except a value that is not UTF-8 (module docstring)."""
+
+
+__all__ = [
+    "EVENT_VALUE_SCHEMA",
+    "payload_struct",
+    "raw_records",
+    "value_schema_transform",
+]
