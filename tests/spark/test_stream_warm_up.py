@@ -51,6 +51,22 @@ def test_a_warm_up_runs_a_stream_through_the_sink_and_leaves_nothing(
     assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
 
 
+@pytest.mark.parametrize(
+    ("value_schema", "quarantined"),
+    [
+        ("", 0),  # raw: the warm-up's events land as they are
+        ("id BIGINT NOT NULL, name STRING NOT NULL, ok BOOLEAN", 50),  # every tenth malformed
+    ],
+)
+def test_a_warm_up_writes_events_the_pipelines_own_transform_takes(
+    spark, tmp_path: Path, value_schema: str, quarantined: int
+) -> None:
+    settings = PipelineSettings(warehouse=str(tmp_path / "warehouse"), value_schema=value_schema)
+    done = warm_up(spark, settings, records=500)
+    assert done is not None
+    assert (done.records, done.quarantined) == (500, quarantined)
+
+
 def test_a_failed_warm_up_warns_and_leaves_nothing(
     spark, own_tempdir, caplog, tmp_path: Path
 ) -> None:

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from modeswitch.control.planning import BatchPlan, Wave, newly_finished_buckets, plan_batch
+from modeswitch.control.quarantine import QuarantineWatch
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError
 from modeswitch.faults import pause_point
@@ -163,6 +164,7 @@ def run_batch_epoch(
         finished |= plan.finished_buckets
     committed = dict(plan.start)
     records = 0
+    watch = QuarantineWatch(settings.pipeline, epoch_id, settings.quarantine_warn_fraction)
     log.info(
         "epoch %d: waves read by %s, written by %s (%s)",
         epoch_id,
@@ -223,6 +225,9 @@ def run_batch_epoch(
         )
         assert commit is not None and commit.epoch == epoch_id and commit.sequence == wave.index
         store.record_progress(commit, recorded_by="backlog_batch")
+        warning = watch.add(commit.records, commit.quarantined, commit.quarantine_reasons)
+        if warning is not None:
+            log.warning("%s", warning)
         store.mark_splits(epoch_id, wave.splits, "committed")
         committed.update(end)
         records += commit.records

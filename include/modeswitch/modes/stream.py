@@ -37,6 +37,7 @@ from modeswitch.control.policy import (
     PolicyState,
     decide_mode,
 )
+from modeswitch.control.quarantine import QuarantineWatch
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError, StreamQueryError
 from modeswitch.modes.resume import (
@@ -158,6 +159,9 @@ class StreamSupervisor:
         self.foreign_seen = False
         self.unrecorded: list[SinkCommit] = []
         self.last_recorded_progress: datetime | None = None
+        self.quarantine = QuarantineWatch(
+            settings.pipeline, epoch_id, settings.quarantine_warn_fraction
+        )
 
     def follow_commits(self) -> list[SinkCommit]:
         """Take in this epoch's sink commits made since the last call (read from the new
@@ -177,6 +181,11 @@ class StreamSupervisor:
         for commit in mine:
             self.micro_batches += 1
             self.records += commit.records
+            warning = self.quarantine.add(
+                commit.records, commit.quarantined, commit.quarantine_reasons
+            )
+            if warning is not None:
+                log.warning("%s", warning)
             self.committed = dict(commit.end)
             for bucket, micros in commit.max_event_time_us.items():
                 moment = event_time_from_micros(micros)

@@ -22,7 +22,7 @@ from modeswitch.control.value_schema import PayloadField, parse_value_schema
 from modeswitch.errors import StreamQueryError
 from modeswitch.modes.stream import _ProgressListener, checkpoint_conf, sink_stream
 from modeswitch.offsets import offsets_to_json
-from modeswitch.sinks.commits import committed_offsets
+from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.spark_conf import session_conf
 from modeswitch.storage import remove_tree
@@ -36,11 +36,12 @@ WARM_UP_POLL = timedelta(milliseconds=200)
 
 @dataclass(frozen=True)
 class WarmUp:
-    """What a warm-up did: the records its sink committed (data and quarantine) and how long
-    it took."""
+    """What a warm-up did: the records its sink committed (data and quarantine), how many of
+    them went to quarantine, and how long it took."""
 
     records: int
     seconds: float
+    quarantined: int = 0
 
 
 def append_warm_up_events(log_: SegmentLog, records: int, *, value_schema: str = "") -> None:
@@ -51,8 +52,8 @@ def append_warm_up_events(log_: SegmentLog, records: int, *, value_schema: str =
     pipeline that lands its records raw takes as they are."""
     buckets = log_.buckets()
     now_us = int(pendulum.now("UTC").timestamp() * 1_000_000)
-    values = [
     fields = parse_value_schema(value_schema)
+    values = [
         "{not json"
         if i % 10 == 9
         else json.dumps(
@@ -82,7 +83,6 @@ def append_warm_up_events(log_: SegmentLog, records: int, *, value_schema: str =
         log_.append(bucket, events.take(list(range(at, records, len(buckets)))))
 
 
-def warm_up(
 _SAMPLES: dict[str, Callable[[int], Any]] = {
     "long": lambda i: i,
     "integer": lambda i: i,
@@ -100,6 +100,7 @@ def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any
     return {f.name: _SAMPLES[f.type](index) for f in fields}
 
 
+def warm_up(
     spark,
     settings: PipelineSettings,
     *,
@@ -162,6 +163,7 @@ def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any
         done = WarmUp(
             sum(committed_offsets(f"{work}/sink", "warm-up").values()),
             time.monotonic() - started,
+            sum(c.quarantined for c in sink_commits(f"{work}/sink", "warm-up")),
         )
     except Exception as exc:  # a warm-up that fails only means a cold start
         log.warning("stream warm-up failed; the epoch will start cold: %s", exc)

@@ -11,7 +11,12 @@
 - ``buckets``: per bucket, committed / boundary / latest offsets, offset lag, event-time lag
   and whether the running batch epoch has finished the bucket's backlog;
 - ``thresholds``: the policy's thresholds, in seconds and records;
-- ``epochs``, ``decisions``, ``commands``: the newest of each, newest first;
+- ``epochs``, ``decisions``, ``commands``: the newest of each, newest first; each epoch with
+  its ``quarantined`` records, their most common ``quarantine_reasons``, the quarantined
+  ``quarantine_share`` of all it committed and ``quarantines_most`` (more than the
+  ``quarantine_warn_fraction`` setting: :mod:`modeswitch.control.quarantine`);
+- ``warnings``: what an operator should look at, in words: the newest shown epoch that
+  quarantined most of its records (with the count of older ones that did too);
 - ``settings``: every effective setting and where its value came from.
 
 Nothing here writes: the policy is evaluated with :func:`~modeswitch.control.policy.decide_mode`, a
@@ -30,6 +35,7 @@ import pendulum
 import pyarrow as pa
 
 from modeswitch.control.policy import PolicySettings, decide_mode
+from modeswitch.control.quarantine import describe_quarantine, quarantine_share, quarantines_most
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import offsets_to_dict
@@ -99,6 +105,9 @@ def pipeline_status(
         committed = dict(store.committed_offsets())
     if event_times is None:
         event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
+    shown_epochs = _with_quarantine(
+        _epochs(epochs, store)[-rows:][::-1], settings, committed, storage_options
+    )
 
     return {
         "pipeline": settings.pipeline,
@@ -109,12 +118,8 @@ def pipeline_status(
         "next": evaluation,
         "buckets": _buckets(store, current, committed, latest, event_times, now),
         "thresholds": _thresholds(settings.policy),
-        "epochs": _with_quarantine(
-            _epochs(epochs, store)[-rows:][::-1],
-            settings,
-            committed,
-            storage_options,
-        ),
+        "epochs": shown_epochs,
+        "warnings": _warnings(shown_epochs, settings),
         "decisions": [decision_summary(d) for d in decisions],
         "commands": [_command(c) for c in commands[:rows]],
         "settings": {
@@ -313,6 +318,7 @@ def _with_quarantine(
     counted: dict[int, Counter[str]] = {epoch["epoch"]: Counter() for epoch in epochs}
     for epoch in epochs:
         epoch["quarantined"], epoch["quarantine_reasons"] = 0, []
+        epoch["quarantine_share"], epoch["quarantines_most"] = None, False
     if not ranges:
         return epochs
     try:
@@ -340,7 +346,34 @@ def _with_quarantine(
             {"reason": reason, "records": n}
             for reason, n in counted[epoch["epoch"]].most_common(QUARANTINE_SAMPLES)
         ]
+        epoch["quarantine_share"] = quarantine_share(epoch["records"], epoch["quarantined"])
+        epoch["quarantines_most"] = quarantines_most(
+            epoch["records"], epoch["quarantined"], settings.quarantine_warn_fraction
+        )
     return epochs
+
+
+def _warnings(epochs: list[dict[str, Any]], settings: PipelineSettings) -> list[str]:
+    """The status's warnings: the newest of ``epochs`` (newest first) that quarantined most
+    of its records, in words, with how many older shown epochs did too."""
+    flagged = [e for e in epochs if e["quarantines_most"]]
+    if not flagged:
+        return []
+    newest = flagged[0]
+    reasons = newest["quarantine_reasons"]
+    text = describe_quarantine(
+        newest["epoch"],
+        newest["records"],
+        newest["quarantined"],
+        reason=reasons[0]["reason"] if reasons else None,
+    )
+    text += (
+        f": more than quarantine_warn_fraction = {settings.quarantine_warn_fraction:g}; does "
+        "the payload match value_schema (or the transform)?"
+    )
+    if len(flagged) > 1:
+        text += f" ({len(flagged) - 1} older epoch(s) shown quarantined most of theirs too)"
+    return [text]
 
 
 def _epoch(epoch: Epoch, summary: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def _now(status: Mapping[str, Any]) -> Text:
         text.append(f"why: {mode['reason']}{by}\n")
     if mode.get("end_reason"):
         text.append(f"ended: {mode['end_reason']}\n")
+    for warning in status.get("warnings", []):
+        text.append(f"warning: {warning}\n", style="bold red")
     text.append(f"source {status['source']} -> sink {status['sink']}", style="dim")
     return text
 
@@ -128,7 +130,10 @@ def _epochs(status: Mapping[str, Any]) -> Table:
             _count(epoch["records"]),
             "-" if rate is None else f"{rate:,.0f}",
             _duration(epoch["handoff_seconds"]),
-            _count(epoch.get("quarantined")),
+            Text(
+                _count(epoch.get("quarantined")),
+                style="bold red" if epoch.get("quarantines_most") else "",
+            ),
         )
     return table
 

@@ -37,6 +37,7 @@ from modeswitch.control.policy import (
     PolicyState,
     decide_mode,
 )
+from modeswitch.control.quarantine import describe_quarantine, quarantines_most
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import (
     ConfigError,
@@ -289,7 +290,9 @@ def decide(
         observation, settings=settings.policy, previous=previous_state(store), command=command
     )
     record = decision.to_record()
-    reason = "; ".join([*(r.describe() for r in rewinds), decision.reason])
+    reason = "; ".join(
+        [*(r.describe() for r in rewinds), decision.reason, *quarantine_note(settings, store)]
+    )
     done = tuple(r.command for r in rewinds)
     if dry_run:
         if rewinds:
@@ -321,6 +324,23 @@ def decide(
     return EpochPlan(
         epoch, decision.mode, reason, committed, boundary, False, (*done, *applied), record
     )
+
+
+def quarantine_note(settings: PipelineSettings, store: StateStore) -> list[str]:
+    """A warning for the next decision's reason when the last epoch quarantined most of its
+    records (:mod:`modeswitch.control.quarantine`), else nothing. Reads the progress rows of
+    that epoch only."""
+    last = store.latest_epoch()
+    if last is None:
+        return []
+    summary = store.epoch_summaries(last.id).get(last.id) or {}
+    records, quarantined = summary.get("records", 0), summary.get("quarantined", 0)
+    if not quarantines_most(records, quarantined, settings.quarantine_warn_fraction):
+        return []
+    return [
+        f"warning: {describe_quarantine(last.id, records, quarantined)}, more than "
+        f"quarantine_warn_fraction = {settings.quarantine_warn_fraction:g}"
+    ]
 
 
 def close_epoch(

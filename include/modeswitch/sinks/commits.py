@@ -35,6 +35,29 @@ from modeswitch.errors import ModeswitchError, SinkLogCleanedError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
 from modeswitch.storage import filesystem
 
+QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
+"""The sink commit's ``commitInfo`` key that describes its quarantined records: their count
+(``records``), the most common reasons with their counts (``reasons``, at most
+:data:`REASONS_KEPT`) and the quarantine files (``files``) the quarantine table's own commit
+adds (:func:`modeswitch.sinks.committer.sync_quarantine`)."""
+REASONS_KEPT = 5
+"""Quarantine reasons a sink commit records, the most common first."""
+OTHER_REASONS = "(other reasons)"
+"""Where a task counts its quarantined records past its first :data:`REASONS_PER_TASK`
+distinct reasons (a transform's reason may name each record's value)."""
+REASONS_PER_TASK = 20
+
+
+def add_reasons(counts: dict[str, int], more: Mapping[str, int]) -> None:
+    """Add ``more`` quarantine reason counts into ``counts``, keeping at most
+    :data:`REASONS_PER_TASK` distinct reasons (the rest under :data:`OTHER_REASONS`)."""
+    for reason, n in more.items():
+        key = reason
+        if key not in counts and len(counts) >= REASONS_PER_TASK:
+            key = OTHER_REASONS
+        counts[key] = counts.get(key, 0) + n
+
+
 log = logging.getLogger(__name__)
 
 METADATA_KEY = "modeswitch"
@@ -99,6 +122,11 @@ class SinkCommit:
     """Rewinds only: the id of the ``rewind`` command this commit applied."""
     rewound_from: OffsetsMap | None = None
     """Rewinds only: the rewound buckets' committed offsets before the rewind."""
+    quarantined: int = 0
+    """Records of the commit's offset range that went to the quarantine table (not counted in
+    ``records``)."""
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    """The most common of their reasons, with counts (at most :data:`REASONS_KEPT`)."""
 
     @property
     def txn_version(self) -> int:
@@ -151,12 +179,25 @@ class SinkCommit:
                 rewound_from=None
                 if body.get("rewound_from") is None
                 else offsets_from_dict(body["rewound_from"], source="sink commit rewound_from"),
+                **_quarantine_of(info.get(QUARANTINE_METADATA_KEY)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModeswitchError(
                 f"sink commit at version {info.get('version')} has malformed "
                 f"{METADATA_KEY!r} metadata: {raw!r}"
             ) from exc
+
+
+def _quarantine_of(raw: Any) -> dict[str, Any]:
+    """``quarantined`` and ``quarantine_reasons`` from a commit's quarantine metadata (none:
+    nothing quarantined; commits from before the reasons were recorded have none)."""
+    if raw is None:
+        return {}
+    body = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    return {
+        "quarantined": int(body.get("records", 0)),
+        "quarantine_reasons": {str(r): int(n) for r, n in (body.get("reasons") or {}).items()},
+    }
 
 
 def sink_commits(

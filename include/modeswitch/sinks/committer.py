@@ -22,7 +22,15 @@ from pyspark.sql.datasource import WriterCommitMessage
 from modeswitch.errors import FencedError, ModeswitchError, OffsetsContinuityError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import SinkCommit, newest_commit_in, split_txn_version, txn_version
+from modeswitch.sinks.commits import (
+    QUARANTINE_METADATA_KEY,
+    REASONS_KEPT,
+    SinkCommit,
+    add_reasons,
+    newest_commit_in,
+    split_txn_version,
+    txn_version,
+)
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
@@ -37,7 +45,6 @@ from modeswitch.transforms import QUARANTINE_REASON
 log = logging.getLogger(__name__)
 
 COMMIT_ATTEMPTS = 20
-QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
 _UNSET: Any = object()
 
 
@@ -72,6 +79,10 @@ def commit_files(
     files = [f for m in parts for f in m.files]
     quarantine_files = [f for m in parts for f in m.quarantine_files]
     quarantined = sum(m.quarantined for m in parts)
+    reasons: dict[str, int] = {}
+    for m in parts:
+        add_reasons(reasons, m.quarantine_reasons)
+    top_reasons = dict(sorted(reasons.items(), key=lambda r: (-r[1], r[0]))[:REASONS_KEPT])
     records = sum(m.records for m in parts)
     max_event: dict[int, int] = {}
     for m in parts:
@@ -105,8 +116,12 @@ def commit_files(
                     delete_message_files(options, parts)
                     version = table.version() if table is not None else None
                     return CommitOutcome("replayed", version, None)
-                commit = _sink_commit(
-                    options, sequence, start, end, records, max_event, previous, table
+                commit = dataclasses.replace(
+                    _sink_commit(
+                        options, sequence, start, end, records, max_event, previous, table
+                    ),
+                    quarantined=quarantined if quarantine_files else 0,
+                    quarantine_reasons=top_reasons if quarantine_files else {},
                 )
                 properties["app_transactions"] = [Transaction(options.pipeline, commit.txn_version)]
                 properties["custom_metadata"] = commit.to_metadata()
@@ -114,6 +129,7 @@ def commit_files(
                     properties["custom_metadata"][QUARANTINE_METADATA_KEY] = json.dumps(
                         {
                             "records": quarantined,
+                            "reasons": top_reasons,
                             "files": [dataclasses.asdict(f) for f in quarantine_files],
                         },
                         separators=(",", ":"),

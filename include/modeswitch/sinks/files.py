@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import WriterCommitMessage
 
-from modeswitch.sinks.commits import event_time_to_micros
+from modeswitch.sinks.commits import add_reasons, event_time_to_micros
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON
 
@@ -64,6 +64,8 @@ class DeltaCommitMessage(WriterCommitMessage):
     quarantine_files: list[WrittenFile] = field(default_factory=list)
     quarantined: int = 0
     max_event_time_us: dict[int, int] = field(default_factory=dict)
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)
+    """The quarantined records' reasons, with counts (:func:`count_reasons`)."""
 
 
 class _ColumnStats:
@@ -288,6 +290,7 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
                         quarantine = _FileWriter(options.quarantine_path, bad, {})
                     quarantine.write(bad)
                     message.quarantined += bad.num_rows
+                    count_reasons(message, bad)
                 if batch.num_rows == 0:
                     continue
             for values, part in _split_by_partition(batch, options.partition_by):
@@ -311,6 +314,12 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
         delete_message_files(options, [message])
         raise
     return message
+
+
+def count_reasons(message: DeltaCommitMessage, bad: pa.RecordBatch) -> None:
+    """Count the reasons of quarantined rows (:data:`QUARANTINE_SCHEMA`) into ``message``."""
+    counted = pc.value_counts(bad.column("reason")).to_pylist()
+    add_reasons(message.quarantine_reasons, {c["values"]: c["counts"] for c in counted})
 
 
 def _split_quarantine(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch]:

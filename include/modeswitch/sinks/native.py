@@ -56,6 +56,7 @@ from modeswitch.sinks.files import (
     _FileWriter,
     _split_quarantine,
     _track_event_times,
+    count_reasons,
     footer_stats_json,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
@@ -250,6 +251,7 @@ class NativeWrite:
                     writer = _FileWriter(self.options.quarantine_path, bad, {})
                 writer.write(bad)
                 message.quarantined += bad.num_rows
+                count_reasons(message, bad)
             if writer is not None:
                 message.quarantine_files.append(writer.close())
                 writer = None

@@ -108,6 +108,7 @@ def progress_to_row(progress: Progress) -> dict[str, Any]:
         "recorded_at": progress.recorded_at,
         "recorded_by": progress.recorded_by,
         "commits": progress.commits,
+        "quarantined": progress.quarantined,
     }
 
 
@@ -128,6 +129,7 @@ def progress_from_row(row: Mapping[str, Any]) -> Progress:
         recorded_at=as_utc(row["recorded_at"]),
         recorded_by=row["recorded_by"],
         commits=row.get("commits") or 1,
+        quarantined=row.get("quarantined") or 0,
     )
 
 

@@ -231,23 +231,27 @@ class ProgressState(ControlState):
         return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
 
     def epoch_summaries(self, first_epoch: int) -> dict[int, dict[str, Any]]:
-        """Per epoch from ``first_epoch`` on: its sink commits (``commits``), ``records``, and
-        its first and last commit times. Reads three columns of the rows of those epochs
-        only (older row groups are skipped by their statistics)."""
+        """Per epoch from ``first_epoch`` on: its sink commits (``commits``), ``records`` (in
+        the sink), ``quarantined`` (in the quarantine table), and its first and last commit
+        times. Reads five columns of the rows of those epochs only (older row groups are
+        skipped by their statistics)."""
         rows = self._table("progress").read(
             pc.field("epoch") >= check_int(first_epoch, what="first_epoch"),
-            columns=["epoch", "records", "committed_at", "commits"],
+            columns=["epoch", "records", "committed_at", "commits", "quarantined"],
         )
         if rows.num_rows == 0:
             return {}
         commits = pc.fill_null(rows.column("commits").cast(pa.int64()), 1)
+        quarantined = pc.fill_null(rows.column("quarantined").cast(pa.int64()), 0)
         grouped = (
             rows.set_column(3, "commits", commits)
+            .set_column(4, "quarantined", quarantined)
             .group_by("epoch")
             .aggregate(
                 [
                     ("commits", "sum"),
                     ("records", "sum"),
+                    ("quarantined", "sum"),
                     ("committed_at", "min"),
                     ("committed_at", "max"),
                 ]
@@ -257,6 +261,7 @@ class ProgressState(ControlState):
             row["epoch"]: {
                 "commits": row["commits_sum"],
                 "records": row["records_sum"],
+                "quarantined": row["quarantined_sum"],
                 "first_commit_at": as_utc(row["committed_at_min"]),
                 "last_commit_at": as_utc(row["committed_at_max"]),
             }
@@ -359,6 +364,7 @@ class ProgressState(ControlState):
             start=check_offsets(commit.start, what=f"{what} start"),
             end=check_offsets(commit.end, what=f"{what} end"),
             records=check_int(commit.records, what=f"{what} records"),
+            quarantined=check_int(commit.quarantined, what=f"{what} quarantined"),
             max_event_time_us={
                 check_int(b, what=f"{what} event-time bucket"): check_int(
                     t, what=f"{what} max event time of bucket {b}", minimum=-(2**63)
@@ -390,6 +396,7 @@ def _merge(rows: list[Progress]) -> Progress:
         last,
         start={b: o for r in reversed(rows) for b, o in r.start.items()},  # each bucket's first
         records=sum(r.records for r in rows),
+        quarantined=sum(r.quarantined for r in rows),
         max_event_time_us=event_times,
         recorded_by="maintain",
         commits=sum(r.commits for r in rows),

@@ -206,6 +206,8 @@ class Progress:
     recorded_at: pendulum.DateTime
     recorded_by: str
     commits: int = 1
+    quarantined: int = 0
+    """Records of the commit's range that went to the quarantine table, not in ``records``."""
 
 
 @dataclass(frozen=True)

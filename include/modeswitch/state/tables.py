@@ -101,6 +101,9 @@ PROGRESS_SCHEMA = pa.schema(
         # How many sink commits the row stands for (null: one; more after downsampling). Added
         # after the table's first release: older tables gain it on their next write.
         _optional("commits", pa.int64()),
+        # Records of the commit's range that went to quarantine (null: none, or recorded before
+        # the column was added; older tables gain it on their next write).
+        _optional("quarantined", pa.int64()),
     ]
 )
 

@@ -1,0 +1,111 @@
+"""A user's own payload without code (issue 32): a topic of ``{"id", "user", "amount"}``
+records and settings naming only pipeline, source and warehouse, then ``value_schema``.
+
+With the schema, the batch epoch's waves (the Arrow waves, and Spark's ``from_json`` on the
+``bucketlog`` path) put the records into its columns; with none, they land raw; with a schema
+that does not match, the batch job says so in its log, once."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.ops.verify import audit
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.sources.segments import SegmentLog
+
+RECORDS = 1_000
+USER_SCHEMA = "id BIGINT NOT NULL, user STRING, amount DOUBLE"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def user_log(root: Path) -> SegmentLog:
+    """Two buckets of the user's records; every hundredth is not JSON."""
+    log = SegmentLog.create(str(root / "log"), buckets=2)
+    for bucket in (0, 1):
+        ids = range(bucket, RECORDS, 2)
+        values = [
+            "{cut" if i % 100 == 99 else json.dumps({"id": i, "user": f"u{i % 7}", "amount": i / 4})
+            for i in ids
+        ]
+        log.append(
+            bucket,
+            pa.table(
+                {
+                    "event_time": [T0 + timedelta(seconds=i) for i in ids],
+                    "key": [str(i) for i in ids],
+                    "value": values,
+                }
+            ),
+        )
+    return log
+
+
+def drained(spark, root: Path, **extra: str) -> PipelineSettings:
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "payload", "source": str(root / "log"), "warehouse": str(root / "wh")} | extra
+    )
+    plan = decide(settings, force_mode="batch")
+    run_batch_epoch(spark, settings, plan.epoch)
+    assert close_epoch(settings, plan.epoch)[0] == "completed"
+    totals = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline).totals
+    assert (totals.expected, totals.missing, totals.duplicated) == (RECORDS, 0, 0)
+    return settings
+
+
+def table(uri: str) -> pa.Table | None:
+    """The table's rows in position order; None if nothing was ever written to it."""
+    try:
+        rows = DeltaTable(uri).to_pyarrow_table()
+    except TableNotFoundError:
+        return None
+    return rows.sort_by([("bucket", "ascending"), ("offset", "ascending")])
+
+
+@pytest.mark.parametrize("batch_reader", ["arrow", "bucketlog"])  # Arrow form, from_json
+def test_with_value_schema_the_records_land_in_its_columns(
+    spark, tmp_path: Path, batch_reader: str
+) -> None:
+    user_log(tmp_path)
+    settings = drained(spark, tmp_path, value_schema=USER_SCHEMA, batch_reader=batch_reader)
+    sink = table(settings.sink)
+    assert sink is not None and sink.num_rows == RECORDS - 10
+    assert sink.schema.names[-3:] == ["id", "user", "amount"]
+    assert str(sink.schema.field("id").type) == "int64"
+    row = sink.filter(pa.compute.equal(sink.column("id"), 42)).to_pylist()[0]
+    assert (row["user"], row["amount"]) == ("u0", 10.5)
+    bad = table(settings.quarantine)
+    assert bad is not None and set(bad.column("reason").to_pylist()) == {"value is not valid JSON"}
+    assert bad.num_rows == 10
+
+
+def test_with_no_schema_the_records_land_raw(spark, tmp_path: Path) -> None:
+    user_log(tmp_path)
+    settings = drained(spark, tmp_path)
+    sink = table(settings.sink)
+    assert sink is not None and sink.num_rows == RECORDS  # the malformed ones too, as they are
+    assert sink.schema.names == ["bucket", "offset", "event_time", "key", "value"]
+    assert table(settings.quarantine) is None
+
+
+def test_a_schema_that_does_not_match_the_payload_is_said_once_in_the_jobs_log(
+    spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
+    produce_backlog(log, EventGenerator(seed=1, buckets=2), records=RECORDS, chunk=250)
+    with caplog.at_level(logging.WARNING, logger="modeswitch.modes.batch"):
+        drained(spark, tmp_path, value_schema=USER_SCHEMA, wave_records="300")  # 4 waves
+    warnings = [r.getMessage() for r in caplog.records if "quarantined" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("pipeline 'payload': epoch 1 quarantined 300 of 300 records")
+    assert "most common reason: field id is missing or not an integer" in warnings[0]
