@@ -1,5 +1,6 @@
-"""The vectorised parse: the default transform's work done on Arrow batches in Python with
-msgspec, in place of Spark's ``from_json``.
+"""The vectorised parse: a payload's JSON parse done on Arrow batches in Python with msgspec, in
+place of Spark's ``from_json``: the Arrow form of the default transform (built from
+``value_schema``, :mod:`modeswitch.transforms.payload`) and of the demo's parse.
 
 :data:`parse_events_arrow` (``transform = "modeswitch.transforms.arrow:parse_events_arrow"``) gives
 the same columns as :func:`modeswitch.transforms.parse_events`, and the same quarantine
@@ -66,7 +67,7 @@ from modeswitch.transforms import (
 )
 
 ARROW_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
-"""The ``transform`` setting's value for the default payload with this parse."""
+"""The ``transform`` setting's value for the demo's events with this parse."""
 
 _INTEGER_BITS = {"long": 64, "integer": 32, "short": 16, "byte": 8}
 _ARROW_TYPES = {
@@ -401,7 +402,7 @@ def _events_form(input_schema: Any) -> ArrowForm:
 parse_events_arrow = Transform(
     name=ARROW_TRANSFORM, spark=_parse_events_with_arrow, arrow=_events_form
 )
-"""The default transform with the Arrow parse: ``value`` parsed into
+"""The demo's parse with the Arrow parse: ``value`` parsed into
 :data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required; its Spark form runs the
 parse through ``mapInArrow``, its Arrow form is what a batch wave's tasks and the
 ``bucketlog`` reader run (:func:`json_values_form`)."""
