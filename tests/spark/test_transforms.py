@@ -198,19 +198,19 @@ def test_streaming_read_of_the_log_marks_exactly_the_malformed_records(
 
 
 def test_load_transform_resolves_the_default() -> None:
-    from modeswitch.transforms.arrow import parse_events_arrow
+    from modeswitch.transforms.payload import raw_records
 
-    assert load_transform() is parse_events_arrow
+    assert load_transform() is raw_records  # value_schema, and none: the records as they are
     assert load_transform("modeswitch.transforms:parse_events").spark is parse_events
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("modeswitch.transforms.parse_events", "expected 'module:function'"),
-        ("modeswitch.transforms:", "expected 'module:function'"),
-        (":parse_events", "expected 'module:function'"),
-        ("a:b:c", "expected 'module:function'"),
+        ("modeswitch.transforms.parse_events", "'module:function'"),
+        ("modeswitch.transforms:", "'module:function'"),
+        (":parse_events", "'module:function'"),
+        ("a:b:c", "'module:function'"),
         ("modeswitch.no_such_module:parse", "module 'modeswitch.no_such_module' cannot be"),
         ("modeswitch.transforms:no_such_function", "has no attribute 'no_such_function'"),
         ("modeswitch.transforms:QUARANTINE_REASON", "is a str, not a callable"),
