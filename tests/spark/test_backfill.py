@@ -243,7 +243,14 @@ def test_the_cli_runs_a_backfill_as_a_job_of_its_own(
     settings = drained
     config = tmp_path / "settings.json"
     config.write_text(
-        json.dumps({"pipeline": "bf", "source": settings.source, "warehouse": settings.warehouse})
+        json.dumps(
+            {
+                "pipeline": "bf",
+                "source": settings.source,
+                "warehouse": settings.warehouse,
+                "value_schema": settings.value_schema,  # the same parse as the sink's
+            }
+        )
     )
     before = _rows(settings)
     window = Window.parse(HISTORY_END.subtract(hours=1), HISTORY_END)
