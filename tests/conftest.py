@@ -21,12 +21,43 @@ settings.load_profile("modeswitch")
 TIERS = ("unit", "spark", "airflow", "e2e", "faults", "browser", "kafka", "cluster")
 
 
+LONGEST_FIRST = (
+    "airflow/test_scheduler_run.py",
+    "faults/test_random_faults.py",
+    "cluster/test_cluster_cycle.py",
+    "e2e/test_handoff.py",
+    "cluster/test_cluster_kafka.py",
+    "airflow/test_warm_engine.py",
+    "faults/test_job_crashes.py",
+    "kafka/test_kafka_pipeline.py",
+    "airflow/test_backfill_run.py",
+    "airflow/test_pipeline_run.py",
+    "browser/test_operator_page.py",
+    "e2e/test_new_buckets.py",
+    "e2e/test_rewind_pipeline.py",
+    "e2e/test_run_engine.py",
+    "airflow/test_stream_retry.py",
+)
+"""Test files that take minutes, longest first: with two workers (pytest-xdist hands out files
+in collection order) they start first, so the short ones fill the end instead of one worker
+running a long file alone while the other has finished."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.fspath)).as_posix()
+        return next(
+            (at for at, name in enumerate(LONGEST_FIRST) if path.endswith(name)),
+            len(LONGEST_FIRST),
+        )
+
+    items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
 
 
 # --- two workers, and tests that run alone ------------------------------------------------------
