@@ -253,6 +253,7 @@ def _healthy(port: int) -> bool:
     )
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     airflow_processes: RunningAirflow, sources: dict[str, Path]
 ) -> None:
@@ -439,6 +440,7 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     )
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     airflow_on_postgres: RunningAirflow,
 ) -> None:

@@ -36,6 +36,7 @@ pytestmark = pytest.mark.cluster
 PIPELINE = "onthecluster"
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

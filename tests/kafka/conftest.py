@@ -62,11 +62,19 @@ def new_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
 def spark(kafka_cluster: MockKafkaCluster) -> Iterator[object]:
     """A local Spark session started after the broker's address is in the environment."""
     from modeswitch.runners.session import create_spark_session
+    from modeswitch.sinks.delta import register as register_sink
+    from modeswitch.sources.spark import register
 
     session = create_spark_session(
         "modeswitch-kafka-tests", master="local[2]", conf={"spark.ui.enabled": "false"}
     )
     session.sparkContext.setLogLevel("ERROR")
+    # Under two test workers another tier's tests may have started this process's session
+    # before the broker: hand its address to the Python workers the data sources start (their
+    # functions carry the context's environment when registered), and register them again.
+    session.sparkContext.environment[ENV_KAFKA_CONFIG] = os.environ[ENV_KAFKA_CONFIG]
+    register(session)
+    register_sink(session)
     try:
         yield session
     finally:

@@ -40,6 +40,7 @@ def _gaps(source: str) -> int:
     return sum(latest[b] - len(log.held_offsets(b, 0, latest[b])) for b in latest)
 
 
+@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_the_demo_cycle_on_kafka_is_exactly_once(
     new_topic: Callable[[int], str], transactions, kafka_secret: str, tmp_path: Path
 ) -> None:
