@@ -22,6 +22,7 @@ from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 HISTORY_END = pendulum.now("UTC").start_of("hour").subtract(hours=1)
 
@@ -43,6 +44,7 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
             "watermark_lag_threshold": "1h",
             "enter_threshold": "1h",
             "exit_threshold": "1h",
+            "value_schema": EVENT_VALUE_SCHEMA,  # the demo's events, parsed: some quarantined
         }
     )
     log = open_log(source)
