@@ -34,8 +34,6 @@ LAYERS = [
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 ENTRY_POINTS = {"cli", "cli_log", "airflow", "devtools"}
 KNOWN_UPWARD = {
-    # The settings check a kafka:// source URL with the Kafka source's own parser.
-    ("modeswitch.control.settings", "modeswitch.sources.kafka"),
     # The bucketlog data source runs the transform's Arrow form inside its reader.
     ("modeswitch.sources.spark", "modeswitch.transforms"),
 }

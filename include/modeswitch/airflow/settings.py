@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from modeswitch.control.locations import is_kafka_source
 from modeswitch.control.settings import PipelineSettings, layer_settings, read_settings_file
 from modeswitch.errors import ConfigError
 from modeswitch.storage import storage_environment
@@ -149,8 +150,6 @@ def connection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None
     """A Kafka source's client configuration: the extras of the Airflow Connection named by
     the ``kafka_connection`` setting (the Kafka provider's connection type keeps librdkafka
     settings there). None for any other source. Never logged."""
-    from modeswitch.sources.kafka import is_kafka_source
-
     if not is_kafka_source(settings.source):
         return None
     return _kafka_extras(_connection(settings.kafka_connection, _KAFKA))
@@ -158,8 +157,6 @@ def connection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None
 
 async def aconnection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None:
     """:func:`connection_kafka_config` for a trigger, in the triggerer's event loop."""
-    from modeswitch.sources.kafka import is_kafka_source
-
     if not is_kafka_source(settings.source):
         return None
     return _kafka_extras(await _aconnection(settings.kafka_connection, _KAFKA))

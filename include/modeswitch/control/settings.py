@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
+from modeswitch.control.locations import KafkaLocation, is_kafka_source
 from modeswitch.control.value_schema import parse_value_schema
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
@@ -516,8 +517,6 @@ class PipelineSettings:
                 f"quarantine_warn_fraction: {fraction!r} must be greater than 0 and at most 1",
                 setting="quarantine_warn_fraction",
             )
-        from modeswitch.sources.kafka import KafkaLocation, is_kafka_source
-
         if is_kafka_source(self.source):
             KafkaLocation.parse(self.source)  # a ConfigError naming the setting
         warehouse = _location(self.warehouse)

@@ -23,6 +23,9 @@ What this log promises, and what it does not:
 - **Undecodable bytes are kept, not dropped**: a key or value that is not UTF-8 becomes
   :data:`NOT_UTF8_PREFIX` followed by the bytes in base64, which the transform quarantines
   with the reason ``value is not UTF-8``.
+
+The ``kafka://`` URL itself is parsed in :mod:`modeswitch.control.locations`, below the
+settings that check it; :class:`KafkaLocation` and :func:`is_kafka_source` are re-exported here.
 """
 
 from __future__ import annotations
@@ -35,14 +38,13 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import numpy as np
 import pyarrow as pa
 
+from modeswitch.control.locations import SCHEME, KafkaLocation, is_kafka_source
 from modeswitch.errors import (
     ConfigError,
     ModeswitchError,
@@ -55,7 +57,6 @@ from modeswitch.storage import environment_json
 
 log = logging.getLogger(__name__)
 
-SCHEME = "kafka://"
 ENV_KAFKA_CONFIG = "MODESWITCH_KAFKA_CONFIG"
 NOT_UTF8_PREFIX = "\ufffdbase64:"
 """What an undecodable key or value starts with; the base64 of its bytes follows. U+FFFD
@@ -70,41 +71,6 @@ READ_IDLE_TIMEOUT = 30.0
 _config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "modeswitch_kafka_config", default=None
 )
-
-
-def is_kafka_source(source: str) -> bool:
-    return source.lower().startswith(SCHEME)
-
-
-@dataclass(frozen=True)
-class KafkaLocation:
-    """``kafka://<topic>[?event_time=<field>]``, parsed."""
-
-    topic: str
-    event_time_field: str | None = None
-
-    @classmethod
-    def parse(cls, source: str) -> KafkaLocation:
-        if not is_kafka_source(source):
-            raise ConfigError(f"source: {source!r} is not kafka://<topic>", setting="source")
-        parts = urlsplit(source)
-        topic = unquote(parts.netloc + parts.path).strip("/")
-        if not topic or "/" in topic:
-            raise ConfigError(
-                f"source: {source!r} names no topic; expected kafka://<topic>"
-                "[?event_time=<JSON field>]",
-                setting="source",
-            )
-        params = parse_qs(parts.query, keep_blank_values=True)
-        unknown = sorted(set(params) - {"event_time"})
-        if unknown:
-            raise ConfigError(
-                f"source: {source!r}: unknown parameter(s) {', '.join(unknown)}; the only one "
-                "is event_time=<JSON field> (default: the message timestamp)",
-                setting="source",
-            )
-        field = (params.get("event_time") or [""])[-1].strip()
-        return cls(topic=topic, event_time_field=field or None)
 
 
 def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
