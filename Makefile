@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # the session notes) runs everything in this process; PYTEST_WORKERS=2 runs two workers.
 PYTEST_WORKERS ?= 0
 
-.PHONY: install java cds chromium postgres demo test lint format bench soak soak-faults clean
+.PHONY: install java jars cds chromium postgres demo test lint format bench soak soak-faults clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -22,14 +22,31 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $(STAMP)
 
-install: $(STAMP) java cds
+install: $(STAMP) java jars cds
+
+# The JVM artifacts of jvm/pom.xml (delta-spark and what it needs that pyspark lacks), copied
+# into $(JARS) for every Spark session's spark.jars (modeswitch.runners.jvm.fetched_jars).
+# Fetched again only when the pom changes; a new folder replaces the old one whole, so no jar
+# of an older pom stays behind.
+JARS := .jars
+JARS_STAMP := $(JARS)/.fetched
+
+jars: $(JARS_STAMP)
+
+$(JARS_STAMP): jvm/pom.xml | java
+	@command -v mvn >/dev/null || { echo "modeswitch needs Maven (mvn) to fetch jvm/pom.xml's jars: install it (Debian/Ubuntu: apt-get install maven)" >&2; exit 1; }
+	@rm -rf $(JARS).new
+	mvn -B -q -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS).new
+	@touch $(JARS).new/.fetched
+	@rm -rf $(JARS) && mv $(JARS).new $(JARS)
 
 java:
 	@bash tools/ensure-java.sh
 
 # A class-data-sharing archive of Spark's JVM classes: every Spark job starts faster with it
-# (modeswitch.runners.jvm; made once per Java and Spark version, ~1 min; kept in ~/.cache/modeswitch).
-cds: $(STAMP) java
+# (modeswitch.runners.jvm; made once per Java, Spark version and set of jars, ~1 min; kept in
+# ~/.cache/modeswitch).
+cds: $(STAMP) java jars
 	@$(PY) -m modeswitch.runners.jvm
 
 demo: install
