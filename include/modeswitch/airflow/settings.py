@@ -1,7 +1,8 @@
 """Pipeline settings from Airflow Variables, read at run time.
 
 One Variable per setting, named ``modeswitch_<setting>`` (e.g. ``modeswitch_enter_threshold``
-= ``45s``), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads. An
+= ``45s``; :func:`~modeswitch.control.settings.variable_name`, which the settings table shows
+too), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads. An
 optional ``modeswitch_config_file`` Variable names a JSON/TOML file of settings. Layers, later
 wins: code defaults < that file < the other Variables < the run's ``settings`` param.
 A bad value raises :class:`ConfigError` naming the Variable (or the param) and the value.
@@ -14,19 +15,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from modeswitch.control.locations import is_kafka_source
-from modeswitch.control.settings import PipelineSettings, layer_settings, read_settings_file
+from modeswitch.control.settings import (
+    VARIABLE_PREFIX,
+    PipelineSettings,
+    layer_settings,
+    read_settings_file,
+    variable_name,
+)
 from modeswitch.errors import ConfigError
 from modeswitch.storage import storage_environment
 
-VARIABLE_PREFIX = "modeswitch_"
-CONFIG_FILE_VARIABLE = "modeswitch_config_file"
+CONFIG_FILE_VARIABLE = f"{VARIABLE_PREFIX}config_file"
 
 VariableGetter = Callable[[str], Any]
-
-
-def variable_name(setting: str) -> str:
-    """The Airflow Variable that holds ``setting``."""
-    return f"{VARIABLE_PREFIX}{setting}"
 
 
 def airflow_variable(key: str) -> Any:
