@@ -438,6 +438,41 @@ def _engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_settings(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "settings",
+        help="print every setting as a markdown table: name, Airflow Variable, type, default",
+        description=(
+            "The settings table, made from the settings classes' fields "
+            "(modeswitch.control.settings): each setting's name, its Airflow Variable, its "
+            "type, its default and what it does. With --update FILE, the table between FILE's "
+            "settings-table markers is replaced instead (docs/AIRFLOW.md holds one)."
+        ),
+    )
+    p.add_argument("--update", metavar="FILE", help="rewrite FILE's table instead of printing")
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from modeswitch.control.settings import settings_table, with_settings_table
+
+    if args.update is None:
+        # Plain markdown, never wrapped or styled: the console would break its long rows.
+        sys.stdout.write(settings_table())
+        return 0
+    path = Path(args.update)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ModeswitchError(f"settings --update {path}: cannot read it ({exc})") from exc
+    updated = with_settings_table(text)
+    if updated != text:
+        path.write_text(updated)
+    console.print(f"{path}: settings table {'updated' if updated != text else 'up to date'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modeswitch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -453,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_engine,
         _add_status,
         _add_verify,
+        _add_settings,
     ):
         add(sub)
     return parser
@@ -469,6 +505,7 @@ COMMANDS = {
     "engine": _engine,
     "status": _status,
     "verify": _verify,
+    "settings": _settings,
 }
 
 
