@@ -98,11 +98,10 @@ class EpochJobOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
-        self.prepare(plan or {})
+        settings = self.prepare(plan or {})
         if self.kind == "backfill":
             super().execute(context)
             return
-        settings = PipelineSettings.from_json(plan["settings"])
         runner = self.epoch_runner(plan, settings, context)
         runner.run(self.kind, settings, int(plan["epoch"]))  # type: ignore[arg-type]
 
@@ -166,8 +165,9 @@ class EpochJobOperator(SparkSubmitOperator):
         with open(address_file.with_suffix(".log"), "ab") as output:
             return start_group(command, env=self.env_vars, output=output)
 
-    def prepare(self, plan: Mapping[str, Any]) -> None:
-        """Set the job's arguments, environment and Spark conf for ``plan``'s epoch.
+    def prepare(self, plan: Mapping[str, Any]) -> PipelineSettings:
+        """Set the job's arguments, environment and Spark conf for ``plan``'s epoch; returns
+        the plan's settings, parsed here once for the whole task.
 
         Storage credentials (the ``storage_connection`` setting's Connection extras) go to
         spark-submit's environment only, never its command line: on YARN and Kubernetes the
@@ -224,3 +224,4 @@ class EpochJobOperator(SparkSubmitOperator):
         self.name = f"modeswitch-{plan['pipeline']}-{name}"
         self.log.info("%s: %s", name, self.application)
         self._hook = None  # built from the values above
+        return settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
@@ -16,6 +17,7 @@ from modeswitch.airflow.settings import (
     source_credentials,
 )
 from modeswitch.airflow.triggers import LagThresholdTrigger
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
 
 
@@ -24,7 +26,8 @@ class LagThresholdSensor(BaseSensorOperator):
     exceeds ``offset_lag_threshold`` records; returns the reading (XCom).
 
     The pipeline's settings are resolved at run time from the Variables (plus ``settings``
-    overrides). With ``deferrable=True`` (default) the wait runs in the triggerer.
+    overrides), once per task run (:attr:`pipeline_settings`): its pokes and the trigger it
+    defers to all use them. With ``deferrable=True`` (default) the wait runs in the triggerer.
     """
 
     template_fields = ("settings",)
@@ -46,8 +49,14 @@ class LagThresholdSensor(BaseSensorOperator):
         self.settings = dict(settings or {})
         self.deferrable = deferrable
 
+    @cached_property
+    def pipeline_settings(self) -> PipelineSettings:
+        """The pipeline's settings: the Variables, then ``settings`` over them; read and
+        validated on first use in a task run, then kept for the rest of it."""
+        return settings_from_airflow(self.settings)
+
     def _check(self) -> dict[str, Any] | None:
-        settings = settings_from_airflow(self.settings)
+        settings = self.pipeline_settings
         with source_credentials(settings):
             reading = measure_lag(settings, storage_options=connection_storage_options(settings))
         reason = reading.crosses(
@@ -70,7 +79,7 @@ class LagThresholdSensor(BaseSensorOperator):
             return crossed
         self.defer(
             trigger=LagThresholdTrigger(
-                settings=settings_from_airflow(self.settings).to_json(),
+                settings=self.pipeline_settings.to_json(),
                 watermark_lag_threshold=(
                     None
                     if self.watermark_lag_threshold is None

@@ -198,11 +198,15 @@ def submit_control_command(
     run_id: str = "manual",
     get_variable: VariableGetter | None = None,
     issuer: str | None = None,
+    settings: PipelineSettings | None = None,
 ) -> dict[str, Any]:
     """Queue the command a control DAG run asks for; the running job applies it at its next
     commit boundary, or the next ``decide`` does. Returns the command's id and args. The
-    operator's page calls this too, with ``issuer`` naming its user."""
-    settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+    operator's page calls this too, with ``issuer`` naming its user and the ``settings`` it
+    resolved for the request (then neither the Variables nor ``params["settings"]`` are read
+    again)."""
+    if settings is None:
+        settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
     with source_credentials(settings):  # a rewind to an event time asks the source
         args = command_args(params, settings)
     kind = params["command"]

@@ -202,10 +202,10 @@ def create_app(
 
         def submit() -> dict[str, Any]:
             params = body.model_dump(exclude={"pipeline"})
-            params["settings"] = {"pipeline": body.pipeline} if body.pipeline else {}
-            settings_of(body.pipeline)  # an unknown pipeline is refused (404)
-            # The control DAG's own task function: the same checks, the same messages.
-            return submit_control_command(params, issuer=f"page {user}")
+            settings, _ = settings_of(body.pipeline)  # an unknown pipeline is refused (404)
+            # The control DAG's own task function: the same checks, the same messages; the
+            # settings resolved here, so that the Variables are read once per request.
+            return submit_control_command(params, settings=settings, issuer=f"page {user}")
 
         return await run_in_threadpool(_answer, submit)
 
