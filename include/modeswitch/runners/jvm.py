@@ -15,6 +15,12 @@ what it depends on: the Java runtime and Spark's jars (their folder too: the JVM
 class path against the archive's). A JVM that cannot use it (another Java) says so in one
 warning line and starts as it would have anyway.
 ``MODESWITCH_CDS=off`` turns it off.
+
+The jars Spark gets beside its own (:func:`fetched_jars`): delta-spark and what it needs that
+pyspark lacks, listed in ``jvm/pom.xml`` and copied by ``make install`` into ``.jars/`` at the
+repository's top (``$MODESWITCH_JARS`` names another folder). Every session of ours puts
+exactly those on its class path (:mod:`modeswitch.runners.session`, the Airflow operator's
+spark-submit), and the archive's name follows them, so a new set of jars gets a new archive.
 """
 
 from __future__ import annotations
@@ -29,10 +35,34 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from modeswitch.errors import ModeswitchError
+
 log = logging.getLogger(__name__)
 
 ENV_CACHE = "MODESWITCH_CACHE"
 ENV_SWITCH = "MODESWITCH_CDS"
+ENV_JARS = "MODESWITCH_JARS"
+JARS_FOLDER = Path(__file__).resolve().parents[3] / ".jars"
+"""Where ``make install`` copies ``jvm/pom.xml``'s jars (``.jars/`` at the repository's top)."""
+
+
+def jars_folder() -> Path:
+    """The folder of the fetched jars: ``$MODESWITCH_JARS``, else :data:`JARS_FOLDER`."""
+    chosen = os.environ.get(ENV_JARS)
+    return Path(chosen).resolve() if chosen else JARS_FOLDER
+
+
+def fetched_jars() -> list[str]:
+    """The jars every Spark session of ours adds to Spark's own (``spark.jars``): absolute
+    paths, sorted. Raises :class:`ModeswitchError` when ``make install`` has not fetched them."""
+    folder = jars_folder()
+    jars = sorted(str(path) for path in folder.glob("*.jar")) if folder.is_dir() else []
+    if not jars:
+        raise ModeswitchError(
+            f"no jars in {folder}: run `make install`, which fetches delta-spark and the other "
+            f"artifacts of jvm/pom.xml there (or set {ENV_JARS} to a folder that holds them)"
+        )
+    return jars
 
 
 def enabled() -> bool:
@@ -49,7 +79,8 @@ def _java() -> Path | None:
 
 
 def archive_path() -> Path | None:
-    """Where the archive for this Java and these Spark jars lives (None without Java)."""
+    """Where the archive for this Java, these Spark jars and :func:`fetched_jars` lives (None
+    without Java)."""
     java = _java()
     if java is None:
         return None
@@ -57,13 +88,12 @@ def archive_path() -> Path | None:
 
     jars = Path(pyspark.__file__).parent / "jars"
     names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
-    extra = os.environ.get("MODESWITCH_DELTA_JARS", "")
     stat = java.stat()
     # The JVM checks that it runs with the class path it dumped with: the jars' folder is part
-    # of the name, so every virtualenv gets its own archive.
-    key = "\n".join(
-        [str(java), str(stat.st_size), str(stat.st_mtime_ns), str(jars.resolve()), *names, extra]
-    )
+    # of the name, so every virtualenv gets its own archive. The fetched jars too: an archive
+    # dumped with other ones would miss (or hold stale) Delta classes.
+    depends = [str(java), str(stat.st_size), str(stat.st_mtime_ns), str(jars.resolve())]
+    key = "\n".join([*depends, *names, *fetched_jars()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "modeswitch")
     return root / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"

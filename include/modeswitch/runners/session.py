@@ -6,6 +6,9 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
+
+from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +24,9 @@ DELTA_SPARK_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
-"""Where a deployment ships delta-spark's jars (``MODESWITCH_DELTA_JARS``, comma-separated
-paths), Spark can also read and write the sink's tables with ``format("delta")``."""
+"""Delta's own connector in every session (its jars: :func:`spark_jars`): Spark reads, writes
+and maintains the sink's tables with ``format("delta")``, ``DESCRIBE HISTORY``, time travel,
+beside the sink's own commits."""
 
 LOCAL_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
@@ -41,6 +45,34 @@ workers, do not have the driver's environment: the session hands them these as
 UI and the event log (:data:`REDACTION_REGEX`)."""
 REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|MODESWITCH_"
 """Spark's default ``spark.redaction.regex`` and the names of :data:`EXECUTOR_ENVIRONMENT`."""
+
+
+def spark_jars(existing: str | None = None) -> str:
+    """``spark.jars``: the jars ``make install`` fetched
+    (:func:`modeswitch.runners.jvm.fetched_jars`) after ``existing`` ones (a deployment's own,
+    comma-separated), each once. Raises when the jars were not fetched."""
+    from modeswitch.runners.jvm import fetched_jars
+
+    jars = [jar.strip() for jar in (existing or "").split(",") if jar.strip()]
+    return ",".join(dict.fromkeys([*jars, *fetched_jars()]))
+
+
+def _require_jars(spark) -> None:
+    """Under spark-submit the command line put the jars on the driver's class path, not this
+    process: refuse a session that lacks some of them (Spark would only log that it cannot
+    load Delta's extension, and fail later on the first Delta table)."""
+    from urllib.parse import urlparse
+
+    from modeswitch.runners.jvm import fetched_jars
+
+    given = spark.sparkContext.getConf().get("spark.jars", "")
+    names = {Path(urlparse(jar.strip()).path).name for jar in given.split(",") if jar.strip()}
+    missing = [Path(jar).name for jar in fetched_jars() if Path(jar).name not in names]
+    if missing:
+        raise ModeswitchError(
+            f"spark-submit without modeswitch's jars ({', '.join(missing)} missing from "
+            'spark.jars): pass --jars "$(modeswitch jars)"'
+        )
 
 
 def create_spark_session(
@@ -71,19 +103,21 @@ def create_spark_session(
     if chosen:
         builder = builder.master(chosen)
     # Otherwise spark-submit's --master applies, or pyspark's own default, local[*].
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the driver JVM
     settings = dict(BASE_CONF)
-    if local and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if local and not submitted:
         settings.update(LOCAL_CONF)
-    if not local or "PYSPARK_GATEWAY_PORT" in os.environ:  # executors may be elsewhere
+    if not local or submitted:  # executors may be elsewhere
         settings["spark.redaction.regex"] = REDACTION_REGEX
         for name in EXECUTOR_ENVIRONMENT:
             if os.environ.get(name):
                 settings[f"spark.executorEnv.{name}"] = os.environ[name]
-    delta_jars = os.environ.get("MODESWITCH_DELTA_JARS")
-    if delta_jars:
-        settings["spark.jars"] = delta_jars
-        settings.update(DELTA_SPARK_CONF)
+    settings.update(DELTA_SPARK_CONF)
     settings.update(conf or {})
+    if not submitted:
+        # This process starts the driver JVM (pyspark's launcher): the jars go on its command
+        # line, for the driver's class path and the executors'.
+        settings["spark.jars"] = spark_jars(settings.get("spark.jars"))
     # Map the JVM class archive when there is one (modeswitch.runners.jvm): a faster start.
     options = java_options()
     if options:
@@ -93,6 +127,12 @@ def create_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if submitted:
+        try:
+            _require_jars(spark)
+        except ModeswitchError:
+            spark.stop()
+            raise
     register(spark)
     register_sink(spark)
     log.info("spark session %s on %s", app_name, spark.sparkContext.master)
