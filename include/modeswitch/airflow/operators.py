@@ -22,6 +22,7 @@ from modeswitch.runners.base import EpochKind, EpochRunner, choose_runner
 from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
+from modeswitch.runners.session import DELTA_SPARK_CONF, spark_jars
 
 
 def require_spark_connection(conn_id: str) -> Any:
@@ -217,6 +218,13 @@ class EpochJobOperator(SparkSubmitOperator):
             **sizing,
             **own,
         }
+        # spark-submit starts the driver JVM: the fetched jars go on its class path there (and
+        # to the executors), beside the deployment's own, with Delta's session settings.
+        self.conf["spark.jars"] = spark_jars(self.conf.get("spark.jars"))
+        if self.jars:  # the operator's --jars, which wins over spark.jars there
+            self.jars = spark_jars(self.jars)
+        for key, value in DELTA_SPARK_CONF.items():
+            self.conf.setdefault(key, value)
         # spark-submit starts the driver JVM: map the class archive there (modeswitch.runners.jvm).
         options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())
         if options:
