@@ -438,6 +438,26 @@ def _engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_jars(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser(
+        "jars",
+        help="print the jars every Spark session of ours adds to Spark's (spark.jars)",
+        description=(
+            "The jars `make install` fetched from jvm/pom.xml (delta-spark and what it needs "
+            "that pyspark lacks), as one comma-separated line of absolute paths: "
+            'spark-submit --jars "$(modeswitch jars)" ...'
+        ),
+    )
+
+
+def _jars(args: argparse.Namespace) -> int:
+    from modeswitch.runners.jvm import fetched_jars
+
+    # One plain line, never wrapped: the console would break it at the terminal's width.
+    print(",".join(fetched_jars()))
+    return 0
+
+
 def _add_settings(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "settings",
@@ -486,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_backfill,
         _add_maintain,
         _add_engine,
+        _add_jars,
         _add_status,
         _add_verify,
         _add_settings,
@@ -503,6 +524,7 @@ COMMANDS = {
     "backfill": _backfill,
     "maintain": _maintain,
     "engine": _engine,
+    "jars": _jars,
     "status": _status,
     "verify": _verify,
     "settings": _settings,
