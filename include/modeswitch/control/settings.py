@@ -23,8 +23,6 @@ value; and durations (``250ms``, ``PT5M``), ``none`` thresholds and cross-field 
 above exit) would still be our own validators.
 """
 
-# ruff: noqa: RUF009 -- setting() is dataclasses.field with the setting in its metadata
-
 from __future__ import annotations
 
 import re
