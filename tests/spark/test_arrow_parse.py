@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 from test_transforms import CASES
 
 from modeswitch.errors import ConfigError
@@ -200,10 +202,15 @@ USER_GOOD = {
 }
 
 
-def both_forms(spark, value_schema: str, values: list[str | None]) -> tuple[list, list]:
+def both_forms(
+    spark, value_schema: str, values: list[str | None], event_time_field: str = ""
+) -> tuple[list, list]:
     """Each value through the Spark form (from_json) and the Arrow form of the transform
-    built from ``value_schema``: rows by offset."""
-    transform = load_transform("value_schema", value_schema=value_schema)
+    built from ``value_schema`` (and ``event_time_field``): rows by offset, with their
+    ``event_time`` when ``event_time_field`` is set."""
+    transform = load_transform(
+        "value_schema", value_schema=value_schema, event_time_field=event_time_field
+    )
     rows = [(1, offset, EVENT_TIME, "k", value) for offset, value in enumerate(values)]
     df = spark.createDataFrame(rows, SPARK_RECORD_DDL)
     form = transform.arrow_form(df.schema)
@@ -211,7 +218,14 @@ def both_forms(spark, value_schema: str, values: list[str | None]) -> tuple[list
     spark_out = transform(df)
     arrow_out = df.mapInArrow(form.function, form.schema)
     assert spark_out.schema == arrow_out.schema
-    columns = [c for c in spark_out.columns if c not in ("bucket", "event_time", "key")]
+    left_out = ("bucket", "key") if event_time_field else ("bucket", "event_time", "key")
+    # Timestamps as microseconds since the epoch: collect() would make them naive datetimes
+    # in this process's time zone, which cannot hold the year 0001 everywhere.
+    columns = [
+        F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType) else f.name
+        for f in spark_out.schema.fields
+        if f.name not in left_out
+    ]
     ordered = (out.select(*columns).orderBy("offset").collect() for out in (spark_out, arrow_out))
     expected, got = ([tuple(r) for r in out] for out in ordered)
     return expected, got
@@ -309,3 +323,153 @@ def test_value_schema_is_read_as_spark_reads_the_same_ddl(spark) -> None:
             f.dataType for f in spark_schema.fields
         ]
         assert [f.required for f in fields] == [not f.nullable for f in spark_schema.fields]
+
+
+# --- TIMESTAMP fields and the event time from a payload field (event_time_field) -------------
+
+TIMED_SCHEMA = "id BIGINT NOT NULL, at TIMESTAMP NOT NULL, ms BIGINT, seen TIMESTAMP, name STRING"
+
+
+def micros(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def rfc3339(moment: datetime, separator: str, digits: int, zone: str) -> str:
+    fraction = f"{moment.microsecond:06d}{moment.microsecond % 997:03d}"[:digits]
+    return (
+        moment.strftime(f"%Y-%m-%d{separator}%H:%M:%S") + (f".{fraction}" if digits else "") + zone
+    )
+
+
+VALID_TIMES = st.builds(
+    rfc3339,
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    st.sampled_from(["T", "t", " "]),
+    st.integers(0, 9),
+    st.one_of(
+        st.sampled_from(["Z", "z", "+00:00", "-00:00"]),
+        st.builds(
+            "{}{:02d}:{:02d}".format, st.sampled_from("+-"), st.integers(0, 23), st.integers(0, 59)
+        ),
+    ),
+).map(json.dumps)
+NEAR_TIMES = st.one_of(
+    st.builds(  # every part of the clock and calendar a little out of range, sometimes
+        "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}{}".format,
+        st.sampled_from([0, 1, 1900, 2000, 2023, 2024, 9999]),
+        st.integers(0, 13),
+        st.integers(0, 32),
+        st.integers(0, 24),
+        st.integers(0, 60),
+        st.integers(0, 60),
+        st.sampled_from(["Z", "", "+24:00", "-23:59", "+01:60", "+0100", " Z", "Z ", ".Z"]),
+    ).map(json.dumps),
+    st.sampled_from(
+        [
+            '"0001-01-01T00:00:00+00:01"',
+            '"9999-12-31T23:59:59.999999-00:01"',
+            '"2026-01-01T00:00:00.1234567891Z"',
+            '"2026-01-01T00:00:00Z\\n"',
+            '"\\uff12026-01-01T00:00:00Z"',
+            '"2026-01-01T00:00:00\\u005a"',  # an escaped Z is a Z
+        ]
+    ),
+)
+TIMES = st.one_of(VALID_TIMES, VALID_TIMES, NEAR_TIMES, SCALARS)
+MILLIS = st.one_of(
+    st.integers(-62_135_596_800_000, 253_402_300_799_999),
+    st.sampled_from([-62_135_596_800_001, 253_402_300_800_000, 2**63 - 1, -(2**63)]),
+).map(str)
+TIMED_GOOD = {"id": INTEGERS, "at": TIMES, "ms": MILLIS, "seen": TIMES, "name": STRINGS}
+
+
+@st.composite
+def timed_records(draw) -> str | None:
+    """Like :func:`user_records`, over :data:`TIMED_SCHEMA`'s fields."""
+    kind = draw(st.sampled_from(["object"] * 8 + ["root", "cut", "null"]))
+    if kind == "null":
+        return None
+    if kind == "root":
+        return draw(NESTED)
+    pairs = []
+    for name, good in TIMED_GOOD.items():
+        choice = draw(st.sampled_from(["good"] * 6 + ["other", "nested", "null", "missing"]))
+        if choice == "missing":
+            continue
+        value = {"good": good, "other": SCALARS, "nested": NESTED, "null": st.just("null")}
+        pairs.append((name, draw(value[choice])))
+    pairs += draw(st.lists(st.tuples(st.sampled_from(["at", "ms"]), TIMES), max_size=1))
+    pairs = draw(st.permutations(pairs))
+    text = "{" + ", ".join(f'"{k}": {v}' for k, v in pairs) + "}"
+    if kind == "cut":
+        return text[: draw(st.integers(0, max(0, len(text) - 1)))]
+    return text + draw(st.sampled_from(["", " trailing", "}"]))
+
+
+def test_every_day_of_the_calendar_reads_alike_in_both_forms(spark) -> None:
+    """The Spark form checks a date with Spark's strict date parser, the Arrow form with
+    Python's calendar: the same days exist in both, leap years included."""
+    values = [
+        json.dumps({"id": 1, "at": f"{y:04d}-{m:02d}-{d:02d}T12:00:00Z"})
+        for y in (1, 4, 100, 1900, 2000, 2023, 2024, 9999)
+        for m in range(0, 14)
+        for d in range(0, 33)
+    ]
+    expected, got = both_forms(spark, TIMED_SCHEMA, values, "at")
+    assert_same(values, expected, got)
+    good = sum(row[-1] is None for row in got)
+    assert good == 8 * 365 + 3  # 4, 2000 and 2024 are leap years; 1, 100, 1900 are not
+
+
+def test_the_event_time_and_its_quarantine_are_alike_in_both_forms(spark) -> None:
+    at = "2026-01-02T03:04:05.678+01:00"
+    values = [
+        json.dumps({"id": 1, "at": at, "ms": 1767323045678, "seen": at, "name": "a"}),
+        json.dumps({"id": 2, "at": at}),
+        json.dumps({"id": 3, "at": "2026-01-02 03:04:05"}),  # no offset
+        json.dumps({"id": 4, "at": 1767323045678, "ms": -5}),  # a number is no timestamp
+        json.dumps({"id": 5, "ms": 253402300800000}),  # missing; beyond the year 9999
+        json.dumps({"id": "x", "at": at, "ms": 0}),  # quarantined for id: times kept
+        json.dumps({"id": 7, "at": at, "seen": "2023-02-29T00:00:00Z"}),
+        "[1]",
+        "{cut",
+        None,
+    ]
+    expected, got = both_forms(spark, TIMED_SCHEMA, values, "at")
+    assert_same(values, expected, got)
+    reasons = [row[-1] for row in got]
+    assert reasons == [
+        None,
+        None,
+        "field at is missing or not a timestamp",
+        "field at is missing or not a timestamp",
+        "field at is missing or not a timestamp",
+        "field id is missing or not an integer",
+        None,
+        "value is not a JSON object",
+        "value is not valid JSON",
+        "value is null",
+    ]
+    payload_time = micros(datetime(2026, 1, 2, 2, 4, 5, 678_000, tzinfo=UTC))
+    log_time = micros(EVENT_TIME)
+    times = [row[1] for row in got]  # offset, event_time, value, ...
+    assert times == [payload_time] * 2 + [log_time] * 3 + [payload_time] * 2 + [log_time] * 3
+    by_millis, got_millis = both_forms(spark, TIMED_SCHEMA, values, "ms")
+    assert_same(values, by_millis, got_millis)
+    millis_times = [row[1] for row in got_millis]
+    assert millis_times[0] == micros(datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC))
+    assert (millis_times[3], millis_times[5]) == (-5000, 0)
+    assert [i for i, t in enumerate(millis_times) if t == log_time] == [1, 2, 4, 6, 7, 8, 9]
+    assert got_millis[3][-1] == "field at is missing or not a timestamp"
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(values=st.lists(timed_records(), min_size=1, max_size=60))
+def test_generated_records_with_times_parse_alike_in_both_forms(spark, values) -> None:
+    for field in ("at", "ms"):
+        expected, got = both_forms(spark, TIMED_SCHEMA, values, field)
+        assert_same(values, expected, got)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -109,3 +109,72 @@ def test_a_schema_that_does_not_match_the_payload_is_said_once_in_the_jobs_log(
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("pipeline 'payload': epoch 1 quarantined 300 of 300 records")
     assert "most common reason: field id is missing or not an integer" in warnings[0]
+
+
+TIMED_SCHEMA = "id BIGINT NOT NULL, user STRING, at TIMESTAMP NOT NULL"
+
+
+def timed_log(root: Path) -> dict[str, datetime | None]:
+    """Two buckets of records whose ``at`` is a day after their log timestamp, given with an
+    offset; every 50th lacks it, every 100th is not JSON. Each key's payload time (None
+    without one)."""
+    log = SegmentLog.create(str(root / "log"), buckets=2)
+    payload_times: dict[str, datetime | None] = {}
+    for bucket in (0, 1):
+        ids = range(bucket, RECORDS, 2)
+        values = []
+        for i in ids:
+            at = T0 + timedelta(days=1, seconds=i, milliseconds=i % 1000)
+            body = {"id": i, "user": f"u{i % 7}", "at": at.astimezone(OFFSET).isoformat()}
+            payload_times[str(i)] = at
+            if i % 50 == 49:
+                del body["at"]
+                payload_times[str(i)] = None
+            values.append("{cut" if i % 100 == 99 else json.dumps(body))
+        log.append(
+            bucket,
+            pa.table(
+                {
+                    "event_time": [T0 + timedelta(seconds=i) for i in ids],
+                    "key": [str(i) for i in ids],
+                    "value": values,
+                }
+            ),
+        )
+    return payload_times
+
+
+OFFSET = timezone(timedelta(hours=-5, minutes=-30))
+
+
+def test_the_event_time_from_a_payload_field_is_the_same_by_both_forms(
+    spark, tmp_path: Path
+) -> None:
+    """The Arrow waves and Spark's from_json on the bucketlog path put the same time in
+    ``event_time``, and quarantine the same records with the same reasons."""
+    payload_times = timed_log(tmp_path)
+    landed = {}
+    for batch_reader in ("arrow", "bucketlog"):
+        settings = drained(
+            spark,
+            tmp_path,
+            value_schema=TIMED_SCHEMA,
+            event_time_field="at",
+            batch_reader=batch_reader,
+            pipeline=f"timed-{batch_reader}",
+        )
+        sink, bad = table(settings.sink), table(settings.quarantine)
+        assert sink is not None and bad is not None
+        landed[batch_reader] = (
+            sink.select(["bucket", "offset", "event_time", "key", "at"]).to_pylist(),
+            bad.select(["bucket", "offset", "event_time", "reason"]).to_pylist(),
+        )
+        times = {row["key"]: row["event_time"] for row in landed[batch_reader][0]}
+        assert times == {k: t for k, t in payload_times.items() if t is not None}
+        assert {row["reason"] for row in landed[batch_reader][1]} == {
+            "value is not valid JSON",
+            "field at is missing or not a timestamp",
+        }
+        # A quarantined record keeps the log's timestamp: its value held no time.
+        assert all(row["event_time"] < T0 + timedelta(days=1) for row in landed[batch_reader][1])
+    assert landed["arrow"] == landed["bucketlog"]

@@ -6,13 +6,20 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from modeswitch.control.settings import PipelineSettings, layer_settings
-from modeswitch.control.value_schema import RESERVED_NAMES, PayloadField, parse_value_schema
+from modeswitch.control.value_schema import (
+    RESERVED_NAMES,
+    PayloadField,
+    find_event_time_field,
+    parse_value_schema,
+    timestamp_text_micros,
+)
 from modeswitch.errors import ConfigError
 from modeswitch.modes.warmup import warm_up_payload
 from modeswitch.sources.base import RECORD_SCHEMA
@@ -23,6 +30,7 @@ from modeswitch.transforms import (
     SOURCE_COLUMNS,
     load_transform,
 )
+from modeswitch.transforms.arrow import payload_event_times
 from modeswitch.transforms.payload import (
     EVENT_VALUE_SCHEMA,
     payload_struct,
@@ -76,7 +84,7 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
 @pytest.mark.parametrize(
     ("ddl", "what"),
     [
-        ("id BIGINT, at TIMESTAMP", r"field 'at' has type 'TIMESTAMP', which value_schema"),
+        ("id BIGINT, at TIMESTAMP_NTZ", r"field 'at' has type 'TIMESTAMP_NTZ', which value_sch"),
         ("price DECIMAL(10,2), id INT", r"field 'price' has type 'DECIMAL\(10,2\)'"),
         ("tags ARRAY<STRING>", r"field 'tags' has type 'ARRAY<STRING>'"),
         ("name VARCHAR(10)", r"field 'name' has type 'VARCHAR\(10\)'"),
@@ -105,8 +113,8 @@ def test_the_setting_is_checked_where_the_settings_are_built_naming_its_layer() 
     assert settings.value_schema == USER
     assert settings.transform == "value_schema"
     assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
-    with pytest.raises(ConfigError, match=r"^Airflow Variable value_schema: 'at TIMESTAMP'"):
-        layer_settings(("Airflow Variable", {"value_schema": "at TIMESTAMP"}))
+    with pytest.raises(ConfigError, match=r"^Airflow Variable value_schema: 'at DATE'"):
+        layer_settings(("Airflow Variable", {"value_schema": "at DATE"}))
 
 
 def test_an_explicit_transform_and_a_value_schema_are_not_both_set() -> None:
@@ -183,10 +191,237 @@ def test_with_no_schema_the_records_land_raw_but_what_is_not_utf8() -> None:
 
 def test_a_warm_up_payload_fits_the_pipeline_schema() -> None:
     ddl = "a BIGINT NOT NULL, b INT NOT NULL, c SMALLINT NOT NULL, "
-    ddl += "e DOUBLE NOT NULL, f FLOAT NOT NULL, g STRING NOT NULL, h BOOLEAN NOT NULL"
+    ddl += "e DOUBLE NOT NULL, f FLOAT NOT NULL, g STRING NOT NULL, h BOOLEAN NOT NULL, "
+    ddl += "t TIMESTAMP NOT NULL"
     fields = parse_value_schema(ddl)
     form = load_transform("value_schema", value_schema=ddl).arrow_form(INPUT)
     assert form is not None
     values = [json.dumps(warm_up_payload(fields, i)) for i in range(300)]
     (out,) = list(form.function(iter([records(values)])))
     assert out.column(QUARANTINE_REASON).null_count == 300
+
+
+# --- the event time from a payload field (event_time_field) ----------------------------------
+
+LOG_TIME = datetime(2020, 5, 5, tzinfo=UTC)
+
+
+def records_at(values: list[str | None]) -> pa.RecordBatch:
+    """:func:`records`, every record's log timestamp :data:`LOG_TIME`."""
+    batch = records(values)
+    times = pa.array([LOG_TIME] * len(values), pa.timestamp("us", tz="UTC"))
+    return batch.set_column(2, "event_time", times)
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        ("2026-03-01T12:30:45Z", datetime(2026, 3, 1, 12, 30, 45, tzinfo=UTC)),
+        ("2026-03-01t12:30:45z", datetime(2026, 3, 1, 12, 30, 45, tzinfo=UTC)),
+        ("2026-03-01 12:30:45+02:00", datetime(2026, 3, 1, 10, 30, 45, tzinfo=UTC)),
+        ("2026-03-01T00:00:00-05:30", datetime(2026, 3, 1, 5, 30, tzinfo=UTC)),
+        ("2024-02-29T23:59:59.5Z", datetime(2024, 2, 29, 23, 59, 59, 500_000, tzinfo=UTC)),
+        ("1969-12-31T23:59:59.999999999Z", datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)),
+        ("0001-01-01T00:00:00Z", datetime(1, 1, 1, tzinfo=UTC)),
+        (
+            "9999-12-31T23:59:59.999999+00:00",
+            datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        ),
+        ("2026-03-01T12:30:45", None),  # no offset: which zone is unknown
+        ("2023-02-29T00:00:00Z", None),  # no such day
+        ("2026-04-31T00:00:00Z", None),
+        ("2026-13-01T00:00:00Z", None),
+        ("2026-03-01T24:00:00Z", None),
+        ("2026-03-01T23:59:60Z", None),  # a leap second
+        ("0000-01-01T00:00:00Z", None),
+        ("0001-01-01T00:00:00+00:01", None),  # before the year 0001 in UTC
+        ("2026-03-01T12:30:45.Z", None),
+        ("2026-03-01T12:30:45.1234567890Z", None),
+        ("2026-03-01T12:30:45Z ", None),
+        ("2026-03-01T12:30:45Z\n", None),
+        (" 2026-03-01T12:30:45Z", None),
+        ("2026-03-01T12:30:45+0200", None),
+        ("\uff12026-03-01T12:30:45Z", None),  # a digit that is not ASCII
+        ("1772368245000", None),
+        ("", None),
+    ],
+)
+def test_a_timestamp_field_takes_rfc_3339_text_with_its_offset(text, moment) -> None:
+    micros = timestamp_text_micros(text)
+    expected = None if moment is None else (moment - datetime(1970, 1, 1, tzinfo=UTC))
+    assert micros == (None if expected is None else expected // timedelta(microseconds=1))
+
+
+def test_event_time_field_names_a_time_field_of_value_schema() -> None:
+    fields = parse_value_schema("id BIGINT NOT NULL, At TIMESTAMP, ms BIGINT, n INT, s STRING")
+    assert find_event_time_field(fields, "") is None
+    assert find_event_time_field(fields, "  ") is None
+    assert find_event_time_field(fields, "at") == PayloadField("At", "timestamp", False)
+    assert find_event_time_field(fields, " ms ") == PayloadField("ms", "long", False)
+    for name, what in [
+        ("nope", r"'nope' is not a field of value_schema \(its fields: id, At, ms, n, s\)"),
+        ("n", r"'n' is a field of type INT in value_schema; an event time is a TIMESTAMP"),
+        ("s", r"'s' is a field of type STRING"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"^event_time_field: {what}") as raised:
+            find_event_time_field(fields, name)
+        assert raised.value.setting == "event_time_field"
+    with pytest.raises(ConfigError, match=r"^event_time_field: 'at' names .* value_schema is em"):
+        find_event_time_field((), "at")
+
+
+def test_a_transform_of_ones_own_keeps_the_logs_event_time() -> None:
+    with pytest.raises(ConfigError, match=r"^event_time_field: 'at' is set, but transform=") as e:
+        load_transform("modeswitch.transforms:parse_events", event_time_field="at")
+    assert e.value.setting == "event_time_field"
+    with pytest.raises(ConfigError, match=r"^event_time_field: 'at' is not a field"):
+        load_transform("value_schema", value_schema=USER, event_time_field="at")
+
+
+TIMED = "id BIGINT NOT NULL, at TIMESTAMP NOT NULL, note STRING"
+OPTIONAL_TIME = "id BIGINT NOT NULL, at TIMESTAMP, note STRING"
+MILLIS = "id BIGINT NOT NULL, ms BIGINT, note STRING"
+TIMED_VALUES = [
+    '{"id": 1, "at": "2026-01-02T03:04:05.678Z", "note": "a"}',
+    '{"id": 2, "at": "2026-01-02T05:04:05+02:00"}',
+    '{"id": 3}',  # no event time
+    '{"id": 4, "at": "2026-01-02 03:04:05"}',  # no offset: not a timestamp
+    '{"id": 5, "at": 1767323045000}',  # a number is not a timestamp
+    '{"at": "2026-01-02T03:04:05Z"}',  # quarantined for id, its time kept
+    "[1]",
+    "{cut",
+    None,
+]
+
+
+def arrow_rows(ddl: str, field: str, values: list[str | None]) -> pa.RecordBatch:
+    form = load_transform("value_schema", value_schema=ddl, event_time_field=field).arrow_form(
+        INPUT
+    )
+    assert form is not None
+    assert form.schema.names[:5] == list(SOURCE_COLUMNS)  # event_time in its place
+    function = pickle.loads(pickle.dumps(form.function))
+    (out,) = list(function(iter([records_at(values)])))
+    return out
+
+
+def test_a_not_null_event_time_field_is_the_event_time_and_quarantines_records_without_it() -> None:
+    out = arrow_rows(TIMED, "at", TIMED_VALUES)
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert out.column("event_time").to_pylist() == [
+        at.replace(microsecond=678_000),
+        at,
+        LOG_TIME,
+        LOG_TIME,
+        LOG_TIME,
+        at,  # a quarantined record's event time is its payload's too
+        LOG_TIME,
+        LOG_TIME,
+        LOG_TIME,
+    ]
+    assert out.column("at").to_pylist() == [at.replace(microsecond=678_000), at, *[None] * 7]
+    assert out.column(QUARANTINE_REASON).to_pylist() == [
+        None,
+        None,
+        "field at is missing or not a timestamp",
+        "field at is missing or not a timestamp",
+        "field at is missing or not a timestamp",
+        "field id is missing or not an integer",
+        "value is not a JSON object",
+        "value is not valid JSON",
+        "value is null",
+    ]
+
+
+def test_a_nullable_event_time_field_falls_back_to_the_logs_timestamp() -> None:
+    out = arrow_rows(OPTIONAL_TIME, "at", TIMED_VALUES)
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert out.column("event_time").to_pylist() == [
+        at.replace(microsecond=678_000),
+        at,
+        *[LOG_TIME] * 3,
+        at,
+        *[LOG_TIME] * 3,
+    ]
+    assert out.column(QUARANTINE_REASON).to_pylist()[:6] == [
+        *[None] * 5,
+        "field id is missing or not an integer",
+    ]
+    assert out.column("event_time").null_count == 0
+
+
+def test_a_bigint_event_time_field_is_epoch_milliseconds_of_the_years_1_to_9999() -> None:
+    values = [
+        '{"id": 1, "ms": 1767323045678}',
+        '{"id": 2, "ms": -1}',
+        '{"id": 3, "ms": 253402300799999}',
+        '{"id": 4, "ms": 253402300800000}',  # the year 10000
+        '{"id": 5, "ms": "1767323045678"}',  # text is not an integer
+        '{"id": 6, "ms": 1.5}',
+        '{"id": 7}',
+    ]
+    out = arrow_rows(MILLIS, "ms", values)
+    assert out.column("event_time").to_pylist() == [
+        datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+        *[LOG_TIME] * 4,
+    ]
+    assert out.column("ms").to_pylist() == [1767323045678, -1, 253402300799999, *[None] * 4]
+    required = arrow_rows(MILLIS.replace("ms BIGINT", "ms BIGINT NOT NULL"), "ms", values)
+    assert required.column(QUARANTINE_REASON).to_pylist() == [
+        *[None] * 3,
+        *["field ms is missing or not a time in epoch milliseconds"] * 4,
+    ]
+
+
+def test_an_event_time_read_with_its_field_alone_is_the_transforms() -> None:
+    """What a backfill and the audit use to match records to windows without the schema."""
+    values = [
+        *TIMED_VALUES,
+        '{"id": "x", "at": "2026-01-02T03:04:05Z"}',  # another field mistyped
+        '{"id": 1, "at": "2026-01-02T03:04:05Z", "at": null}',
+        '{"id": 1, "at": "2026-01-02T03:04:05Z", "at": 7}',
+        '{"id": 1, "at": "2026-01-02T03:04:05Z", "note": "\x01"}',  # a raw control character
+        '{"id": 1, "at": "2026-01-02T03:04:05Z"} trailing',
+    ]
+    for ddl in (TIMED, OPTIONAL_TIME, "at TIMESTAMP"):
+        out = arrow_rows(ddl, "at", values)
+        batch = records_at(values)
+        alone = payload_event_times(
+            batch.column("value"), batch.column("event_time"), field="at", kind="timestamp"
+        )
+        assert alone.to_pylist() == out.column("event_time").to_pylist(), ddl
+
+
+def test_event_time_field_is_checked_where_the_settings_are_built() -> None:
+    timed = {"value_schema": TIMED, "event_time_field": " at "}
+    settings = PipelineSettings.from_mapping(timed)
+    assert settings.event_time_field == "at"
+    assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
+    assert PipelineSettings().event_time_field == ""  # the log's timestamp
+    refused = [
+        ({"event_time_field": "at"}, r"'at' names a payload field, but value_schema is empty"),
+        ({"value_schema": USER, "event_time_field": "at"}, r"'at' is not a field of value_sch"),
+        ({"value_schema": USER, "event_time_field": "user"}, r"'user' is a field of type STR"),
+        (
+            {"transform": "modeswitch.transforms:parse_events", "event_time_field": "at"},
+            r"'at' is set, but transform = 'modeswitch.transforms:parse_events' parses",
+        ),
+        (
+            {**timed, "source": "kafka://orders?event_time=ts"},
+            r"'at' is set, and source 'kafka://orders\?event_time=ts' takes the event time",
+        ),
+    ]
+    for raw, what in refused:
+        with pytest.raises(ConfigError, match=rf"^event_time_field: {what}") as raised:
+            PipelineSettings.from_mapping(raw)
+        assert raised.value.setting == "event_time_field"
+    with pytest.raises(ConfigError, match=r"^Airflow Variable event_time_field: 'at' is not a f"):
+        layer_settings(
+            ("file", {"value_schema": USER}), ("Airflow Variable", {"event_time_field": "at"})
+        )
+    # A Kafka source's own event time field, alone, stays what it was.
+    assert PipelineSettings.from_mapping(
+        {**timed, "event_time_field": "", "source": "kafka://o?event_time=ts"}
+    )

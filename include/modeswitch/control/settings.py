@@ -7,8 +7,9 @@ default, its parser, its rule and its doc. Those fields are the settings table: 
 (``from_mapping``), checking (the constructors), :meth:`PipelineSettings.to_mapping`, the
 Airflow Variable names (:func:`variable_name`) and the docs' table (:func:`settings_table`,
 ``modeswitch settings``) all read them; what a class's ``__post_init__`` still spells out are
-the rules between settings (exit_threshold at most enter_threshold, value_schema only with the
-transform built from it).
+the rules between settings (exit_threshold at most enter_threshold, value_schema and
+event_time_field only with the transform built from them, event_time_field a time field of
+value_schema).
 
 Layering (code defaults < config file < Airflow Variables < run params) builds on the value
 parsers of :mod:`modeswitch.control.values`. Every parser takes the setting's name so that its
@@ -32,7 +33,7 @@ from datetime import timedelta
 from typing import Any, Literal, get_args
 
 from modeswitch.control.locations import KafkaLocation, is_kafka_source
-from modeswitch.control.value_schema import parse_value_schema
+from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
     _refuse_unknown,
@@ -512,12 +513,30 @@ class PipelineSettings:
         rule=_ddl_schema,
         doc="the records' JSON `value` as a Spark DDL schema, e.g. `id BIGINT NOT NULL, user "
         "STRING, amount DOUBLE`: `name TYPE [NOT NULL] [COMMENT '...']`, types `BIGINT`/`LONG`, "
-        "`INT`/`INTEGER`, `SMALLINT`/`SHORT`, `DOUBLE`, `FLOAT`/`REAL`, `STRING`, `BOOLEAN` "
-        "(others, such as `TIMESTAMP`, `DECIMAL`, `TINYINT` or nested types, are refused when "
-        "the settings are built: read them as `STRING`). A `NOT NULL` field must be present and "
-        "of its type, or the record is quarantined (`field id is missing or not an integer`); "
-        "another is null when missing or mistyped. Used by the default `transform`; `make demo` "
-        "sets the demo's events (`modeswitch.transforms.payload.EVENT_VALUE_SCHEMA`)",
+        "`INT`/`INTEGER`, `SMALLINT`/`SHORT`, `DOUBLE`, `FLOAT`/`REAL`, `STRING`, `BOOLEAN`, "
+        "`TIMESTAMP` (RFC 3339 text with its offset, `2026-05-01T12:00:00.250+02:00`; others, "
+        "such as `DATE`, `DECIMAL`, `TINYINT` or nested types, are refused when the settings "
+        "are built: read them as `STRING`). A `NOT NULL` field must be present and of its "
+        "type, or the record is quarantined (`field id is missing or not an integer`); another "
+        "is null when missing or mistyped. Used by the default `transform`; `make demo` sets "
+        "the demo's events (`modeswitch.transforms.payload.EVENT_VALUE_SCHEMA`)",
+    )
+    # The event time's rule: modeswitch.control.value_schema; what backfills do with it:
+    # modeswitch.modes.backfill.
+    event_time_field: str = setting(
+        "",
+        parse=parse_text,
+        doc="empty: each record's event time is the log's record timestamp. Else a field of "
+        "`modeswitch_value_schema`, a `TIMESTAMP` or a `BIGINT` of epoch milliseconds, whose "
+        "time is each record's `event_time` in the sink and the quarantine, alike in both forms "
+        "of the transform; the watermark, its lag and backfill windows then go by it. A record "
+        "whose value holds no time there keeps the log's timestamp, or, the field being `NOT "
+        "NULL`, is quarantined (`field at is missing or not a timestamp`). Refused with a "
+        "`transform` of your own, without `value_schema`, naming a field it lacks or of another "
+        "type, and beside a `kafka://<topic>?event_time=<field>` source. Backfill windows then "
+        "read each bucket from its earliest retained offset, and a backfill whose rows got their "
+        "event time under another value of this setting is refused; a rewind to an `event_time` "
+        "still goes by the log's timestamps ([OPERATIONS.md](OPERATIONS.md#backfills))",
     )
     quarantine_warn_fraction: float = setting(
         0.5,
@@ -580,6 +599,7 @@ class PipelineSettings:
                 "default) to parse them into value_schema's columns, or leave value_schema empty",
                 setting="value_schema",
             )
+        self._check_event_time_field()
         warehouse = _location(self.warehouse)
         state_root = _location(self.state_root) or f"{warehouse}/_modeswitch/{self.pipeline}"
         resolved = {
@@ -592,6 +612,30 @@ class PipelineSettings:
         }
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
+
+    def _check_event_time_field(self) -> None:
+        """``event_time_field``, when set, names a time field of ``value_schema``, which the
+        transform built from it parses (not a transform of one's own, which keeps the log's
+        event time), and a Kafka source does not take its event time from a field as well."""
+        name = self.event_time_field
+        if not name:
+            return
+        if self.transform != SCHEMA_TRANSFORM:
+            raise ConfigError(
+                f"event_time_field: {name!r} is set, but transform = {self.transform!r} parses "
+                "the records itself and keeps the log's event time; set transform to "
+                f"{SCHEMA_TRANSFORM!r} (the default) with value_schema, or leave "
+                "event_time_field empty",
+                setting="event_time_field",
+            )
+        find_event_time_field(parse_value_schema(self.value_schema), name)
+        if is_kafka_source(self.source) and KafkaLocation.parse(self.source).event_time_field:
+            raise ConfigError(
+                f"event_time_field: {name!r} is set, and source {self.source!r} takes the event "
+                "time from a field of its own (?event_time=); keep one: event_time_field (typed "
+                "by value_schema, read alike by both forms of the transform) or the source's",
+                setting="event_time_field",
+            )
 
     def checkpoint(self, epoch: int) -> str:
         """The stream checkpoint of one epoch: fresh per epoch, reused by its restarts."""

@@ -1,4 +1,5 @@
-"""The ``value_schema`` setting: a record's JSON payload as a Spark DDL schema, read without Spark.
+"""The ``value_schema`` setting: a record's JSON payload as a Spark DDL schema, read without Spark;
+and the ``event_time_field`` setting: which of its fields is the record's event time.
 
 ``value_schema = "id BIGINT NOT NULL, user STRING, amount DOUBLE"`` says what each record's
 ``value`` holds; the pipeline's default transform (``transform = "value_schema"``,
@@ -10,23 +11,48 @@ value, what either form could not parse the same way.
 The grammar is the flat part of Spark's DDL: ``name TYPE [NOT NULL] [COMMENT 'text']``, fields
 separated by commas; a name is an identifier (letters, digits, ``_``, not starting with a
 digit) or any text between backquotes (`` `user-id` ``, a backquote doubled inside); keywords
-in any case. The types (:data:`DDL_TYPES`) are those the Arrow parse reads exactly as
-``from_json`` does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SHORT``),
-``DOUBLE``, ``FLOAT``/``REAL``, ``STRING`` and ``BOOLEAN``. Timestamps, dates, decimals, binary,
-``VARCHAR``/``CHAR`` and nested types are refused: read such a field as ``STRING`` and convert it
-in a transform of your own. So is ``TINYINT``/``BYTE``: ``from_json`` reads 128 to 255 into one
-as negative numbers (Jackson's byte), where the Arrow parse quarantines them; use ``SMALLINT``.
+in any case. The types (:data:`DDL_TYPES`) are those the Arrow parse reads exactly as the Spark
+form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SHORT``),
+``DOUBLE``, ``FLOAT``/``REAL``, ``STRING``, ``BOOLEAN`` and ``TIMESTAMP``/``TIMESTAMP_LTZ``.
+Dates, decimals, binary, ``TIMESTAMP_NTZ``, ``VARCHAR``/``CHAR`` and nested types are refused:
+read such a field as ``STRING`` and convert it in a transform of your own. So is
+``TINYINT``/``BYTE``: ``from_json`` reads 128 to 255 into one as negative numbers (Jackson's
+byte), where the Arrow parse quarantines them; use ``SMALLINT``.
+
+**A TIMESTAMP field** takes a JSON string in RFC 3339's form, with its offset:
+``YYYY-MM-DDThh:mm:ss[.fraction]Z`` or ``...±hh:mm`` (``T`` may be ``t`` or a space, ``Z`` may be
+``z``; the fraction has 1 to 9 digits, kept to the microsecond, the rest dropped), between the
+years 0001 and 9999 in UTC (:func:`timestamp_text_micros`). Anything else (a number, a text
+without an offset, a 30 February) is a value not of its type. Both forms read it by this rule,
+not by Spark's own timestamp parsing, whose result depends on the session's time zone and on
+its fallback formats.
 
 ``NOT NULL`` means what it means in Spark: the field must be there, non-null and of its type,
 or the record goes to quarantine (``field F is missing or not <type>``); a field without it is
 null when the record lacks it, holds null or holds a value of another type. A value that is not
 a JSON object is quarantined whatever the schema.
+
+**The event time from the payload** (``event_time_field``, :func:`find_event_time_field`):
+empty (the default), the sink's ``event_time`` is the log's record timestamp (Kafka's record
+timestamp, the embedded log's ``event_time``). Set, it names a field of ``value_schema`` (any
+case) of type ``TIMESTAMP``, or ``BIGINT`` read as epoch milliseconds (a BIGINT event-time
+field takes the integers of the years 0001 to 9999, :func:`epoch_millis_micros`; another is a
+value not of its type, ``field F is missing or not a time in epoch milliseconds``). Then every
+row's ``event_time``, in the sink and in the quarantine, is that field's time when the record
+is a JSON object whose field holds a time, and the log's timestamp otherwise: a ``NOT NULL``
+event-time field quarantines a record without one (its ``event_time`` stays the log's); a
+nullable one lets the record through with the log's timestamp (the watermark never sees a null
+event time). A row's event time so depends on its value and on ``event_time_field`` (and that
+field's type) only, not on the rest of the schema: what backfills rely on
+(:mod:`modeswitch.modes.backfill`). The field's own column is kept, beside ``event_time``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 
 from modeswitch.errors import ConfigError
 
@@ -42,6 +68,8 @@ DDL_TYPES: dict[str, str] = {
     "real": "float",
     "string": "string",
     "boolean": "boolean",
+    "timestamp": "timestamp",
+    "timestamp_ltz": "timestamp",
 }
 """The DDL type names ``value_schema`` takes (any case), and the Spark type each stands for
 (its ``DataType.typeName()``)."""
@@ -101,6 +129,115 @@ def parse_value_schema(text: str, *, setting: str = "value_schema") -> tuple[Pay
             )
         seen[folded] = f.name
     return tuple(fields)
+
+
+EVENT_TIME_TYPES: dict[str, str] = {
+    "timestamp": "a timestamp",
+    "long": "a time in epoch milliseconds",
+}
+"""The types an ``event_time_field`` may have (Spark type names), and how a quarantine reason
+names each (``field F is missing or not <word>``)."""
+
+MIN_MICROS = -62_135_596_800_000_000
+"""0001-01-01T00:00:00Z in microseconds since the Unix epoch: the earliest time a TIMESTAMP
+field or an event time takes."""
+MAX_MICROS = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999Z in microseconds since the Unix epoch: the latest."""
+MIN_MILLIS = MIN_MICROS // 1000
+MAX_MILLIS = MAX_MICROS // 1000
+"""The epoch milliseconds a BIGINT event-time field takes (the same years)."""
+
+TIMESTAMP_PATTERN = (
+    r"(?!0000)([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]"
+    r"([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,9}))?"
+    r"(?:[Zz]|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))"
+)
+"""The text of a TIMESTAMP field (module docstring), as a regular expression both Java's and
+Python's engines read alike: ASCII digits only, and no text after the offset (the Spark form
+checks that the match is the whole value, the Arrow form uses ``fullmatch``). The date is
+checked for existence apart (no 30 February)."""
+
+_TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
+_UNIX_EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
+def timestamp_text_micros(text: str) -> int | None:
+    """A TIMESTAMP field's time (microseconds since the Unix epoch, UTC) from its JSON text, or
+    None when the text is not of its type (module docstring). The fraction is cut to the
+    microsecond (not rounded); the offset is subtracted; a result outside years 0001-9999 UTC is
+    None. The Spark form (:func:`modeswitch.transforms.timestamp_from_text`) computes the
+    same."""
+    match = _TIMESTAMP.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, sign, off_hour, off_minute = match.groups()
+    try:
+        days = date(int(year), int(month), int(day)).toordinal() - _UNIX_EPOCH_DAY
+    except ValueError:  # a day its month does not have
+        return None
+    micros = (
+        days * 86_400_000_000
+        + (int(hour) * 3600 + int(minute) * 60 + int(second)) * 1_000_000
+        + int((fraction or "")[:6].ljust(6, "0"))
+    )
+    if sign is not None:
+        offset = (int(off_hour) * 3600 + int(off_minute) * 60) * 1_000_000
+        micros += -offset if sign == "+" else offset
+    return micros if MIN_MICROS <= micros <= MAX_MICROS else None
+
+
+def epoch_millis_micros(millis: int) -> int | None:
+    """A BIGINT event-time field's time in microseconds, or None outside years 0001-9999."""
+    return millis * 1000 if MIN_MILLIS <= millis <= MAX_MILLIS else None
+
+
+def find_event_time_field(
+    fields: Sequence[PayloadField], name: str, *, setting: str = "event_time_field"
+) -> PayloadField | None:
+    """The field of ``value_schema`` (its ``fields``) that ``event_time_field = name`` names
+    (Spark's case-insensitive match), None when ``name`` is empty. Raises
+    :class:`ConfigError` naming ``setting`` and the value when there is no schema, no such
+    field, or a field of a type that is not a time (:data:`EVENT_TIME_TYPES`)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{setting}: {name!r} is not text (a field name)", setting=setting)
+    name = name.strip()
+    if not name:
+        return None
+    if not fields:
+        raise ConfigError(
+            f"{setting}: {name!r} names a payload field, but value_schema is empty; state the "
+            "payload in value_schema (with that field), or leave event_time_field empty to "
+            "take the log's record timestamp",
+            setting=setting,
+        )
+    found = [f for f in fields if f.name.lower() == name.lower()]
+    if not found:
+        raise ConfigError(
+            f"{setting}: {name!r} is not a field of value_schema (its fields: "
+            f"{', '.join(f.name for f in fields)})",
+            setting=setting,
+        )
+    field = found[0]
+    if field.type not in EVENT_TIME_TYPES:
+        raise ConfigError(
+            f"{setting}: {name!r} is a field of type {_DDL_NAMES[field.type]} in value_schema; "
+            "an event time is a TIMESTAMP field (RFC 3339 text) or a BIGINT field (epoch "
+            "milliseconds)",
+            setting=setting,
+        )
+    return field
+
+
+_DDL_NAMES = {
+    "long": "BIGINT",
+    "integer": "INT",
+    "short": "SMALLINT",
+    "double": "DOUBLE",
+    "float": "FLOAT",
+    "string": "STRING",
+    "boolean": "BOOLEAN",
+    "timestamp": "TIMESTAMP",
+}
 
 
 class _Reader:
@@ -187,8 +324,8 @@ class _Reader:
                 )
             raise self.fail(
                 f"field {name!r} has type {shown!r}, which value_schema does not take; it takes "
-                f"{', '.join(t.upper() for t in DDL_TYPES)} (read a timestamp, date or decimal "
-                "as STRING and convert it in a transform of your own)"
+                f"{', '.join(t.upper() for t in DDL_TYPES)} (read a date or decimal as STRING "
+                " and convert it in a transform of your own)"
             )
         required = False
         self.space()
@@ -232,7 +369,14 @@ class _Reader:
 
 __all__ = [
     "DDL_TYPES",
+    "EVENT_TIME_TYPES",
+    "MAX_MICROS",
+    "MIN_MICROS",
     "RESERVED_NAMES",
+    "TIMESTAMP_PATTERN",
     "PayloadField",
+    "epoch_millis_micros",
+    "find_event_time_field",
     "parse_value_schema",
+    "timestamp_text_micros",
 ]

@@ -136,7 +136,11 @@ def run_batch_epoch(
     anything is read or written, for settings whose waves cannot run
     (:func:`~modeswitch.modes.wave_path.choose_wave_path`).
     """
-    transform = load_transform(settings.transform, value_schema=settings.value_schema)
+    transform = load_transform(
+        settings.transform,
+        value_schema=settings.value_schema,
+        event_time_field=settings.event_time_field,
+    )
     path = choose_wave_path(
         log_type(settings.source),
         batch_reader=settings.batch_reader,

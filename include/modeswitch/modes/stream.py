@@ -302,14 +302,19 @@ def sink_stream(
 
     A transform with an Arrow form runs inside the source's reader (its ``transform``
     option): the rows reach the JVM parsed, with no second trip to Python for the parse."""
-    transform = load_transform(settings.transform, value_schema=settings.value_schema)
+    transform = load_transform(
+        settings.transform,
+        value_schema=settings.value_schema,
+        event_time_field=settings.event_time_field,
+    )
     reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
     if settings.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
     if transform.arrow is not None:
-        frame = reader.options(**reader_options(settings.transform, settings.value_schema)).load(
-            source
+        options = reader_options(
+            settings.transform, settings.value_schema, settings.event_time_field
         )
+        frame = reader.options(**options).load(source)
     else:
         frame = transform(reader.load(source))
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)

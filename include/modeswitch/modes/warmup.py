@@ -91,6 +91,7 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
     "float": lambda i: 1.5,
     "string": lambda i: f"warm-up-{i % 97}",
     "boolean": lambda i: i % 2 == 0,
+    "timestamp": lambda i: f"2026-01-01T00:00:{i % 60:02d}Z",
 }
 
 

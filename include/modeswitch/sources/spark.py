@@ -30,12 +30,12 @@ Options (validated on the driver; an error names the option and its value):
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
 - ``transform``: a transform setting (``value_schema`` or ``module:function``) whose transform
-  has an Arrow form (:mod:`modeswitch.transforms`, "An Arrow form"), with ``valueSchema``, the
-  ``value_schema`` setting it is built from (``modeswitch.transforms.reader_options`` gives
-  both): each partition's batches go through it in the reader's own Python worker, and the
-  source gives the transform's columns. The rows then
-  cross from Python to the JVM once, already parsed, instead of crossing back and forth for
-  a ``mapInArrow``: what the stream job reads with the Arrow parse.
+  has an Arrow form (:mod:`modeswitch.transforms`, "An Arrow form"), with ``valueSchema`` and
+  ``eventTimeField``, the ``value_schema`` and ``event_time_field`` settings it is built from
+  (``modeswitch.transforms.reader_options`` gives them all): each partition's batches go
+  through it in the reader's own Python worker, and the source gives the transform's columns.
+  The rows then cross from Python to the JVM once, already parsed, instead of crossing back
+  and forth for a ``mapInArrow``: what the stream job reads with the Arrow parse.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
   between buckets in proportion to how far behind each is. Spark passes it back to
   ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
@@ -101,6 +101,7 @@ class BucketLogOptions:
     parallelism: int = 2
     transform: str | None = None
     value_schema: str = ""
+    event_time_field: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -134,6 +135,7 @@ class BucketLogOptions:
             parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
             transform=opts.get("transform") or None,
             value_schema=opts.get("valueschema") or "",
+            event_time_field=opts.get("eventtimefield") or "",
         )
 
     def open_log(self) -> BucketedLog:
@@ -269,27 +271,31 @@ def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterato
     if options.transform is None:
         yield from batches
     else:
-        yield from transform_form(options.transform, options.value_schema).function(batches)
+        form = transform_form(options.transform, options.value_schema, options.event_time_field)
+        yield from form.function(batches)
 
 
-_FORMS: dict[tuple[str, str], ArrowForm] = {}
+_FORMS: dict[tuple[str, str, str], ArrowForm] = {}
 
 
-def transform_form(spec: str, value_schema: str = "") -> ArrowForm:
-    """The Arrow form of the transform ``spec`` names (built from ``value_schema`` for
-    ``value_schema``), for this source's records; loaded once per process. Refuses, naming
-    the option, a transform without one."""
-    form = _FORMS.get((spec, value_schema))
+def transform_form(spec: str, value_schema: str = "", event_time_field: str = "") -> ArrowForm:
+    """The Arrow form of the transform ``spec`` names (built from ``value_schema`` and
+    ``event_time_field`` for ``value_schema``), for this source's records; loaded once per
+    process. Refuses, naming the option, a transform without one."""
+    key = (spec, value_schema, event_time_field)
+    form = _FORMS.get(key)
     if form is None:
         from modeswitch.transforms import load_transform
 
-        form = load_transform(spec, value_schema=value_schema).arrow_form()
+        form = load_transform(
+            spec, value_schema=value_schema, event_time_field=event_time_field
+        ).arrow_form()
         if form is None:
             raise ValueError(
                 f"option transform={spec!r}: this transform has no Arrow form to run in the "
                 "reader (modeswitch.transforms, 'An Arrow form'); apply it to the DataFrame"
             )
-        _FORMS[(spec, value_schema)] = form
+        _FORMS[key] = form
     return form
 
 
@@ -463,7 +469,9 @@ class BucketLogDataSource(DataSource):
         options = self._options()
         if options.transform is None:
             return SPARK_RECORD_DDL
-        return transform_form(options.transform, options.value_schema).schema
+        return transform_form(
+            options.transform, options.value_schema, options.event_time_field
+        ).schema
 
     def _options(self) -> BucketLogOptions:
         return BucketLogOptions.parse(self.options)

@@ -5,7 +5,11 @@ source DataFrame (columns ``bucket, offset, event_time, key, value``). The contr
 relies on:
 
 - every input row comes out, exactly once: malformed records are *marked*, never dropped;
-- the input columns are kept as they are (``value`` stays raw, for lineage);
+- the input columns are kept as they are (``value`` stays raw, for lineage), but for one: the
+  transform built from ``value_schema`` with ``event_time_field`` set puts the payload's event
+  time in ``event_time`` (:mod:`modeswitch.control.value_schema`); a transform of one's own
+  keeps ``event_time`` as it is (a backfill's window, the watermark and the log's time index
+  all count on it);
 - typed columns parsed from the JSON ``value`` may be added (the default transform adds the
   ``value_schema`` setting's, :mod:`modeswitch.transforms.payload`; the demo's parse,
   :func:`parse_events`, adds :data:`EVENT_SCHEMA`'s: ``event_id long, user_id long, action
@@ -26,10 +30,11 @@ value as its text (``"action": 5`` gives ``"5"``), and an integer is a valid dou
 The transform is a setting, resolved by :func:`load_transform` to a :class:`Transform`: by
 default ``value_schema`` (:data:`DEFAULT_TRANSFORM`), the transform built from the
 ``value_schema`` setting (:mod:`modeswitch.transforms.payload`: the payload parsed into its
-columns in both forms, or the records as they are without one); or ``module:function``, the
-function it names, or the :class:`Transform` it names as is (then ``value_schema`` must be
-empty). :func:`check_output_schema` tells a transform whose output breaks the contract apart
-from a working one; an Arrow form's output is checked before anything is written.
+columns in both forms, its ``event_time_field`` as the event time, or the records as they are
+without a schema); or ``module:function``, the function it names, or the :class:`Transform` it
+names as is (then ``value_schema`` and ``event_time_field`` must be empty).
+:func:`check_output_schema` tells a transform whose output breaks the contract apart from a
+working one; an Arrow form's output is checked before anything is written.
 
 **An Arrow form** (optional): a transform may also say how to do the same work on Arrow
 batches, without Spark: a :class:`Transform` built with ``arrow=``, a function of the input's
@@ -59,9 +64,18 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from modeswitch.control.settings import SCHEMA_TRANSFORM
+from modeswitch.control.value_schema import (
+    EVENT_TIME_TYPES,
+    MAX_MICROS,
+    MAX_MILLIS,
+    MIN_MICROS,
+    MIN_MILLIS,
+    TIMESTAMP_PATTERN,
+)
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 
@@ -104,6 +118,7 @@ EVENT_SCHEMA = StructType(
 required."""
 
 _PARSED = "_modeswitch_parsed"
+_FIELD = "_modeswitch_field_"
 _CORRUPT = "_modeswitch_corrupt"
 _JSON_OPTIONS = {
     "mode": "PERMISSIVE",
@@ -120,13 +135,24 @@ def parse_events(df: DataFrame) -> DataFrame:
 
 
 def parse_json_values(
-    df: DataFrame, schema: StructType, *, required: Sequence[str] | None = None
+    df: DataFrame,
+    schema: StructType,
+    *,
+    required: Sequence[str] | None = None,
+    event_time: str | None = None,
 ) -> DataFrame:
     """Add ``schema``'s fields parsed from the JSON ``value`` and :data:`QUARANTINE_REASON`.
 
     ``required`` names the fields that must be present, non-null and of their type (default:
     all of them); a missing optional field is just null. Keeps every input column and row;
     on a row with a reason, every added field is null. Pure Spark SQL, streaming-safe.
+
+    A timestamp field is read as text and converted by :func:`timestamp_from_text` (RFC 3339
+    with an offset, :mod:`modeswitch.control.value_schema`), not by Spark's own timestamp
+    parsing. ``event_time`` names a timestamp field, or a long field read as epoch
+    milliseconds (null outside the years 0001-9999), whose time replaces the ``event_time``
+    column on every row whose value is a JSON object with that field's time; the other rows
+    keep theirs.
 
     The reason is the first of: ``value is null``, ``value is not UTF-8`` (a source kept
     undecodable bytes as :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` + base64),
@@ -135,9 +161,13 @@ def parse_json_values(
     required field, in schema order, that did not parse).
     """
     names = [f.name for f in schema.fields]
-    required = check_parse_inputs(df.columns, schema, required)
+    required = check_parse_inputs(df.columns, schema, required, event_time=event_time)
 
-    parse_schema = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
+    read_fields = [
+        StructField(f.name, StringType()) if isinstance(f.dataType, TimestampType) else f
+        for f in schema.fields
+    ]
+    parse_schema = StructType([*read_fields, StructField(_CORRUPT, StringType())])
     value = F.col("value")
     parsed = F.col(_PARSED)
     corrupt = parsed.getField(_CORRUPT)
@@ -156,29 +186,101 @@ def parse_json_values(
             F.lit("value is not a JSON object"),
         )
     )
+    # Fields whose parsed value is converted (a timestamp's text, an event time's range): in a
+    # projection of their own, so that each conversion runs once per row.
+    conversions: dict[str, Column] = {}
+    for f in schema.fields:
+        if isinstance(f.dataType, TimestampType):
+            conversions[f.name] = timestamp_from_text(parsed.getField(f.name))
+        elif f.name == event_time:
+            millis = parsed.getField(f.name)
+            conversions[f.name] = F.when(millis.between(MIN_MILLIS, MAX_MILLIS), millis)
+    columns = {n: f"{_FIELD}{i}" for i, n in enumerate(names) if n in conversions}
+
+    def field(name: str) -> Column:
+        return F.col(columns[name]) if name in columns else parsed.getField(name)
+
     for name in required:
-        kind = _type_word(schema[name].dataType)
-        reason = reason.when(
-            parsed.getField(name).isNull(), F.lit(f"field {name} is missing or not {kind}")
-        )
+        kind = _type_word(schema[name].dataType, event_time=name == event_time)
+        reason = reason.when(field(name).isNull(), F.lit(f"field {name} is missing or not {kind}"))
     # Three projections, so that from_json and the reason are each computed once per row
     # (Spark does not collapse projections that would repeat an expensive expression).
     with_parsed = df.withColumn(_PARSED, F.from_json(value, parse_schema, _JSON_OPTIONS))
+    if conversions:
+        with_parsed = with_parsed.select(
+            "*", *[conversions[n].alias(c) for n, c in columns.items()]
+        )
     with_reason = with_parsed.withColumn(QUARANTINE_REASON, reason)
-    good = F.col(QUARANTINE_REASON).isNull()
+    reason_column = F.col(QUARANTINE_REASON)
+    good = reason_column.isNull()
+    kept = [F.col(c) for c in df.columns]
+    if event_time is not None:
+        moment = field(event_time)
+        if not isinstance(schema[event_time].dataType, TimestampType):
+            moment = F.timestamp_millis(moment)
+        # The payload's time on every row whose value is a JSON object (a good row, or one a
+        # field quarantined), whatever the rest of the schema says: as the Arrow form does.
+        an_object = good | reason_column.startswith("field ")
+        replaced = F.coalesce(F.when(an_object, moment), F.col("event_time"))
+        kept = [replaced.alias(c) if c == "event_time" else F.col(c) for c in df.columns]
     return with_reason.select(
-        *[F.col(c) for c in df.columns],
-        *[F.when(good, parsed.getField(n)).alias(n) for n in names],
-        F.col(QUARANTINE_REASON),
+        *kept,
+        *[F.when(good, field(n)).alias(n) for n in names],
+        reason_column,
+    )
+
+
+def timestamp_from_text(text: Column) -> Column:
+    """A timestamp field's time from its JSON text (a string column), or null when the text
+    is not RFC 3339 with an offset, names a day that does not exist or falls outside years
+    0001-9999 UTC: :func:`modeswitch.control.value_schema.timestamp_text_micros` in Spark SQL,
+    with no dependence on the session's time zone. One regular-expression match per value;
+    the parts are then read at their fixed places."""
+    whole = F.regexp_extract(text, "^" + TIMESTAMP_PATTERN, 0)
+    length = F.length(text)
+    zone = F.when(F.upper(F.substring(text, -1, 1)) == "Z", F.lit(1)).otherwise(F.lit(6))
+    fraction = F.when(
+        F.substring(text, 20, 1) == ".", text.substr(F.lit(21), length - 20 - zone)
+    ).otherwise(F.lit(""))
+
+    def number(part: Column) -> Column:
+        return part.try_cast(LongType())
+
+    days = F.unix_date(F.try_to_date(F.substring(text, 1, 10), "yyyy-MM-dd"))
+    clock = (
+        number(F.substring(text, 12, 2)) * 3600
+        + number(F.substring(text, 15, 2)) * 60
+        + number(F.substring(text, 18, 2))
+    )
+    offset = F.when(
+        zone == 6,
+        (
+            number(text.substr(length - 4, F.lit(2))) * 3600
+            + number(text.substr(length - 1, F.lit(2))) * 60
+        )
+        * F.when(text.substr(length - 5, F.lit(1)) == "-", F.lit(-1)).otherwise(F.lit(1)),
+    ).otherwise(F.lit(0))
+    micros = (
+        days.cast(LongType()) * 86_400_000_000
+        + (clock - offset) * 1_000_000
+        + number(F.rpad(F.substring(fraction, 1, 6), 6, "0"))
+    )
+    return F.when(
+        (whole == text) & micros.between(MIN_MICROS, MAX_MICROS), F.timestamp_micros(micros)
     )
 
 
 def check_parse_inputs(
-    columns: Sequence[str], schema: StructType, required: Sequence[str] | None
+    columns: Sequence[str],
+    schema: StructType,
+    required: Sequence[str] | None,
+    *,
+    event_time: str | None = None,
 ) -> list[str]:
     """The required field names (default: all of ``schema``'s); refuses, before any job,
-    required fields the schema lacks, payload fields that clash with input columns, and an
-    input without ``value``."""
+    required fields the schema lacks, payload fields that clash with input columns, an
+    input without ``value``, and an ``event_time`` that is not a timestamp or long field of
+    the schema (or an input without ``event_time``)."""
     names = [f.name for f in schema.fields]
     required = list(names if required is None else required)
     unknown = [n for n in required if n not in names]
@@ -192,6 +294,15 @@ def check_parse_inputs(
         raise ConfigError(f"transform: payload fields {clashes} clash with input columns {columns}")
     if "value" not in columns:
         raise ConfigError(f"transform: the input has no 'value' column (columns: {columns})")
+    if event_time is not None:
+        kind = schema[event_time].dataType.typeName() if event_time in names else None
+        if kind not in EVENT_TIME_TYPES or "event_time" not in columns:
+            raise ConfigError(
+                f"event_time_field: {event_time!r} must be a timestamp or long field of the "
+                f"payload schema {names}, and the input must have an event_time column "
+                f"(columns: {columns})",
+                setting="event_time_field",
+            )
     return required
 
 
@@ -199,11 +310,15 @@ TYPE_WORDS = {
     **dict.fromkeys(("long", "integer", "short", "byte"), "an integer"),
     **dict.fromkeys(("double", "float", "decimal"), "a number"),
     "string": "a string",
+    "timestamp": "a timestamp",
 }
-"""How a quarantine reason names a payload field's type, by Spark type name."""
+"""How a quarantine reason names a payload field's type, by Spark type name; an event-time
+field's long is named as :data:`~modeswitch.control.value_schema.EVENT_TIME_TYPES` says."""
 
 
-def _type_word(dtype: DataType) -> str:
+def _type_word(dtype: DataType, *, event_time: bool = False) -> str:
+    if event_time and dtype.typeName() in EVENT_TIME_TYPES:
+        return EVENT_TIME_TYPES[dtype.typeName()]
     return TYPE_WORDS.get(dtype.typeName(), f"a {dtype.simpleString()}")
 
 
@@ -266,13 +381,15 @@ class Transform:
         return form
 
 
-def load_transform(spec: str = DEFAULT_TRANSFORM, *, value_schema: str = "") -> Transform:
+def load_transform(
+    spec: str = DEFAULT_TRANSFORM, *, value_schema: str = "", event_time_field: str = ""
+) -> Transform:
     """Resolve the ``transform`` setting to a :class:`Transform`.
 
     ``value_schema`` (:data:`DEFAULT_TRANSFORM`) is the transform built from the
-    ``value_schema`` setting, given here
+    ``value_schema`` and ``event_time_field`` settings, given here
     (:func:`modeswitch.transforms.payload.value_schema_transform`). Any other spec is
-    ``module:function``, and ``value_schema`` must then be empty.
+    ``module:function``, and ``value_schema`` and ``event_time_field`` must then be empty.
     ``function`` may be a dotted path inside the module (``pkg.mod:Parsers.orders``). A
     :class:`Transform` is used as is; a plain function becomes a Transform named ``spec``
     with no Arrow form. A module that moved (:data:`MOVED_MODULES`) is found at its new
@@ -284,7 +401,14 @@ def load_transform(spec: str = DEFAULT_TRANSFORM, *, value_schema: str = "") -> 
     if isinstance(spec, str) and spec.strip() == SCHEMA_TRANSFORM:
         from modeswitch.transforms.payload import value_schema_transform
 
-        return value_schema_transform(value_schema)
+        return value_schema_transform(value_schema, event_time_field=event_time_field)
+    if event_time_field.strip():
+        raise ConfigError(
+            f"event_time_field: {event_time_field!r} is set, but transform={spec!r} parses the "
+            f"records itself (and must keep the log's event_time); use "
+            f"transform={SCHEMA_TRANSFORM!r} with value_schema, or leave event_time_field empty",
+            setting="event_time_field",
+        )
     if value_schema.strip():
         raise ConfigError(
             f"value_schema: {value_schema!r} is set, but transform={spec!r} parses the records "
@@ -327,10 +451,15 @@ def load_transform(spec: str = DEFAULT_TRANSFORM, *, value_schema: str = "") -> 
     return Transform(name=spec, spark=target)  # type: ignore[arg-type]
 
 
-def reader_options(spec: str, value_schema: str = "") -> dict[str, str]:
+def reader_options(spec: str, value_schema: str = "", event_time_field: str = "") -> dict[str, str]:
     """The ``bucketlog`` reader's options that run the transform ``spec`` (with
-    ``value_schema``) inside the reader: its ``transform`` and, when set, ``valueSchema``."""
-    return {"transform": spec, **({"valueSchema": value_schema} if value_schema else {})}
+    ``value_schema`` and ``event_time_field``) inside the reader: its ``transform`` and, when
+    set, ``valueSchema`` and ``eventTimeField``."""
+    return {
+        "transform": spec,
+        **({"valueSchema": value_schema} if value_schema else {}),
+        **({"eventTimeField": event_time_field} if event_time_field else {}),
+    }
 
 
 def check_output_schema(schema: StructType, *, spec: str | None = None) -> None:

@@ -49,12 +49,18 @@ import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from modeswitch.control.value_schema import (
+    EVENT_TIME_TYPES,
+    MAX_MILLIS,
+    MIN_MILLIS,
+    timestamp_text_micros,
+)
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms import (
@@ -79,6 +85,7 @@ _ARROW_TYPES = {
     "float": pa.float32(),
     "string": pa.string(),
     "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
 }
 
 
@@ -104,30 +111,63 @@ _LENIENT = json.JSONDecoder(
 )
 
 
+class ParsedValues(NamedTuple):
+    """What :meth:`PayloadParser.parse_values` gives: the payload's columns (null on a
+    quarantined row), the reasons (null when good), and the event-time field's time in
+    microseconds on every row whose value is a JSON object holding one, quarantined or not
+    (null elsewhere, and without an event-time field)."""
+
+    columns: list[pa.Array]
+    reasons: pa.Array
+    event_micros: pa.Array
+
+
 class PayloadParser:
     """Parses JSON values into the columns of a payload schema and a quarantine reason.
 
     ``fields`` are ``(name, type)`` pairs, ``type`` a Spark simple type name (``long``,
-    ``integer``, ``short``, ``byte``, ``double``, ``float``, ``string``, ``boolean``);
-    ``required`` the names that must be present, non-null and of their type.
+    ``integer``, ``short``, ``byte``, ``double``, ``float``, ``string``, ``boolean``,
+    ``timestamp``: RFC 3339 text, :func:`~modeswitch.control.value_schema.timestamp_text_micros`);
+    ``required`` the names that must be present, non-null and of their type; ``event_time``
+    the field (``timestamp``, or ``long`` read as epoch milliseconds) whose time
+    :meth:`parse_values` gives, as :func:`modeswitch.transforms.parse_json_values` reads it.
     """
 
-    def __init__(self, fields: Sequence[tuple[str, str]], required: Sequence[str]) -> None:
+    def __init__(
+        self,
+        fields: Sequence[tuple[str, str]],
+        required: Sequence[str],
+        event_time: str | None = None,
+    ) -> None:
         unsupported = [f"{n} ({t})" for n, t in fields if t not in _ARROW_TYPES]
         if unsupported:
             raise ConfigError(
                 f"transform: the Arrow parse takes fields of types {sorted(_ARROW_TYPES)}; "
                 f"{', '.join(unsupported)} need modeswitch.transforms:parse_json_values"
             )
+        types = dict(fields)
+        if event_time is not None and types.get(event_time) not in EVENT_TIME_TYPES:
+            raise ConfigError(
+                f"event_time_field: {event_time!r} must be a timestamp or long field of the "
+                f"payload ({', '.join(f'{n} ({t})' for n, t in fields)})",
+                setting="event_time_field",
+            )
         self.fields = list(fields)
         self.names = [n for n, _ in fields]
         self.required = [n for n in self.names if n in set(required)]
+        self.event_time = event_time
         self.schema = pa.schema([(n, _ARROW_TYPES[t]) for n, t in fields])
+
+        def word(name: str, kind: str) -> str:
+            if name == event_time:
+                return EVENT_TIME_TYPES[kind]
+            return TYPE_WORDS.get(kind, f"a {kind}")
+
         self._reasons = {
-            n: f"field {n} is missing or not {TYPE_WORDS.get(t, f'a {t}')}"
-            for n, t in fields
-            if n in required
+            n: f"field {n} is missing or not {word(n, t)}" for n, t in fields if n in required
         }
+        self._timestamps = [i for i, (_, t) in enumerate(fields) if t == "timestamp"]
+        self._event_position = None if event_time is None else self.names.index(event_time)
         self._required_positions = [self.names.index(n) for n in self.required]
         # Positional attribute names, renamed to the payload's: a JSON name need not be a
         # Python identifier ("user-id", "class").
@@ -146,15 +186,22 @@ class PayloadParser:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its arguments (msgspec's decoders do not pickle): how Spark ships it to
         the Python workers."""
-        return PayloadParser, (self.fields, self.required)
+        return PayloadParser, (self.fields, self.required, self.event_time)
 
     def parse(self, values: pa.Array) -> tuple[list[pa.Array], pa.Array]:
         """The payload columns (null on a quarantined row) and the reasons (null when good)
-        of a string array of JSON values.
+        of a string array of JSON values."""
+        parsed = self.parse_values(values)
+        return parsed.columns, parsed.reasons
+
+    def parse_values(self, values: pa.Array) -> ParsedValues:
+        """:meth:`parse`, with the event time (:class:`ParsedValues`).
 
         One typed decode per value in a tight loop; the columns are built from the decoded
         records field by field; the values the typed decode refused are read by
-        :meth:`_slowly`; required fields that came out null are found on the Arrow columns.
+        :meth:`_slowly`; then a timestamp's text becomes its time and an event time out of
+        its years becomes null; required fields that came out null are found on the Arrow
+        columns.
         """
         decode = self._typed.decode
         records: list[Any] = []
@@ -176,6 +223,20 @@ class PayloadParser:
             elif row is not None:
                 for column, parsed in zip(lists, row, strict=True):
                     column[index] = parsed
+        for position in self._timestamps:
+            lists[position] = [
+                None if v is None else timestamp_text_micros(v) for v in lists[position]
+            ]
+        event: list[Any] = []
+        if self._event_position is not None:
+            times = lists[self._event_position]
+            if self.fields[self._event_position][1] == "long":
+                times = [v if v is None or MIN_MILLIS <= v <= MAX_MILLIS else None for v in times]
+                lists[self._event_position] = times
+                event = [None if v is None else v * 1000 for v in times]
+            else:
+                event = times
+        event_micros = pa.array(event if event else [None] * len(records), pa.int64())
         columns = [pa.array(c, f.type) for c, f in zip(lists, self.schema, strict=True)]
         if self.required:
             positions = self._required_positions
@@ -190,7 +251,7 @@ class PayloadParser:
         quarantined = reason_array.is_valid()
         if reason_array.null_count != len(reason_array):
             columns = [pc.if_else(quarantined, pa.scalar(None, c.type), c) for c in columns]
-        return columns, reason_array
+        return ParsedValues(columns, reason_array, event_micros)
 
     def _refused(self, value: str | None) -> tuple[str | None, tuple[Any, ...] | None]:
         """The reason, or the row, of a value the typed decode refused."""
@@ -222,21 +283,24 @@ class PayloadParser:
             convert = self._converters.get(name)
             if convert is not None and (parsed := convert(raw)) is not _MISTYPED:
                 values[name] = parsed
-        row = tuple(values.get(n) for n in self.names)
-        for name in self.required:
-            if values.get(name) is None:
-                return self._reasons[name], None
-        return None, row
+        # The required fields are checked by parse_values, on the converted columns.
+        return None, tuple(values.get(n) for n in self.names)
 
     def batches(
         self, batches: Iterator[pa.RecordBatch], keep: Sequence[str]
     ) -> Iterator[pa.RecordBatch]:
         """``mapInArrow``'s function: each batch with ``keep``'s columns, the payload's and
-        :data:`QUARANTINE_REASON`."""
+        :data:`QUARANTINE_REASON`; with an event-time field, ``event_time`` is its time where
+        the value holds one (:class:`ParsedValues`) and the batch's elsewhere."""
         for batch in batches:
-            columns, reasons = self.parse(batch.column("value"))
+            parsed = self.parse_values(batch.column("value"))
+            kept = [batch.column(n) for n in keep]
+            if self.event_time is not None:
+                at = keep.index("event_time")
+                log_times = kept[at]
+                kept[at] = pc.coalesce(parsed.event_micros.cast(log_times.type), log_times)
             yield pa.RecordBatch.from_arrays(
-                [*(batch.column(n) for n in keep), *columns, reasons],
+                [*kept, *parsed.columns, parsed.reasons],
                 names=[*keep, *self.names, QUARANTINE_REASON],
             )
 
@@ -251,7 +315,8 @@ def _python_type(spark_type: str) -> Any:
     bounds = _integer_range(spark_type)
     if bounds is not None:
         return Annotated[int, msgspec.Meta(ge=bounds[0], le=bounds[1])]
-    return {"double": float, "float": float, "string": str, "boolean": bool}[spark_type]
+    types = {"double": float, "float": float, "string": str, "timestamp": str, "boolean": bool}
+    return types[spark_type]
 
 
 _MISTYPED: Any = object()
@@ -289,6 +354,8 @@ def _converter(spark_type: str) -> Callable[[Any], Any]:
         return number
     if spark_type == "boolean":
         return lambda value: value if value is None or isinstance(value, bool) else _MISTYPED
+    # A string field takes any JSON value as its text; a timestamp is read as a string, then
+    # converted (parse_values), as the Spark form reads it.
     return lambda value: None if value is None else _as_text(value)
 
 
@@ -366,16 +433,27 @@ def _java_double(text: str) -> str:
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
 
 
-def parse_json_values_arrow(df: Any, schema: Any, *, required: Sequence[str] | None = None) -> Any:
+def parse_json_values_arrow(
+    df: Any,
+    schema: Any,
+    *,
+    required: Sequence[str] | None = None,
+    event_time: str | None = None,
+) -> Any:
     """:func:`modeswitch.transforms.parse_json_values` through ``mapInArrow`` and
-    :class:`PayloadParser`: the same columns, rows and reasons (see the module's doc for
-    the deliberate differences). ``schema`` is a Spark ``StructType`` of simple fields."""
-    form = json_values_form(df.schema, schema, required=required)
+    :class:`PayloadParser`: the same columns, rows, reasons and event times (see the module's
+    doc for the deliberate differences). ``schema`` is a Spark ``StructType`` of simple
+    fields."""
+    form = json_values_form(df.schema, schema, required=required, event_time=event_time)
     return df.mapInArrow(form.function, form.schema)
 
 
 def json_values_form(
-    input_schema: Any, schema: Any, *, required: Sequence[str] | None = None
+    input_schema: Any,
+    schema: Any,
+    *,
+    required: Sequence[str] | None = None,
+    event_time: str | None = None,
 ) -> ArrowForm:
     """The Arrow form (:class:`~modeswitch.transforms.ArrowForm`) of
     :func:`parse_json_values_arrow` for input of the Spark schema ``input_schema``: what
@@ -383,12 +461,32 @@ def json_values_form(
     (``batch_reader = arrow``)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    required = check_parse_inputs(input_schema.names, schema, required)
-    parser = PayloadParser([(f.name, f.dataType.typeName()) for f in schema.fields], required)
+    required = check_parse_inputs(input_schema.names, schema, required, event_time=event_time)
+    parser = PayloadParser(
+        [(f.name, f.dataType.typeName()) for f in schema.fields], required, event_time
+    )
     out = StructType(
         [*input_schema.fields, *schema.fields, StructField(QUARANTINE_REASON, StringType())]
     )
     return ArrowForm(functools.partial(parser.batches, keep=list(input_schema.names)), out)
+
+
+@functools.lru_cache(maxsize=8)
+def _event_time_parser(field: str, kind: str) -> PayloadParser:
+    return PayloadParser([(field, kind)], [], event_time=field)
+
+
+def payload_event_times(
+    values: pa.Array, log_times: pa.Array, *, field: str, kind: str
+) -> pa.Array:
+    """The event times rows get with ``event_time_field = field`` (a ``kind`` field:
+    ``timestamp`` or ``long``): the field's time where the value is a JSON object holding
+    one, ``log_times`` elsewhere. Read with this one field alone, which gives what the
+    transform built from the whole ``value_schema`` gives (a field is read apart from the
+    others): how a backfill's window and the audit of what it filled are matched to records
+    without the pipeline's schema."""
+    micros = _event_time_parser(field, kind).parse_values(values).event_micros
+    return pc.coalesce(micros.cast(log_times.type), log_times)
 
 
 def _parse_events_with_arrow(df: Any) -> Any:

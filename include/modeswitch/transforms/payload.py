@@ -10,7 +10,9 @@ what ``NOT NULL`` means). :func:`value_schema_transform` builds the pipeline's
   (:func:`modeswitch.transforms.parse_json_values`, no Python worker), the Arrow form is the
   msgspec parse (:func:`modeswitch.transforms.arrow.json_values_form`) that batch waves and the
   ``bucketlog`` reader run in their Python workers. The ``NOT NULL`` fields are the required
-  ones;
+  ones. With ``event_time_field`` set, both forms put that field's time in ``event_time``
+  (:mod:`modeswitch.control.value_schema`: the payload's time where the value holds one, the
+  log's timestamp elsewhere; a ``NOT NULL`` event-time field quarantines a record without one);
 - with none, :data:`raw_records`: the records land as they are (``bucket, offset, event_time,
   key, value``); the only record quarantined is one whose value is not UTF-8
   (``value is not UTF-8``: a Kafka source keeps such bytes as
@@ -42,10 +44,15 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from modeswitch.control.settings import SCHEMA_TRANSFORM
-from modeswitch.control.value_schema import PayloadField, parse_value_schema
+from modeswitch.control.value_schema import (
+    PayloadField,
+    find_event_time_field,
+    parse_value_schema,
+)
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms import QUARANTINE_REASON, ArrowForm, Transform, parse_json_values
 from modeswitch.transforms.arrow import json_values_form
@@ -67,6 +74,7 @@ _SPARK_TYPES: dict[str, DataType] = {
     "float": FloatType(),
     "string": StringType(),
     "boolean": BooleanType(),
+    "timestamp": TimestampType(),
 }
 
 
@@ -75,31 +83,44 @@ def payload_struct(fields: tuple[PayloadField, ...]) -> StructType:
     return StructType([StructField(f.name, _SPARK_TYPES[f.type]) for f in fields])
 
 
-def value_schema_transform(value_schema: str) -> Transform:
+def value_schema_transform(value_schema: str, *, event_time_field: str = "") -> Transform:
     """The transform ``transform = "value_schema"`` stands for (module docstring): the payload
-    parse into ``value_schema``'s columns, or :data:`raw_records` when it is empty. Raises
+    parse into ``value_schema``'s columns, with ``event_time_field``'s time as the event time
+    when set, or :data:`raw_records` when the schema is empty. Raises
     :class:`~modeswitch.errors.ConfigError` naming ``value_schema`` for a schema it cannot
-    parse."""
+    parse, and naming ``event_time_field`` for a field that is not a time of the schema."""
     fields = parse_value_schema(value_schema)
+    event = find_event_time_field(fields, event_time_field)
     if not fields:
         return raw_records
     schema = payload_struct(fields)
     required = tuple(f.name for f in fields if f.required)
+    event_time = None if event is None else event.name
     return Transform(
         name=SCHEMA_TRANSFORM,
-        spark=functools.partial(_parse_spark, schema=schema, required=required),
-        arrow=functools.partial(_parse_arrow, schema=schema, required=required),
+        spark=functools.partial(
+            _parse_spark, schema=schema, required=required, event_time=event_time
+        ),
+        arrow=functools.partial(
+            _parse_arrow, schema=schema, required=required, event_time=event_time
+        ),
     )
 
 
-def _parse_spark(df: DataFrame, *, schema: StructType, required: tuple[str, ...]) -> DataFrame:
-    return parse_json_values(df, schema, required=required)
+def _parse_spark(
+    df: DataFrame, *, schema: StructType, required: tuple[str, ...], event_time: str | None
+) -> DataFrame:
+    return parse_json_values(df, schema, required=required, event_time=event_time)
 
 
 def _parse_arrow(
-    input_schema: StructType, *, schema: StructType, required: tuple[str, ...]
+    input_schema: StructType,
+    *,
+    schema: StructType,
+    required: tuple[str, ...],
+    event_time: str | None,
 ) -> ArrowForm:
-    return json_values_form(input_schema, schema, required=required)
+    return json_values_form(input_schema, schema, required=required, event_time=event_time)
 
 
 def _raw_spark(df: DataFrame) -> DataFrame:
