@@ -5,6 +5,14 @@
 # PySpark refuses Python workers of another minor version, and a standalone cluster must run
 # the driver's Spark version.
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
+ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
+
+# The JVM artifacts of jvm/pom.xml (delta-spark and what pyspark lacks), fetched as `make
+# install` fetches them; every Spark session of ours puts exactly these on spark.jars.
+FROM ${MAVEN_IMAGE} AS jars
+COPY jvm/pom.xml /build/pom.xml
+RUN mvn -B -q -f /build/pom.xml dependency:copy-dependencies -DoutputDirectory=/build/jars
+
 FROM ${AIRFLOW_IMAGE}
 
 USER root
@@ -28,4 +36,5 @@ COPY --chown=airflow:root include ./include
 COPY --chown=airflow:root jobs ./jobs
 COPY --chown=airflow:root dags ./dags
 COPY --chown=airflow:root plugins ./plugins
+COPY --from=jars --chown=airflow:root /build/jars ./.jars
 RUN pip install --no-cache-dir --no-deps -e .

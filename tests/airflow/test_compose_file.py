@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from modeswitch.airflow.settings import _kafka_extras, settings_from_airflow
+from modeswitch.runners.jvm import JARS_FOLDER
 
 pytestmark = pytest.mark.airflow
 
@@ -152,3 +153,11 @@ def test_no_secret_is_in_the_file_and_env_example_names_each_one(services: dict)
             # .env.example names it, with no value.
             assert re.search(rf"^{reference.group(1)}=$", example, re.MULTILINE), reference
     assert checked >= 4  # the database URL, its password, the Fernet key, the JWT secret
+
+
+def test_the_image_holds_the_fetched_jars_where_every_session_looks_for_them() -> None:
+    placed = image_paths()
+    assert placed["jvm/pom.xml"] == "/build/pom.xml"  # the jars stage resolves the repo's pom
+    # runners.jvm.JARS_FOLDER is the repository's .jars/, beside include/ (editable install).
+    assert placed["/build/jars"] == f"{Path(placed['include']).parent}/.jars"
+    assert JARS_FOLDER == REPO / ".jars"
