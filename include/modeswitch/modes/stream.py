@@ -311,10 +311,10 @@ def sink_stream(
     if settings.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
     if transform.arrow is not None:
-        options = reader_options(
+        parse_options = reader_options(
             settings.transform, settings.value_schema, settings.event_time_field
         )
-        frame = reader.options(**options).load(source)
+        frame = reader.options(**parse_options).load(source)
     else:
         frame = transform(reader.load(source))
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
