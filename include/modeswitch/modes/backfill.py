@@ -10,16 +10,20 @@ window ``[start, end)`` of event time and a mode:
 - ``reprocess``: the records the sink already holds, re-derived (after a transform fix).
 
 **Which records belong to a window.** A record belongs to the window that holds its event
-time (the log's ``event_time``, which the sink and the quarantine keep unchanged):
-``start <= event_time < end``. Its offset and when it arrived do not matter, so a late record
+time, the ``event_time`` the sink and the quarantine hold for it: ``start <= event_time <
+end``. That is the log's ``event_time``, or with ``event_time_field`` set the payload field's
+time (:mod:`modeswitch.control.value_schema`: on every row whose value is a JSON object
+holding one, quarantined or not; the log's elsewhere), a function of the record alone
+(:class:`PayloadEventTime`). Its offset and when it arrived do not matter, so a late record
 belongs to the window of its own event time, and each record to exactly one window of a
 schedule. Per bucket the run considers offsets ``[lo, hi)``:
 
 - ``lo``: the first retained offset whose event time is at or after ``start``, from the log's
   time index (:meth:`~modeswitch.sources.base.BucketedLog.offset_at`: the embedded log's
   row-group event-time statistics; Kafka's ``offsets_for_times``). No record below it belongs
-  to the window. A Kafka topic read with ``event_time=<field>`` has no index of that field, so
-  there ``lo`` is the earliest retained offset.
+  to the window. The log's index does not index a payload's time: with ``event_time_field``
+  set, or a Kafka topic read with ``event_time=<field>``, ``lo`` is the earliest retained
+  offset (a payload's time says nothing of where its record sits in the log).
 - ``hi``: the bound: in ``reprocess`` the sink's committed offsets, in ``fill`` the offsets
   where the pipeline's oldest sink commit started (what the live pipeline will never read).
   Records above it are the live pipeline's.
@@ -29,11 +33,18 @@ A late record can sit anywhere above ``lo``, so there is no upper index: the who
 skips the row groups whose event-time statistics lie outside the window).
 
 **The write** (:mod:`modeswitch.modes.backfill_job`): the batch engine reads those records, runs the
-pipeline's transform, and ONE Delta replace-where commit per table replaces what the table
-holds at those positions (:func:`window_predicate`), under :data:`BACKFILL_KEY`
-(:class:`BackfillCommit`), beside the live pipeline's commits. Nothing of the live pipeline
-(committed offsets, fencing, the watermark) sees a backfill commit; ``modeswitch verify``
-counts the filled windows (:func:`backfilled_positions`).
+pipeline's transform, keeps the rows whose (transformed) event time is in the window, and ONE
+Delta replace-where commit per table replaces what the table holds at those positions
+(:func:`window_predicate`), under :data:`BACKFILL_KEY` (:class:`BackfillCommit`), beside the
+live pipeline's commits. A record is deleted only to be written again: before committing, the
+job checks that every row the predicate would delete is among the rows it writes, and that no
+row it writes is held already outside the window
+(:func:`~modeswitch.modes.backfill_job.check_replace_is_exact`); a table
+whose rows got their event time by another rule (``event_time_field`` changed since they
+were written) fails that check, and the run is refused with nothing written. Nothing of the
+live pipeline (committed offsets, fencing, the watermark) sees a backfill commit;
+``modeswitch verify`` counts the filled windows (:func:`backfilled_positions`, by the rule
+each fill recorded).
 
 **Guards**, before anything is written (:class:`~modeswitch.errors.BackfillRefusedError`): a
 window that ends in the future, a window whose records may have been dropped by retention, a
@@ -52,7 +63,8 @@ from typing import Any, Literal, get_args
 
 import pendulum
 
-from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings import SCHEMA_TRANSFORM, PipelineSettings
+from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
 from modeswitch.errors import BackfillRefusedError, ModeswitchError
 from modeswitch.sinks.commits import event_time_to_micros, sink_commits
 from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
@@ -116,6 +128,50 @@ def backfill_app_id(pipeline: str, window: Window) -> str:
 
 
 @dataclass(frozen=True)
+class PayloadEventTime:
+    """The rule ``event_time_field`` gives a record's event time by: the payload ``field``'s
+    time (``kind``: ``timestamp``, or ``long`` epoch milliseconds) where the value is a JSON
+    object holding one, the log's elsewhere. A function of the record and this rule alone,
+    so that a backfill and the audit match records to windows without the pipeline's
+    schema; each backfill plan and commit records it."""
+
+    field: str
+    kind: str
+
+    @classmethod
+    def of(cls, settings: PipelineSettings) -> PayloadEventTime | None:
+        """The settings' rule; None when the event time is the log's."""
+        if settings.transform != SCHEMA_TRANSFORM:
+            return None
+        found = find_event_time_field(
+            parse_value_schema(settings.value_schema), settings.event_time_field
+        )
+        return None if found is None else cls(found.name, found.type)
+
+    @classmethod
+    def parse(cls, body: Any) -> PayloadEventTime | None:
+        return None if not body else cls(str(body["field"]), str(body["type"]))
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "type": self.kind}
+
+    def times(self, batch: Any) -> Any:
+        """The event times of a batch of log records (``value`` and ``event_time``)."""
+        from modeswitch.transforms.arrow import payload_event_times
+
+        return payload_event_times(
+            batch.column("value"), batch.column("event_time"), field=self.field, kind=self.kind
+        )
+
+    def __str__(self) -> str:
+        return f"event_time_field={self.field!r} ({self.kind})"
+
+
+def _event_times(batch: Any, rule: PayloadEventTime | None) -> Any:
+    return batch.column("event_time") if rule is None else rule.times(batch)
+
+
+@dataclass(frozen=True)
 class BackfillPlan:
     """A claimed backfill run: what the job reads and replaces."""
 
@@ -126,6 +182,8 @@ class BackfillPlan:
     window: Window
     ranges: dict[int, tuple[int, int]]
     """Per bucket, ``[lo, hi)``: the offsets that may hold a record of the window."""
+    event_time: PayloadEventTime | None = None
+    """The rule of the records' event time when it is a payload field's; None: the log's."""
 
     @classmethod
     def of(cls, pipeline: str, command: Command) -> BackfillPlan:
@@ -137,6 +195,7 @@ class BackfillPlan:
             mode=args["mode"],
             window=Window.parse(args["start"], args["end"]),
             ranges={int(b): (int(lo), int(hi)) for b, (lo, hi) in args["ranges"].items()},
+            event_time=PayloadEventTime.parse(args.get("event_time")),
         )
 
     @property
@@ -162,9 +221,10 @@ class BackfillCommit:
     quarantined: int
     table_version: int | None = None
     committed_at_ms: int | None = None
+    event_time: PayloadEventTime | None = None
 
     def to_metadata(self) -> dict[str, str]:
-        body = {
+        body: dict[str, Any] = {
             "pipeline": self.pipeline,
             "command": self.command,
             "run_id": self.run_id,
@@ -175,6 +235,8 @@ class BackfillCommit:
             "records": self.records,
             "quarantined": self.quarantined,
         }
+        if self.event_time is not None:
+            body["event_time"] = self.event_time.to_json()
         return {BACKFILL_KEY: json.dumps(body, separators=(",", ":"))}
 
     @classmethod
@@ -195,6 +257,7 @@ class BackfillCommit:
                 quarantined=int(body["quarantined"]),
                 table_version=info.get("version"),
                 committed_at_ms=info.get("timestamp"),
+                event_time=PayloadEventTime.parse(body.get("event_time")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModeswitchError(
@@ -326,16 +389,20 @@ def plan_backfill(
             f"{what} refused: buckets {unknown} are not buckets of the source (it has {known})"
         )
     chosen = sorted(set(buckets)) if buckets else known
-    _check_retention(source, window, chosen, what)
+    rule = PayloadEventTime.of(settings)
+    _check_retention(source, window, chosen, what, rule)
     bound = committed if mode == "reprocess" else starts
-    ranges = window_ranges(source, window, bound, buckets=chosen, indexed=source.event_time_indexed)
-    args = {
+    indexed = source.event_time_indexed and rule is None
+    ranges = window_ranges(source, window, bound, buckets=chosen, indexed=indexed)
+    args: dict[str, Any] = {
         "mode": mode,
         "start": window.start.isoformat(),
         "end": window.end.isoformat(),
         "buckets": list(buckets or []),
         "ranges": {str(b): [lo, hi] for b, (lo, hi) in sorted(ranges.items())},
     }
+    if rule is not None:
+        args["event_time"] = rule.to_json()
 
     def overlaps(other: Mapping[str, Any]) -> bool:
         theirs = Window.parse(other["start"], other["end"])
@@ -367,16 +434,22 @@ def end_unfinished_backfill(store: StateStore, command_id: int) -> Command:
 
 
 def _check_retention(
-    source: BucketedLog, window: Window, buckets: Sequence[int], what: str
+    source: BucketedLog,
+    window: Window,
+    buckets: Sequence[int],
+    what: str,
+    rule: PayloadEventTime | None = None,
 ) -> None:
     """Refuse a window that may begin among records retention dropped: a bucket that lost
-    records and whose oldest retained record is younger than the window's start."""
+    records and whose oldest retained record is younger than the window's start (its event
+    time by ``rule``: a guess when that is a payload's time, which need not follow the log's
+    order)."""
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
     for bucket in buckets:
         first = earliest.get(bucket, 0)
         if first == 0 or first >= latest.get(bucket, 0):
             continue
-        oldest = _first_event_time(source, bucket, first, latest[bucket])
+        oldest = _first_event_time(source, bucket, first, latest[bucket], rule)
         if oldest is not None and oldest > window.start:
             raise BackfillRefusedError(
                 f"{what} refused: the window is beyond retention in bucket {bucket}: records "
@@ -385,10 +458,12 @@ def _check_retention(
             )
 
 
-def _first_event_time(source: BucketedLog, bucket: int, start: int, end: int) -> datetime | None:
+def _first_event_time(
+    source: BucketedLog, bucket: int, start: int, end: int, rule: PayloadEventTime | None
+) -> datetime | None:
     for batch in source.read(bucket, start, min(end, start + 1024)):
         if batch.num_rows:
-            return batch.column("event_time")[0].as_py()
+            return _event_times(batch.slice(0, 1), rule)[0].as_py()
     return None
 
 
@@ -400,11 +475,33 @@ def backfilled_positions(
 ) -> dict[int, Any]:
     """Per bucket, the sorted offsets (int64) of the records the backfill ``commits`` loaded
     below ``below`` (the live range's start per bucket): the log's records of each commit's
-    window within its ranges. What the sink must hold once besides the live range.
+    window within its ranges, their event time taken by the rule the commit recorded (the
+    log's, or a payload field's: :class:`PayloadEventTime`). What the sink must hold once
+    besides the live range.
 
-    Each bucket is read once, from the lowest range start up, whatever the number of windows
-    (a year of daily windows is one pass, not 365); a record is matched to the window that
-    starts last at or before its event time."""
+    Each bucket is read once per rule, from the lowest range start up, whatever the number of
+    windows (a year of daily windows is one pass, not 365); a record is matched to the window
+    that starts last at or before its event time."""
+    import numpy as np
+
+    by_rule: dict[PayloadEventTime | None, list[BackfillCommit]] = {}
+    for commit in commits:
+        by_rule.setdefault(commit.event_time, []).append(commit)
+    found: dict[int, Any] = {}
+    for rule, ruled in by_rule.items():
+        for bucket, offsets in _filled_positions(source, ruled, below, rule).items():
+            held = found.get(bucket)
+            found[bucket] = offsets if held is None else np.union1d(held, offsets)
+    return found
+
+
+def _filled_positions(
+    source: BucketedLog,
+    commits: Sequence[BackfillCommit],
+    below: Mapping[int, int],
+    rule: PayloadEventTime | None,
+) -> dict[int, Any]:
+    """:func:`backfilled_positions` of commits that share one event-time rule."""
     import numpy as np
 
     pieces: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
@@ -426,7 +523,7 @@ def backfilled_positions(
         disjoint = bool(np.all(ends[:-1] <= starts[1:]))
         parts = []
         for batch in _retained(source, bucket, int(los.min()), int(his.max())):
-            times = batch.column("event_time").cast("int64").to_numpy(zero_copy_only=False)
+            times = _event_times(batch, rule).cast("int64").to_numpy(zero_copy_only=False)
             offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
             if disjoint:
                 at = np.searchsorted(starts, times, side="right") - 1
@@ -464,6 +561,7 @@ __all__ = [
     "BACKFILL_MODES",
     "BackfillCommit",
     "BackfillPlan",
+    "PayloadEventTime",
     "Window",
     "backfill_app_id",
     "backfill_commits",

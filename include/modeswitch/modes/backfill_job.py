@@ -3,7 +3,11 @@ the ranges, the guards), read by Spark, committed by deltalake.
 
 **The write.** The batch engine reads those records, filters them to the window, runs the
 pipeline's transform and writes Parquet to a staging folder (good and quarantined rows apart,
-one read of the source). Then, per table, ONE Delta commit (deltalake ``write_deltalake`` with
+one read of the source). The window is on the event time the tables hold: the log's, filtered
+before the transform (Spark skips Parquet row groups by it), or with ``event_time_field`` set
+the payload's, filtered after it. Before committing, :func:`check_replace_is_exact` compares
+what the commits would delete with what they write (no record deleted without being written
+again, none written twice). Then, per table, ONE Delta commit (deltalake ``write_deltalake`` with
 ``mode="overwrite"`` and a ``predicate``: Delta's replace-where) deletes what the table holds at
 those positions (:func:`~modeswitch.modes.backfill.window_predicate`: the window's event times
 within each bucket's ``[lo, hi)``) and adds the new rows; delta-rs checks that every new row matches
@@ -36,8 +40,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import FencedError
-from modeswitch.modes.backfill import BackfillCommit, BackfillPlan, backfill_app_id
+from modeswitch.errors import BackfillRefusedError, FencedError
+from modeswitch.modes.backfill import (
+    BackfillCommit,
+    BackfillPlan,
+    PayloadEventTime,
+    backfill_app_id,
+)
 from modeswitch.sinks.commits import keep_log
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree, retry_commit_races
@@ -67,6 +76,14 @@ def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> Bac
     later run of its window superseded it)."""
     store = StateStore.from_settings(settings)
     plan = _running_plan(store, settings.pipeline, command_id)
+    rule = PayloadEventTime.of(settings)
+    if rule != plan.event_time:
+        raise BackfillRefusedError(
+            f"backfill command {command_id} of window {plan.window} refused: it was planned "
+            f"with the event time {plan.event_time or 'of the log'}, and the settings now give "
+            f"{rule or 'the log'} (event_time_field changed between the plan and the job); "
+            "plan the run again"
+        )
     began = time.perf_counter()
     staging = f"{settings.state_root}/backfill/command-{command_id}-{uuid.uuid4().hex[:12]}"
     try:
@@ -74,6 +91,7 @@ def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> Bac
         _stage(df, staging)
         staged = time.perf_counter()
         _running_plan(store, settings.pipeline, command_id)  # not superseded meanwhile
+        check_replace_is_exact(settings, plan, staging, storage_options=store.storage_options)
         sink_commit, quarantine_version = commit_backfill(
             settings, plan, staging, storage_options=store.storage_options
         )
@@ -134,7 +152,11 @@ def _read_window(
     from modeswitch.sources.native import read_segments
     from modeswitch.transforms import load_transform, reader_options
 
-    transform = load_transform(settings.transform, value_schema=settings.value_schema)
+    transform = load_transform(
+        settings.transform,
+        value_schema=settings.value_schema,
+        event_time_field=settings.event_time_field,
+    )
     path = choose_wave_path(
         log_type(settings.source),
         batch_reader=settings.batch_reader,
@@ -147,10 +169,17 @@ def _read_window(
     in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
         F.col("event_time") < F.lit(plan.window.end)
     )
+
+    def transformed(records: Any) -> Any:
+        """The window's rows of ``records`` transformed: filtered before the transform on the
+        log's event time, after it on a payload's (the transform sets it)."""
+        if plan.event_time is None:
+            return transform(records.where(in_window))
+        return transform(records).where(in_window)
+
     if path.reader == "native":
         splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
-        source = read_segments(spark, settings.source, splits, scratch=scratch)
-        return transform(source.where(in_window))
+        return transformed(read_segments(spark, settings.source, splits, scratch=scratch))
     waves = plan_batch(
         {b: lo for b, (lo, _) in plan.ranges.items()},
         {b: hi for b, (_, hi) in plan.ranges.items()},
@@ -161,10 +190,13 @@ def _read_window(
     partitions = wave_partitions_json(waves[0]) if waves else "[]"
     reader = spark.read.format("bucketlog").option("partitions", partitions)
     if path.transform == "arrow":
-        # The Arrow form runs in the reader's workers: the rows reach the JVM parsed.
-        reader = reader.options(**reader_options(settings.transform, settings.value_schema))
-        return reader.load(settings.source).where(in_window)
-    return transform(reader.load(settings.source).where(in_window))
+        # The Arrow form runs in the reader's workers: the rows reach the JVM parsed, with
+        # their event time (a payload's too): the filter comes after it.
+        options = reader_options(
+            settings.transform, settings.value_schema, settings.event_time_field
+        )
+        return reader.options(**options).load(settings.source).where(in_window)
+    return transformed(reader.load(settings.source))
 
 
 def _stage(df: Any, staging: str) -> None:
@@ -180,6 +212,125 @@ def _stage(df: Any, staging: str) -> None:
     routed = df.withColumn(ROUTE_COLUMN, route.otherwise(F.lit(ROUTE_QUARANTINE)))
     with session_conf(df.sparkSession, WRITE_CONF):
         routed.write.mode("errorifexists").partitionBy(ROUTE_COLUMN).parquet(staging)
+
+
+def check_replace_is_exact(
+    settings: PipelineSettings,
+    plan: BackfillPlan,
+    staging: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> None:
+    """Refuse, before either commit, a backfill whose replace-where would lose or double a
+    record: per bucket, every position the sink and the quarantine hold in the window within
+    the plan's ranges (what the commits delete) must be among the staged rows (what they
+    write), and no staged position may be held already with an event time outside the window
+    (it would stay beside its new copy).
+
+    Both hold when each record's event time is what it was when its row was written. They
+    fail when it is not: ``event_time_field`` set, changed or cleared on a pipeline whose
+    tables hold rows of the other rule (their windows are not the records' windows now).
+    Raises :class:`BackfillRefusedError` naming the counts, a few positions and the rule.
+    Reads the ``bucket``, ``offset`` and ``event_time`` columns of the window's rows and of
+    the rows among the staged offsets only."""
+    import numpy as np
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from modeswitch.sinks.native import ROUTE_COLUMN, ROUTE_QUARANTINE, ROUTE_TABLE
+    from modeswitch.storage import filesystem
+
+    fs, root = filesystem(staging)
+    written: dict[int, Any] = {}
+    for route in (ROUTE_TABLE, ROUTE_QUARANTINE):  # both tables' rows are written
+        folder = f"{root}/{ROUTE_COLUMN}={route}"
+        if fs.get_file_info(folder).type.name == "Directory":
+            staged = ds.dataset(folder, format="parquet", filesystem=fs)
+            for b, offsets in _positions(staged, None).items():
+                written[b] = np.union1d(written.get(b, offsets), offsets)
+    start, end = (_utc_micros(moment) for moment in (plan.window.start, plan.window.end))
+    bucket, offset, event_time = ds.field("bucket"), ds.field("offset"), ds.field("event_time")
+    in_window = (event_time >= start) & (event_time < end)
+    ranges = sorted(plan.ranges.items())
+    if not ranges:
+        return
+    # What the commits delete: the window's rows at the ranges' positions.
+    deleting = (
+        _any((bucket == b) & (offset >= lo) & (offset < hi) for b, (lo, hi) in ranges) & in_window
+    )
+    # Where a written record may be held already: its bucket's written span, out of the window.
+    spans = [
+        (bucket == b) & (offset >= int(max(lo, written[b][0]))) & (offset <= int(written[b][-1]))
+        for b, (lo, _) in ranges
+        if b in written and len(written[b])
+    ]
+    lost: dict[int, Any] = {}
+    doubled: dict[int, Any] = {}
+    for uri in (settings.sink, settings.quarantine):
+        try:
+            table = DeltaTable(uri, storage_options=dict(storage_options or {}))
+        except TableNotFoundError:
+            continue
+        rows = table.to_pyarrow_dataset()
+        for b, held in _positions(rows, deleting).items():
+            gone = np.setdiff1d(held, written.get(b, np.empty(0, np.int64)))
+            if len(gone):
+                lost[b] = np.union1d(lost.get(b, gone), gone)
+        if spans:
+            for b, held in _positions(rows, _any(spans) & ~in_window).items():
+                twice = np.intersect1d(held, written[b])
+                if len(twice):
+                    doubled[b] = np.union1d(doubled.get(b, twice), twice)
+    if not lost and not doubled:
+        return
+
+    def listed(found: dict[int, Any], what: str) -> str:
+        total = sum(len(v) for v in found.values())
+        sample = ", ".join(f"{b}:{int(o)}" for b, v in sorted(found.items()) for o in v[:3])
+        return f"{total} records {what} (bucket:offset {sample}{', ...' if total > 3 else ''})"
+
+    problems = []
+    if lost:
+        problems.append(f"it would delete {listed(lost, 'it does not write again')}")
+    if doubled:
+        problems.append(f"it would write {listed(doubled, 'held already outside the window')}")
+    rule = plan.event_time or "the log's event time"
+    raise BackfillRefusedError(
+        f"backfill {plan.mode} {plan.window} (command {plan.command}) refused, nothing "
+        f"written: {' and '.join(problems)}. The tables' rows got their event time by "
+        f"another rule than this run's ({rule}): was event_time_field set, changed or "
+        "cleared since they were written? A window of the tables' event times cannot be "
+        "backfilled exactly then; rewind the pipeline by offsets to re-derive those rows"
+    )
+
+
+def _utc_micros(moment: Any) -> Any:
+    """A moment as an Arrow UTC timestamp scalar in microseconds (the tables' type)."""
+    import pyarrow as pa
+
+    return pa.scalar(moment, type=pa.timestamp("us", tz="UTC"))
+
+
+def _any(conditions: Any) -> Any:
+    """The conditions (dataset expressions) OR-ed."""
+    import functools
+    import operator
+
+    return functools.reduce(operator.or_, conditions)
+
+
+def _positions(rows: Any, where: Any | None) -> dict[int, Any]:
+    """Per bucket, the sorted offsets of a dataset's rows that match ``where``."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    found = rows.to_table(columns=["bucket", "offset"], filter=where)  # where=None: all
+    out = {}
+    for b in pc.unique(found.column("bucket")).to_pylist():
+        offsets = pc.filter(found.column("offset"), pc.equal(found.column("bucket"), b))
+        out[b] = np.sort(offsets.to_numpy(zero_copy_only=False).astype(np.int64))
+    return out
 
 
 def commit_backfill(
@@ -221,6 +372,7 @@ def commit_backfill(
         ranges=plan.ranges,
         records=records,
         quarantined=quarantined,
+        event_time=plan.event_time,
     )
     sink_schema = _table_schema(settings.sink, options)
 
