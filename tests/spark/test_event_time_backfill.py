@@ -23,7 +23,9 @@ from modeswitch.modes.batch import run_batch_epoch
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
 
 pytestmark = pytest.mark.spark
 
@@ -153,11 +155,15 @@ def test_fill_loads_a_window_of_payload_times_below_a_live_start_once(
     settings = settings_of(tmp_path, start_from="latest", stream_trigger="available_now")
     history = make_log(tmp_path / "log", range(PER_BUCKET * BUCKETS))
     live = decide(settings, force_mode="stream")
-    recent = range(PER_BUCKET * BUCKETS, PER_BUCKET * BUCKETS + 300)
-    make_log(tmp_path / "log", recent)
+    recent = make_log(tmp_path / "log", range(PER_BUCKET * BUCKETS, PER_BUCKET * BUCKETS + 300))
     run_stream_epoch(spark, settings, live.epoch)
     close_epoch(settings, live.epoch)
     assert_exact(settings, 300)
+    # The stream's commits record the payload's times, which the watermark is taken from.
+    latest = {b: max(t for i, t in recent.items() if i % BUCKETS == b) for b in range(BUCKETS)}
+    recorded = StateStore.from_settings(settings).max_event_times()
+    assert {b: event_time_from_micros(us) for b, us in recorded.items()} == latest
+    assert latest != {b: max(log_time(i) for i in recent if i % BUCKETS == b) for b in latest}
 
     plan = plan_backfill(settings, WINDOW, "fill", run_id="f1", issuer="test")
     report = run_backfill(spark, settings, plan.command)
