@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 # alone, tests/conftest.py). 0 (the default until the two-worker run passes here whole: see
 # the session notes) runs everything in this process; PYTEST_WORKERS=2 runs two workers.
 PYTEST_WORKERS ?= 0
+# Every run ends with its 40 slowest test phases (--durations), the record of where the time goes.
 
 .PHONY: install java jars cds chromium postgres demo test lint format bench soak soak-faults clean
 
@@ -70,7 +71,7 @@ postgres:
 	@bash tools/ensure-postgres.sh
 
 test: install chromium postgres lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=40 $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install
