@@ -35,7 +35,7 @@ JARS_STAMP := $(JARS)/.fetched
 jars: $(JARS_STAMP)
 
 $(JARS_STAMP): jvm/pom.xml | java
-	@command -v mvn >/dev/null || { echo "modeswitch needs Maven (mvn) to fetch jvm/pom.xml's jars: install it (Debian/Ubuntu: apt-get install maven)" >&2; exit 1; }
+	@bash tools/ensure-maven.sh
 	@rm -rf $(JARS).new
 	mvn -B -q -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS).new
 	@touch $(JARS).new/.fetched
