@@ -150,13 +150,9 @@ def _read_window(
     from modeswitch.modes.wave_path import choose_wave_path
     from modeswitch.sources import log_type
     from modeswitch.sources.native import read_segments
-    from modeswitch.transforms import load_transform, reader_options
+    from modeswitch.transforms import pipeline_reader_options, pipeline_transform
 
-    transform = load_transform(
-        settings.transform,
-        value_schema=settings.value_schema,
-        event_time_field=settings.event_time_field,
-    )
+    transform = pipeline_transform(settings)
     path = choose_wave_path(
         log_type(settings.source),
         batch_reader=settings.batch_reader,
@@ -192,9 +188,7 @@ def _read_window(
     if path.transform == "arrow":
         # The Arrow form runs in the reader's workers: the rows reach the JVM parsed, with
         # their event time (a payload's too): the filter comes after it.
-        options = reader_options(
-            settings.transform, settings.value_schema, settings.event_time_field
-        )
+        options = pipeline_reader_options(settings)
         return reader.options(**options).load(settings.source).where(in_window)
     return transformed(reader.load(settings.source))
 

@@ -50,7 +50,7 @@ from modeswitch.sources import log_type
 from modeswitch.sources.native import read_segments
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
-from modeswitch.transforms import load_transform
+from modeswitch.transforms import pipeline_transform
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +136,7 @@ def run_batch_epoch(
     anything is read or written, for settings whose waves cannot run
     (:func:`~modeswitch.modes.wave_path.choose_wave_path`).
     """
-    transform = load_transform(
-        settings.transform,
-        value_schema=settings.value_schema,
-        event_time_field=settings.event_time_field,
-    )
+    transform = pipeline_transform(settings)
     path = choose_wave_path(
         log_type(settings.source),
         batch_reader=settings.batch_reader,

@@ -56,7 +56,7 @@ from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
 from modeswitch.state import Epoch, StateStore
 from modeswitch.storage import is_local, remove_tree
-from modeswitch.transforms import load_transform, reader_options
+from modeswitch.transforms import pipeline_reader_options, pipeline_transform
 
 log = logging.getLogger(__name__)
 
@@ -302,19 +302,12 @@ def sink_stream(
 
     A transform with an Arrow form runs inside the source's reader (its ``transform``
     option): the rows reach the JVM parsed, with no second trip to Python for the parse."""
-    transform = load_transform(
-        settings.transform,
-        value_schema=settings.value_schema,
-        event_time_field=settings.event_time_field,
-    )
+    transform = pipeline_transform(settings)
     reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
     if settings.max_records_per_trigger is not None:
         reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
     if transform.arrow is not None:
-        parse_options = reader_options(
-            settings.transform, settings.value_schema, settings.event_time_field
-        )
-        frame = reader.options(**parse_options).load(source)
+        frame = reader.options(**pipeline_reader_options(settings)).load(source)
     else:
         frame = transform(reader.load(source))
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)

@@ -67,7 +67,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from modeswitch.control.settings import SCHEMA_TRANSFORM
+from modeswitch.control.settings import SCHEMA_TRANSFORM, PipelineSettings
 from modeswitch.control.value_schema import (
     EVENT_TIME_TYPES,
     MAX_MICROS,
@@ -460,6 +460,22 @@ def reader_options(spec: str, value_schema: str = "", event_time_field: str = ""
         **({"valueSchema": value_schema} if value_schema else {}),
         **({"eventTimeField": event_time_field} if event_time_field else {}),
     }
+
+
+def pipeline_transform(settings: PipelineSettings) -> Transform:
+    """The pipeline's transform: :func:`load_transform` of its ``transform``, ``value_schema``
+    and ``event_time_field`` settings."""
+    return load_transform(
+        settings.transform,
+        value_schema=settings.value_schema,
+        event_time_field=settings.event_time_field,
+    )
+
+
+def pipeline_reader_options(settings: PipelineSettings) -> dict[str, str]:
+    """The ``bucketlog`` reader's options that run the pipeline's transform inside the reader
+    (:func:`reader_options` of the same three settings)."""
+    return reader_options(settings.transform, settings.value_schema, settings.event_time_field)
 
 
 def check_output_schema(schema: StructType, *, spec: str | None = None) -> None:
