@@ -4,7 +4,10 @@ runs until a rewind command stops it at a commit boundary (the command stays pen
 reprocesses the range. The audit finds nothing missing or duplicated, and every record of
 the rewound range is in the sink or the quarantine exactly once.
 
-The Spark jobs run as child processes (own process group each, killed if they overrun).
+The Spark jobs run as child processes (own process group each, killed if they overrun). No
+timing is part of what it proves: the stream may run ten minutes, so only the command can have
+stopped it within the job's timeout, and the epoch after the rewind reads what the log holds
+and ends (``stream_trigger = available_now``, as ``modeswitch run --until caught-up`` does).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def settings(tmp_path: Path) -> PipelineSettings:
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             "trigger_interval": "500ms",
-            "max_stream_runtime": "90s",
+            "max_stream_runtime": "10m",
             "min_time_in_stream": "0s",
             "exit_threshold": "1h",
             "enter_threshold": "2h",
@@ -56,7 +59,6 @@ def rows_at(uri: str, bucket: int, low: int, high: int) -> list[int]:
     return [o for o in table.column("offset").to_pylist() if o < high]
 
 
-@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     settings: PipelineSettings,
 ) -> None:
@@ -77,7 +79,7 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     assert stream.start == drained
 
     def rewind_when_streaming() -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240
         while not store.progress(stream.epoch) and time.monotonic() < deadline:
             time.sleep(0.5)
         store.submit_command(
@@ -86,12 +88,10 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
 
     submitter = threading.Thread(target=rewind_when_streaming)
     submitter.start()
-    started = time.monotonic()
-    try:
+    try:  # killed (and failed) at the timeout unless the command stops it
         run_job_process("stream", settings, stream.epoch, timeout=300)
     finally:
         submitter.join()
-    assert time.monotonic() - started < 80  # stopped by the command, not max_stream_runtime
     close_epoch(settings, stream.epoch)
     stopped = store.epoch(stream.epoch)
     assert "command #1 rewind" in (stopped.end_reason or ""), stopped.end_reason
@@ -102,7 +102,10 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     assert again.start == {**stopped.end, **rewind_to}
     assert store.command(1).status == "applied"
     assert store.epoch(again.epoch).start == again.start
-    run_job_process(again.mode, settings, again.epoch, timeout=600)
+    drain = PipelineSettings.from_mapping(
+        {**settings.to_mapping(), "stream_trigger": "available_now"}
+    )
+    run_job_process(again.mode, drain, again.epoch, timeout=600)
     close_epoch(settings, again.epoch)
     ended = store.epoch(again.epoch)
     assert ended.status == "completed"

@@ -225,7 +225,8 @@ def run_epochs(
             return
 
 
-@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
+# Not `exclusive`: the offset-lag policy does not depend on how fast this machine is, and the
+# liveness bound (minutes) holds beside another test's Spark job.
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed) -> None:
     rng = random.Random(seed)
