@@ -212,7 +212,9 @@ def _airflow(
             "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database or f"sqlite:///{home}/airflow.db",
+        # A minute's wait for another component's write lock (SQLite's default is 5 s).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database
+        or f"sqlite:///{home}/airflow.db?timeout=60",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__WORKERS": "1",
