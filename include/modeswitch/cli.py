@@ -325,6 +325,13 @@ def _verify(args: argparse.Namespace) -> int:
             else "nothing committed"
         )
         console.print(f"bucket {row.bucket} ({where}): {'; '.join(found)} (first offsets)")
+    for erasure in report.erasures:
+        console.print(
+            f"{erasure.describe()}, another writer's commit, removed {erasure.records:,} "
+            "records: counted as erased, not missing"
+        )
+    if totals.erased:
+        console.print(f"{totals.erased:,} committed records are absent because they were erased")
     for problem in report.problems:
         console.print(f"[red]{problem}[/red]")
     if report.spot_check is not None:
@@ -342,6 +349,7 @@ def _verify(args: argparse.Namespace) -> int:
         console.print(
             "[green]OK[/green]: every committed record is in the sink or the "
             "quarantine exactly once"
+            + (", or was erased by another writer" if totals.erased else "")
         )
         return 0
     mismatches = len(report.spot_check.mismatches) if report.spot_check else 0

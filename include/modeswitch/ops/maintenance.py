@@ -132,7 +132,10 @@ def maintain(
                 _set_retentions(table, name, cfg.vacuum_retention, cfg.log_retention)
         kept = store.log_summaries()
         summary = LogSummary.read(
-            settings.sink, settings.pipeline, after=kept[-1].through if kept else -1
+            settings.sink,
+            settings.pipeline,
+            after=kept[-1].through if kept else -1,
+            quarantine=(settings.quarantine, max((k.quarantine_through for k in kept), default=-1)),
         )
         hold(log_summary=summary.to_dict())
         tables = []

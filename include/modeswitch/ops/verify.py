@@ -61,6 +61,7 @@ from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.modes.backfill import backfill_commits, backfilled_positions, summarised_backfills
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import offset_regressions, sink_commits
+from modeswitch.sinks.erasures import Erasure, erased_positions, read_erasures
 from modeswitch.sinks.history import (
     LogSummary,
     expected_ranges,
@@ -97,6 +98,9 @@ class BucketAudit:
     """Up to :data:`SAMPLE` of the lowest offsets that are present more than once."""
     out_of_range_offsets: tuple[int, ...] = ()
     """Up to :data:`SAMPLE` of the lowest out-of-range offsets."""
+    erased: int = 0
+    """Offsets of the range in neither table because another writer's commit removed them (an
+    erasure, :mod:`modeswitch.sinks.erasures`): expected, absent, and not counted as missing."""
 
     @property
     def ok(self) -> bool:
@@ -113,6 +117,7 @@ class AuditTotals:
     missing: int
     duplicated: int
     out_of_range: int
+    erased: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,8 @@ class AuditReport:
     """How many of the pipeline's sink commits the expected ranges come from."""
     backfill_commits: int = 0
     """How many backfill commits (:mod:`modeswitch.modes.backfill`) added filled windows."""
+    erasures: tuple[Erasure, ...] = ()
+    """Other writers' commits that removed rows of either table (a user's ``DELETE``)."""
 
     @property
     def totals(self) -> AuditTotals:
@@ -165,6 +172,7 @@ class AuditReport:
             missing=sum(b.missing for b in self.buckets),
             duplicated=sum(b.duplicated for b in self.buckets),
             out_of_range=sum(b.out_of_range for b in self.buckets),
+            erased=sum(b.erased for b in self.buckets),
         )
 
     @property
@@ -246,6 +254,9 @@ def audit(
         starts, committed, held = _with_backfills(
             backfilled_positions(source, fills, below=starts), starts, committed, held
         )
+    erasures, erasure_problems = _erasures(
+        sink_uri, sink_version, quarantine_uri, quarantine_version, before
+    )
     buckets = count_positions(
         sink_positions,
         quarantine_positions,
@@ -253,10 +264,12 @@ def audit(
         committed=committed,
         known_buckets=source.buckets(),
         held=held,
+        erased=erased_positions(erasures),
     )
     baseline = [] if before is None or not before.end else [before.as_commit()]
     problems = (
         history_problems
+        + erasure_problems
         + _source_problems(source, source_root, committed)
         + offset_regressions(commits + baseline)
     )
@@ -273,11 +286,12 @@ def audit(
         seconds=time.monotonic() - began,
         sink_commits=len(commits) + (before.commits if before is not None else 0),
         backfill_commits=len(fills),
+        erasures=tuple(erasures),
     )
     totals = report.totals
     log.info(
         "audit of %s: %d expected, %d in sink, %d in quarantine, %d missing, %d duplicated, "
-        "%d out of range (%.2f s)",
+        "%d out of range, %d erased by other writers (%.2f s)",
         pipeline,
         totals.expected,
         totals.in_sink,
@@ -285,9 +299,37 @@ def audit(
         totals.missing,
         totals.duplicated,
         totals.out_of_range,
+        totals.erased,
         report.seconds,
     )
     return report
+
+
+def _erasures(
+    sink_uri: str,
+    sink_version: int | None,
+    quarantine_uri: str,
+    quarantine_version: int | None,
+    before: LogSummary | None,
+) -> tuple[list[Erasure], list[str]]:
+    """Other writers' erasures in either table: those the log summaries kept, then those of
+    the commits still in each table's log above what the summaries cover."""
+    erasures = list(before.erasure_list()) if before is not None else []
+    problems: list[str] = []
+    for table, uri, version, after in (
+        ("sink", sink_uri, sink_version, before.through if before else -1),
+        (
+            "quarantine",
+            quarantine_uri,
+            quarantine_version,
+            before.quarantine_through if before else -1,
+        ),
+    ):
+        if version is not None:
+            found, unread = read_erasures(table, uri, after=after, through=version)
+            erasures += found
+            problems += unread
+    return erasures, problems
 
 
 def _with_backfills(
@@ -322,6 +364,7 @@ def count_positions(
     committed: Mapping[int, int],
     known_buckets: Sequence[int] = (),
     held: Mapping[int, np.ndarray] | None = None,
+    erased: Mapping[int, np.ndarray] | None = None,
 ) -> list[BucketAudit]:
     """Per-bucket counts from ``(buckets, offsets)`` arrays of the two tables.
 
@@ -331,8 +374,13 @@ def count_positions(
     ``held``: for a log with gaps (Kafka), per bucket the sorted offsets of its committed range
     that hold a record. Those are what is expected; a table row at an offset that holds no
     record counts as out of range. Without it a range ``[start, committed)`` is contiguous.
+
+    ``erased``: per bucket, sorted offsets another writer's commit removed
+    (:mod:`modeswitch.sinks.erasures`); those of the range found in neither table count as
+    ``erased``, not missing.
     """
     held = dict(held or {})
+    erased = dict(erased or {})
     sink_b, sink_o = sink
     q_b, q_o = quarantine
     b = np.concatenate([sink_b, q_b]).astype(np.int64, copy=False)
@@ -386,6 +434,17 @@ def count_positions(
         in_left, in_right = np.searchsorted(key_idx, [i, i + 1])
         out_left, out_right = np.searchsorted(out_idx, [i, i + 1])
         present, copies = key_off[in_left:in_right], first[in_left:in_right]
+        accounted = present[copies]
+        gone = 0
+        if bucket in erased and has_range:
+            removed = erased[bucket]
+            removed = removed[(removed >= lo[i]) & (removed < hi[i])]
+            if bucket in held:
+                removed = removed[np.isin(removed, held[bucket])]
+            removed = np.setdiff1d(removed, accounted)  # back since (a rewind reprocessed it)
+            gone = len(removed)
+            missing[i] -= gone
+            accounted = np.union1d(accounted, removed)
         rows.append(
             BucketAudit(
                 bucket=bucket,
@@ -400,12 +459,13 @@ def count_positions(
                 missing_ranges=(
                     ()
                     if not missing[i]
-                    else _unheld(held[bucket], present[copies])
+                    else _unheld(held[bucket], accounted)
                     if bucket in held
-                    else _gaps(present[copies], int(lo[i]), int(hi[i]))
+                    else _gaps(accounted, int(lo[i]), int(hi[i]))
                 ),
                 duplicated_offsets=_lowest(present[~copies]),
                 out_of_range_offsets=_lowest(out_off[out_left:out_right]),
+                erased=gone,
             )
         )
     return rows

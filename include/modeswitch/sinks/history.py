@@ -15,6 +15,7 @@ end to end. Plain values only: it travels as JSON.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,9 @@ from typing import Any
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 from modeswitch.sinks.commits import SinkCommit, commit_infos_after, oldest_log_version
+from modeswitch.sinks.erasures import Erasure, newest_log_version, read_erasures
+
+log = logging.getLogger(__name__)
 
 BACKFILL_KEY = "modeswitch_backfill"
 """The ``commitInfo`` key of a backfill commit's metadata (:mod:`modeswitch.modes.backfill`; live
@@ -35,7 +39,10 @@ class LogSummary:
     ``starts``: per bucket, the start of the oldest data commit covering it; ``rewound``: per
     bucket, the lowest offset a rewind moved it back to; ``end``: the newest commit's end map
     (``{}`` if none); ``commits``: how many commits of the pipeline; ``backfills``: the backfill
-    commits, each ``{"version": v, "metadata": <its commitInfo value>}``.
+    commits, each ``{"version": v, "metadata": <its commitInfo value>}``; ``erasures``: other
+    writers' commits that removed rows (:class:`~modeswitch.sinks.erasures.Erasure` as plain
+    values), of the sink's versions ``(after, through]`` and the quarantine's up to
+    ``quarantine_through`` (-1: none read yet).
     """
 
     after: int = -1
@@ -45,13 +52,27 @@ class LogSummary:
     end: OffsetsMap = field(default_factory=dict)
     commits: int = 0
     backfills: tuple[Mapping[str, Any], ...] = ()
+    erasures: tuple[Mapping[str, Any], ...] = ()
+    quarantine_through: int = -1
 
     @classmethod
-    def read(cls, table_uri: str, pipeline: str, *, after: int) -> LogSummary:
+    def read(
+        cls,
+        table_uri: str,
+        pipeline: str,
+        *,
+        after: int,
+        quarantine: tuple[str, int] | None = None,
+    ) -> LogSummary:
         """The summary of the log's commits above version ``after`` (read from its commit
         files, the newest included). If log cleanup removed the files just above ``after``,
         the summary starts where the log does: its ``after`` says so, and
-        :func:`join_summaries` reports the break."""
+        :func:`join_summaries` reports the break.
+
+        ``quarantine``: the quarantine table's location and the version its erasures were read
+        up to; its erasures above that are read too. Erasures whose removed files are gone
+        cannot be kept: they are logged, and the audit reports them while their commits are
+        in the log."""
         starts: dict[int, int] = {}
         rewound: dict[int, int] = {}
         end: OffsetsMap = {}
@@ -75,7 +96,31 @@ class LogSummary:
             raw = info.get(BACKFILL_KEY)
             if raw is not None and _backfill_pipeline(raw) == pipeline:
                 backfills.append({"version": version, "metadata": raw})
-        return cls(after, through, starts, rewound, end, commits, tuple(backfills))
+        erasures, unread = read_erasures("sink", table_uri, after=after, through=through)
+        quarantine_through = -1
+        if quarantine is not None:
+            uri, quarantine_after = quarantine
+            quarantine_through = max(quarantine_after, newest_log_version(uri))
+            found, more = read_erasures(
+                "quarantine", uri, after=quarantine_after, through=quarantine_through
+            )
+            erasures, unread = erasures + found, unread + more
+        for problem in unread:
+            log.warning("log summary of %s: %s", table_uri, problem)
+        return cls(
+            after,
+            through,
+            starts,
+            rewound,
+            end,
+            commits,
+            tuple(backfills),
+            tuple(e.to_dict() for e in erasures),
+            quarantine_through,
+        )
+
+    def erasure_list(self) -> list[Erasure]:
+        return [Erasure.from_dict(raw) for raw in self.erasures]
 
     def as_commit(self) -> SinkCommit:
         """A stand-in for the newest commit summarised: what the first kept commit continues
@@ -101,6 +146,8 @@ class LogSummary:
             "end": offsets_to_dict(self.end),
             "commits": self.commits,
             "backfills": list(self.backfills),
+            "erasures": list(self.erasures),
+            "quarantine_through": self.quarantine_through,
         }
 
     @classmethod
@@ -115,6 +162,9 @@ class LogSummary:
                 end=offsets_from_dict(raw["end"], source=f"{where} end"),
                 commits=int(raw["commits"]),
                 backfills=tuple(dict(b) for b in raw["backfills"]),
+                # Summaries kept before erasures were read have neither.
+                erasures=tuple(dict(e) for e in raw.get("erasures", ())),
+                quarantine_through=int(raw.get("quarantine_through", -1)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModeswitchError(f"{where}: malformed {json.dumps(raw)[:200]}") from exc
@@ -150,6 +200,8 @@ def join_summaries(summaries: Iterable[LogSummary]) -> tuple[LogSummary | None, 
             end=summary.end or joined.end,
             commits=joined.commits + summary.commits,
             backfills=joined.backfills + summary.backfills,
+            erasures=joined.erasures + summary.erasures,
+            quarantine_through=max(joined.quarantine_through, summary.quarantine_through),
         )
     return joined, problems
 
