@@ -50,6 +50,7 @@ from modeswitch.errors import (
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
 from modeswitch.runners.base import EpochRunner, choose_runner
 from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
+from modeswitch.sinks.features import check_tables
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
@@ -271,6 +272,12 @@ def decide(
     :meth:`StateStore.from_settings`).
     """
     store = StateStore.from_settings(settings, storage_options=storage_options)
+    # A table feature the pipeline cannot write beside (a user's ALTER TABLE): refused before
+    # anything is written, a re-attached epoch's rerun included.
+    check_tables(
+        {"sink table": settings.sink, "quarantine table": settings.quarantine},
+        dict(store.storage_options),
+    )
     if not dry_run:
         store.reconcile()
     current = store.current_epoch()

@@ -31,6 +31,7 @@ from modeswitch.sinks.commits import (
     split_txn_version,
     txn_version,
 )
+from modeswitch.sinks.features import check_table_features
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
@@ -106,6 +107,8 @@ def commit_files(
         def attempt(number: int) -> CommitOutcome:
             nonlocal landed
             table = snapshots.pop() if snapshots else _open_table(options)
+            if table is not None:
+                check_table_features(table, f"sink table {options.path}")
             commit = None
             properties: dict[str, Any] = {"max_commit_retries": 0}
             if options.pipeline is not None:
