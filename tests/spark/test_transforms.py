@@ -40,6 +40,11 @@ CASES: list[tuple[str | None, str | None]] = [
     (None, "value is null"),
     ("[1, 2]", "value is not a JSON object"),
     ("123", "value is not a JSON object"),
+    # A string with a lone UTF-16 surrogate is not valid JSON to Spark, a pair is a string.
+    ('"\\ud800"', "value is not valid JSON"),
+    ('"x\\udc00y"', "value is not valid JSON"),
+    ('"\\ud83d\\ude00"', "value is not a JSON object"),
+    ('["\\ud800"]', "value is not a JSON object"),
     ("{}", "field event_id is missing or not an integer"),
     (
         '{"event_id": 1, "action": "view", "amount": 1.0, "country": "DE"}',

@@ -18,7 +18,8 @@ applies; the typed columns are null on a row with a reason):
   whitespace);
 - ``value is not valid JSON``: the first JSON value in it does not parse (RFC 8259; text
   after a complete value is ignored, as Spark does);
-- ``value is not a JSON object``: it is an array, a string, a number, a boolean or ``null``;
+- ``value is not a JSON object``: it is an array, a string, a number, a boolean or ``null``
+  (a string holding a lone UTF-16 surrogate, ``"\\ud800"``, is not valid JSON, as in Spark);
 - an object with a raw control character inside a string (which ``from_json`` refuses and
   Spark's ``get_json_object`` takes) is read as an object of nulls, as Spark reads it;
 - ``field F is missing or not <type>``: the first required field, in schema order, that is
@@ -274,10 +275,10 @@ class PayloadParser:
             except ValueError:
                 return "value is not valid JSON", None
             if not isinstance(first, _Object):
-                return "value is not a JSON object", None
+                return _not_an_object(first), None
             first = _Object()  # from_json's row of nulls
         if not isinstance(first, _Object):
-            return "value is not a JSON object", None
+            return _not_an_object(first), None
         values: dict[str, Any] = {}
         for name, raw in first:  # a repeated name: its last value that converts (as Spark)
             convert = self._converters.get(name)
@@ -504,3 +505,13 @@ parse_events_arrow = Transform(
 :data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required; its Spark form runs the
 parse through ``mapInArrow``, its Arrow form is what a batch wave's tasks and the
 ``bucketlog`` reader run (:func:`json_values_form`)."""
+
+
+def _not_an_object(first: Any) -> str:
+    """The reason for a value whose first JSON value is not an object. Spark tells the two
+    apart by re-encoding that value as UTF-8 text, which fails for a string holding a lone
+    UTF-16 surrogate (``"\\ud800"``: Python's JSON reader keeps it, a pair becomes one
+    character): Spark calls that one not valid JSON (found by the property test)."""
+    if isinstance(first, str) and any("\ud800" <= c <= "\udfff" for c in first):
+        return "value is not valid JSON"
+    return "value is not a JSON object"
