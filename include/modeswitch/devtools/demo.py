@@ -233,6 +233,40 @@ def demo_cycle(settings: PipelineSettings, log: EventLog, buckets: int, console:
         _epoch(runner, settings, console, "live again (20 s, then the demo ends)", short)
 
 
+SPARK_QUERY = """
+SELECT date_trunc('MINUTE', event_time) AS minute, action, count(*) AS records,
+       round(sum(amount), 2) AS amount
+FROM delta.`{sink}`
+GROUP BY 1, 2
+ORDER BY minute DESC, action
+LIMIT 8
+"""
+"""What ``make demo`` asks the sink at its end, through Delta's own Spark connector."""
+
+
+def _query_with_spark(settings: PipelineSettings, console: Console) -> None:
+    """The sink read as a Spark user reads it: a Spark session with delta-spark (the jars
+    every session of ours has, ``modeswitch jars``) and one SQL query."""
+    from modeswitch.runners.session import create_spark_session
+
+    query = SPARK_QUERY.format(sink=settings.sink)
+    console.print(f"[bold]Spark SQL over the sink (delta-spark):[/bold]{query}")
+    spark = create_spark_session(
+        "modeswitch-demo-query", master="local[2]", conf={"spark.ui.enabled": "false"}
+    )
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        result = spark.sql(query)
+        table = Table(title="the newest minutes, per action")
+        for name in result.columns:
+            table.add_column(name, justify="right")
+        for row in result.collect():
+            table.add_row(*(str(v) for v in row))
+        console.print(table)
+    finally:
+        spark.stop()
+
+
 def _summary(settings: PipelineSettings, console: Console) -> int:
     console.rule("3. what happened")
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
@@ -270,6 +304,7 @@ def _summary(settings: PipelineSettings, console: Console) -> int:
         f"{t.out_of_range} out of range -> "
         + ("[green]exactly once[/green]" if report.ok else "[red]DISCREPANCIES[/red]")
     )
+    _query_with_spark(settings, console)
     console.print(
         f"data: log {settings.source}\n      sink {settings.sink}\n"
         f"      quarantine {settings.quarantine}\n      control tables {settings.state_root}"
