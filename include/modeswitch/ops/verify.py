@@ -61,9 +61,10 @@ from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
 from modeswitch.modes.backfill import backfill_commits, backfilled_positions, summarised_backfills
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import offset_regressions, sink_commits
-from modeswitch.sinks.erasures import Erasure, erased_positions, read_erasures
+from modeswitch.sinks.erasures import Erasure, erased_positions
 from modeswitch.sinks.history import (
     LogSummary,
+    erasures_since,
     expected_ranges,
     join_summaries,
     unsummarised_cleanup,
@@ -254,8 +255,8 @@ def audit(
         starts, committed, held = _with_backfills(
             backfilled_positions(source, fills, below=starts), starts, committed, held
         )
-    erasures, erasure_problems = _erasures(
-        sink_uri, sink_version, quarantine_uri, quarantine_version, before
+    erasures, erasure_problems = erasures_since(
+        before, sink=(sink_uri, sink_version), quarantine=(quarantine_uri, quarantine_version)
     )
     buckets = count_positions(
         sink_positions,
@@ -303,33 +304,6 @@ def audit(
         report.seconds,
     )
     return report
-
-
-def _erasures(
-    sink_uri: str,
-    sink_version: int | None,
-    quarantine_uri: str,
-    quarantine_version: int | None,
-    before: LogSummary | None,
-) -> tuple[list[Erasure], list[str]]:
-    """Other writers' erasures in either table: those the log summaries kept, then those of
-    the commits still in each table's log above what the summaries cover."""
-    erasures = list(before.erasure_list()) if before is not None else []
-    problems: list[str] = []
-    for table, uri, version, after in (
-        ("sink", sink_uri, sink_version, before.through if before else -1),
-        (
-            "quarantine",
-            quarantine_uri,
-            quarantine_version,
-            before.quarantine_through if before else -1,
-        ),
-    ):
-        if version is not None:
-            found, unread = read_erasures(table, uri, after=after, through=version)
-            erasures += found
-            problems += unread
-    return erasures, problems
 
 
 def _with_backfills(

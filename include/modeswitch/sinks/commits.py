@@ -329,18 +329,26 @@ def oldest_log_version(table_uri: str) -> int | None:
     return _oldest_log_version(_log_dir(table_uri))
 
 
+def log_versions(table_uri: str) -> list[int]:
+    """The versions of the commit files a table's log holds, ascending (none: no log)."""
+    return _log_versions(_log_dir(table_uri))
+
+
 def _oldest_log_version(log_dir: tuple[Any, str]) -> int | None:
     """The oldest commit file the log holds, None if it holds none."""
+    return min(_log_versions(log_dir), default=None)
+
+
+def _log_versions(log_dir: tuple[Any, str]) -> list[int]:
     import pyarrow.fs as pafs
 
     fs, path = log_dir
     entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    versions = [
+    return sorted(
         int(e.base_name[:-5])
         for e in entries
         if e.base_name.endswith(".json") and e.base_name[:-5].isdigit()
-    ]
-    return min(versions, default=None)
+    )
 
 
 _MISSING: Any = object()

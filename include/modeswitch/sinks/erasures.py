@@ -28,6 +28,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from modeswitch.sinks.commits import log_versions
 from modeswitch.storage import filesystem
 
 OUR_KEYS = "modeswitch"
@@ -90,7 +91,7 @@ def read_erasures(
     fs, root = filesystem(table_uri)
     erasures: list[Erasure] = []
     problems: list[str] = []
-    for version, actions in _commits_after(fs, root, after):
+    for version, actions in _commits_after(table_uri, after):
         if through is not None and version > through:
             break
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -138,27 +139,12 @@ def erased_positions(erasures: list[Erasure]) -> dict[int, np.ndarray]:
     return {b: np.unique(np.concatenate(parts)) for b, parts in merged.items()}
 
 
-def newest_log_version(table_uri: str) -> int:
-    """The newest commit file of a table's log, -1 if it has none (or no log)."""
-    return max(_log_versions(*filesystem(table_uri)), default=-1)
-
-
-def _log_versions(fs: Any, root: str) -> list[int]:
-    import pyarrow.fs as pafs
-
-    entries = fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True))
-    return sorted(
-        int(e.base_name[:-5])
-        for e in entries
-        if e.base_name.endswith(".json") and e.base_name[:-5].isdigit()
-    )
-
-
-def _commits_after(fs: Any, root: str, after: int) -> Iterator[tuple[int, list[dict]]]:
+def _commits_after(table_uri: str, after: int) -> Iterator[tuple[int, list[dict]]]:
     """``(version, actions)`` of the log's commit files above ``after``, oldest first, from
     the oldest one kept if log cleanup removed those just above it."""
+    fs, root = filesystem(table_uri)
     log_dir = f"{root}/_delta_log"
-    for version in _log_versions(fs, root):
+    for version in log_versions(table_uri):
         if version <= after:
             continue
         try:

@@ -22,8 +22,13 @@ from typing import Any
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
-from modeswitch.sinks.commits import SinkCommit, commit_infos_after, oldest_log_version
-from modeswitch.sinks.erasures import Erasure, newest_log_version, read_erasures
+from modeswitch.sinks.commits import (
+    SinkCommit,
+    commit_infos_after,
+    log_versions,
+    oldest_log_version,
+)
+from modeswitch.sinks.erasures import Erasure, read_erasures
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +105,7 @@ class LogSummary:
         quarantine_through = -1
         if quarantine is not None:
             uri, quarantine_after = quarantine
-            quarantine_through = max(quarantine_after, newest_log_version(uri))
+            quarantine_through = max([quarantine_after, *log_versions(uri)])
             found, more = read_erasures(
                 "quarantine", uri, after=quarantine_after, through=quarantine_through
             )
@@ -204,6 +209,29 @@ def join_summaries(summaries: Iterable[LogSummary]) -> tuple[LogSummary | None, 
             quarantine_through=max(joined.quarantine_through, summary.quarantine_through),
         )
     return joined, problems
+
+
+def erasures_since(
+    before: LogSummary | None,
+    *,
+    sink: tuple[str, int | None],
+    quarantine: tuple[str, int | None],
+) -> tuple[list[Erasure], list[str]]:
+    """Other writers' erasures in the sink and the quarantine (each ``(location, version
+    audited)``, None where the table does not exist): those the summaries ``before`` kept, then
+    those of the commits still in each table's log above what the summaries cover; and the
+    commits whose erased rows cannot be read, described."""
+    erasures = before.erasure_list() if before is not None else []
+    problems: list[str] = []
+    for table, (uri, version), after in (
+        ("sink", sink, before.through if before else -1),
+        ("quarantine", quarantine, before.quarantine_through if before else -1),
+    ):
+        if version is not None:
+            found, unread = read_erasures(table, uri, after=after, through=version)
+            erasures += found
+            problems += unread
+    return erasures, problems
 
 
 def unsummarised_cleanup(table_uri: str, through: int) -> list[str]:
