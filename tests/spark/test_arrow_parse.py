@@ -41,8 +41,21 @@ def both(spark, values: list[str | None], **required) -> tuple[list[tuple], list
         arrow_out = parse_json_values_arrow(df, EVENT_SCHEMA, **required)
     else:
         spark_out, arrow_out = parse_events(df), parse_events_arrow(df)
-    ordered = [spark_out.select(*COLUMNS).orderBy("offset"), arrow_out.select(*COLUMNS)]
-    expected, got = ([tuple(r) for r in out.orderBy("offset").collect()] for out in ordered)
+    return collect_both(spark_out.select(*COLUMNS), arrow_out.select(*COLUMNS))
+
+
+def collect_both(spark_out, arrow_out) -> tuple[list[tuple], list[tuple]]:
+    """Both forms' rows, each by offset, from one Spark job (a union tagged by form, sorted
+    here): the property tests run a few hundred of these."""
+    tagged = spark_out.select(F.lit(0).alias("_form"), "*").unionByName(
+        arrow_out.select(F.lit(1).alias("_form"), "*")
+    )
+    rows = tagged.collect()
+    offset = spark_out.columns.index("offset")
+    expected, got = (
+        sorted((tuple(r)[1:] for r in rows if r[0] == form), key=lambda r: r[offset])
+        for form in (0, 1)
+    )
     return expected, got
 
 
@@ -226,9 +239,7 @@ def both_forms(
         for f in spark_out.schema.fields
         if f.name not in left_out
     ]
-    ordered = (out.select(*columns).orderBy("offset").collect() for out in (spark_out, arrow_out))
-    expected, got = ([tuple(r) for r in out] for out in ordered)
-    return expected, got
+    return collect_both(spark_out.select(*columns), arrow_out.select(*columns))
 
 
 @st.composite
