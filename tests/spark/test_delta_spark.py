@@ -15,7 +15,7 @@ from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.batch import run_batch_epoch
 from modeswitch.runners.jvm import fetched_jars
 from modeswitch.runners.lifecycle import close_epoch, decide
-from modeswitch.sinks.commits import METADATA_KEY, SinkCommit, committed_offsets
+from modeswitch.sinks.commits import METADATA_KEY, SinkCommit, committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 
 RECORDS = 3_000
@@ -65,8 +65,9 @@ def test_spark_reads_every_committed_record_once(spark, sink: PipelineSettings) 
 def _history_with_offsets(spark, table: str) -> list[tuple[int, str, SinkCommit]]:
     """DESCRIBE HISTORY's versions and operations, each with the offsets our commit carries.
 
-    The sink's offsets are a ``modeswitch`` field of the commit's ``commitInfo``, which Delta's
-    history (its CommitInfo columns) does not show: Spark reads them from the commit file."""
+    The sink's full offsets are a ``modeswitch`` field of the commit's ``commitInfo``, which
+    Delta's history (its CommitInfo columns) does not show: Spark reads them from the commit
+    file. The history's ``userMetadata`` column has a summary (the next test)."""
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version", "operation")
     infos = (
         spark.read.json(f"{table}/_delta_log/*.json")
@@ -102,6 +103,30 @@ def test_describe_history_lists_our_commits_with_their_offsets(
         committed.update(commit.end)
         assert sum(committed.values()) == (version + 1) * WAVE
     assert committed == committed_offsets(sink.sink, sink.pipeline)
+
+
+def test_describe_history_shows_each_commits_summary_as_its_user_metadata(
+    spark, sink: PipelineSettings
+) -> None:
+    rows = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{sink.sink}`")
+        .select("version", "userMetadata")
+        .orderBy("version")
+        .collect()
+    )
+    commits = {c.table_version: c for c in sink_commits(sink.sink, sink.pipeline)}
+    assert [row.version for row in rows] == sorted(commits)
+    for row in rows:
+        commit = commits[row.version]
+        assert json.loads(row.userMetadata) == {
+            "writer": "modeswitch",
+            "pipeline": sink.pipeline,
+            "kind": "batch",
+            "epoch": 1,
+            "sequence": commit.sequence,
+            "records": commit.records,
+            "end": {str(b): o for b, o in sorted(commit.end.items())},
+        }
 
 
 def test_time_travel_reads_each_version_as_its_commit_left_it(

@@ -4,6 +4,7 @@ of the same window that committed meanwhile fences it out. deltalake only, no Sp
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,17 @@ def test_a_missing_table_is_created_only_when_asked(tmp_path) -> None:
     assert _replace(uri, _backfill_rows, PLAN, COMMIT, {}, create=False) is None
     assert _replace(uri, _backfill_rows, PLAN, COMMIT, {}, create=True) == 0
     assert [c.command for c in backfill_commits(uri, "p")] == [3]
+
+
+def test_a_backfill_commit_says_its_window_in_user_metadata(sink: str) -> None:
+    version = _replace(sink, _backfill_rows, PLAN, COMMIT, {}, create=False)
+    [info] = [c for c in DeltaTable(sink).history() if c["version"] == version]
+    assert json.loads(info["userMetadata"]) == {
+        "writer": "modeswitch",
+        "pipeline": "p",
+        "kind": "backfill",
+        "command": 3,
+        "mode": "reprocess",
+        "window": ["2026-11-20T00:00:00+00:00", "2026-11-20T01:00:00+00:00"],
+        "records": 4,
+    }

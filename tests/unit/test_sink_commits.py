@@ -27,6 +27,7 @@ from modeswitch.errors import (
     SchemaMismatchError,
 )
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
+from modeswitch.ops.maintenance import maintain_table
 from modeswitch.sinks.commits import committed_offsets, sink_commits, txn_version
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, vacuum, write_files
 
@@ -326,6 +327,48 @@ def test_commit_metadata_is_plain_json_that_other_tools_can_read(tmp_path: Path)
     txn = next(json.loads(line)["txn"] for line in log_entry if '"txn"' in line)
     assert txn["appId"] == "orders"
     assert txn["version"] == txn_version(2, 5)
+    # Delta's own user-metadata field (DESCRIBE HISTORY's userMetadata column) has a summary.
+    assert json.loads(info["userMetadata"]) == {
+        "writer": "modeswitch",
+        "pipeline": "orders",
+        "kind": "batch",
+        "epoch": 2,
+        "sequence": 5,
+        "records": 3,
+        "end": {"1": 3},
+    }
+
+
+def test_quarantine_and_compaction_commits_say_what_they_are_in_user_metadata(
+    tmp_path: Path,
+) -> None:
+    quarantine_wave(tmp_path, 4, 0, 0, 20, {3, 7})
+    quarantine_wave(tmp_path, 4, 1, 20, 30, {25})
+    quarantine = str(tmp_path / "quarantine")
+    maintain_table("quarantine", quarantine, target_mb=128, vacuum_retention=timedelta(days=7))
+    history = sorted(DeltaTable(quarantine).history(), key=lambda c: c["version"])
+    summaries = [
+        json.loads(c["userMetadata"]) for c in history if c.get("operation") != "SET TBLPROPERTIES"
+    ]
+    assert summaries == [
+        {
+            "writer": "modeswitch",
+            "pipeline": "orders",
+            "kind": "quarantine",
+            "epoch": 4,
+            "sequence": 0,
+            "files": 1,
+        },
+        {
+            "writer": "modeswitch",
+            "pipeline": "orders",
+            "kind": "quarantine",
+            "epoch": 4,
+            "sequence": 1,
+            "files": 1,
+        },
+        {"writer": "modeswitch", "kind": "compaction", "table": "quarantine"},
+    ]
 
 
 def with_reasons(batch: pa.RecordBatch, bad_offsets: set[int]) -> pa.RecordBatch:

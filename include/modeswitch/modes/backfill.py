@@ -66,7 +66,7 @@ import pendulum
 from modeswitch.control.settings import SCHEMA_TRANSFORM, PipelineSettings
 from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
 from modeswitch.errors import BackfillRefusedError, ModeswitchError
-from modeswitch.sinks.commits import event_time_to_micros, sink_commits
+from modeswitch.sinks.commits import event_time_to_micros, sink_commits, user_metadata
 from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
@@ -237,7 +237,16 @@ class BackfillCommit:
         }
         if self.event_time is not None:
             body["event_time"] = self.event_time.to_json()
-        return {BACKFILL_KEY: json.dumps(body, separators=(",", ":"))}
+        summary = {
+            "command": self.command,
+            "mode": self.mode,
+            "window": [body["start"], body["end"]],
+            "records": self.records,
+        }
+        return {
+            BACKFILL_KEY: json.dumps(body, separators=(",", ":")),
+            **user_metadata(self.pipeline, "backfill", **summary),
+        }
 
     @classmethod
     def from_commit_info(cls, info: Mapping[str, Any]) -> BackfillCommit | None:

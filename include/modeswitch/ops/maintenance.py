@@ -43,7 +43,7 @@ from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import MaintenanceRefusedError
-from modeswitch.sinks.commits import keep_log, newest_commit_entry
+from modeswitch.sinks.commits import keep_log, newest_commit_entry, user_metadata
 from modeswitch.sinks.history import LogSummary
 from modeswitch.state import StateStore
 from modeswitch.state.tables import SCHEMAS
@@ -239,7 +239,12 @@ def maintain_table(
         fresh = DeltaTable(uri, storage_options=options)
         return fresh.optimize.compact(
             target_size=target_mb * 2**20,
-            commit_properties=CommitProperties(custom_metadata={"modeswitch.maintain": name}),
+            commit_properties=CommitProperties(
+                custom_metadata={
+                    "modeswitch.maintain": name,
+                    **user_metadata(pipeline, "compaction", table=name),
+                }
+            ),
             post_commithook_properties=keep_log(),
         )
 

@@ -48,6 +48,15 @@ distinct reasons (a transform's reason may name each record's value)."""
 REASONS_PER_TASK = 20
 
 
+def user_metadata(pipeline: str | None, kind: str, **fields: Any) -> dict[str, str]:
+    """The ``custom_metadata`` entry that becomes the commit's ``userMetadata``: a compact JSON
+    object ``{"writer": "modeswitch", "pipeline": ..., "kind": ..., **fields}`` (no
+    ``pipeline`` when None: a maintenance run on a table of no one pipeline)."""
+    body = {"writer": "modeswitch", **({"pipeline": pipeline} if pipeline else {}), "kind": kind}
+    body.update(fields)
+    return {USER_METADATA_KEY: json.dumps(body, separators=(",", ":"))}
+
+
 def add_reasons(counts: dict[str, int], more: Mapping[str, int]) -> None:
     """Add ``more`` quarantine reason counts into ``counts``, keeping at most
     :data:`REASONS_PER_TASK` distinct reasons (the rest under :data:`OTHER_REASONS`)."""
@@ -61,6 +70,12 @@ def add_reasons(counts: dict[str, int], more: Mapping[str, int]) -> None:
 log = logging.getLogger(__name__)
 
 METADATA_KEY = "modeswitch"
+USER_METADATA_KEY = "userMetadata"
+"""The ``commitInfo`` field Delta's readers show as a commit's user metadata (the
+``userMetadata`` column of delta-spark's ``DESCRIBE HISTORY``, ``DeltaTable.history()`` in
+delta-rs). Each commit of ours puts a short JSON summary there (:func:`user_metadata`): who
+wrote it, the pipeline, what kind of commit, and where it got to; the full record stays under
+:data:`METADATA_KEY`."""
 SEQUENCE_BITS = 32
 REWIND_SEQUENCE_BASE = 2 ** (SEQUENCE_BITS - 1)
 """Sequences at and above this are rewinds (``base + command id``); data commits stay below."""
@@ -149,10 +164,18 @@ class SinkCommit:
             "records": self.records,
             "max_event_time_us": {str(b): t for b, t in sorted(self.max_event_time_us.items())},
         }
+        summary: dict[str, Any] = {"epoch": self.epoch, "sequence": self.sequence}
         if self.is_rewind:
             body["command"] = self.command
             body["rewound_from"] = offsets_to_dict(self.rewound_from or {})
-        return {METADATA_KEY: json.dumps(body, separators=(",", ":"))}
+            summary["command"] = self.command
+        else:
+            summary["records"] = self.records
+        summary["end"] = body["end"]
+        return {
+            METADATA_KEY: json.dumps(body, separators=(",", ":")),
+            **user_metadata(self.pipeline, self.mode, **summary),
+        }
 
     @classmethod
     def from_commit_info(cls, info: Mapping[str, Any]) -> SinkCommit | None:

@@ -30,6 +30,7 @@ from modeswitch.sinks.commits import (
     newest_commit_in,
     split_txn_version,
     txn_version,
+    user_metadata,
 )
 from modeswitch.sinks.features import check_table_features
 from modeswitch.sinks.files import (
@@ -263,8 +264,13 @@ def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], v
         current = table.transaction_version(options.pipeline) if table is not None else None
         if current is not None and current >= version:
             return 0
+        epoch, sequence = split_txn_version(version)
         properties = CommitProperties(
-            max_commit_retries=0, app_transactions=[Transaction(options.pipeline, version)]
+            max_commit_retries=0,
+            app_transactions=[Transaction(options.pipeline, version)],
+            custom_metadata=user_metadata(
+                options.pipeline, "quarantine", epoch=epoch, sequence=sequence, files=len(files)
+            ),
         )
         _create_or_append(
             table,
