@@ -55,22 +55,22 @@ def settings(tmp_path: Path) -> PipelineSettings:
     return settings
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        "sink.between_check_and_commit",  # mid-wave: files written, nothing committed
-        "batch.after_wave_commit",  # the sink commit landed, the state write did not
-    ],
-)
-def test_batch_driver_killed_then_rerun_converges(settings, tmp_path, fault) -> None:
+def test_batch_driver_killed_mid_wave_then_after_a_wave_commit_then_rerun_converges(
+    settings, tmp_path
+) -> None:
+    """One batch epoch whose job is SIGKILLed mid-wave (files written, nothing committed), then
+    in its rerun after the first wave's sink commit landed and before the state write did."""
     plan = decide(settings)
     assert plan.mode == "batch"
-    kill_at(settings, "batch", plan.epoch, fault, tmp_path / "markers")
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    assert store.current_epoch().id == plan.epoch  # still open: the rerun re-attaches
-    again = decide(settings)
-    assert again.attached
-    assert again.epoch == plan.epoch
+    for number, fault in enumerate(["sink.between_check_and_commit", "batch.after_wave_commit"]):
+        kill_at(settings, "batch", plan.epoch, fault, tmp_path / f"markers-{number}")
+        assert store.current_epoch().id == plan.epoch  # still open: the rerun re-attaches
+        again = decide(settings)
+        assert again.attached
+        assert again.epoch == plan.epoch
+    # The second kill's wave (the first wave replanned after the first kill) is in the sink.
+    [held] = [c.sequence for c in sink_commits(settings.sink, settings.pipeline)]
     scratch = Path(settings.state_root) / "scratch"
     stale = scratch / f"epoch-{plan.epoch}-wave-99"  # what a killed wave may leave behind
     stale.mkdir(parents=True, exist_ok=True)
@@ -84,42 +84,47 @@ def test_batch_driver_killed_then_rerun_converges(settings, tmp_path, fault) -> 
     ledger = store.splits(plan.epoch)
     live = [s for s in ledger if s.status != "replanned"]
     assert all(s.status == "committed" for s in live)
-    if fault == "batch.after_wave_commit":
-        # The wave the sink held but the ledger missed was reconciled, never read again.
-        first_wave = min(s.wave for s in ledger)
-        assert all(s.status == "committed" for s in ledger if s.wave == first_wave)
+    # The wave the sink held but the ledger missed was reconciled, never read again.
+    held_splits = [s for s in ledger if s.wave == held]
+    assert held_splits and all(s.status == "committed" for s in held_splits)
 
 
-@pytest.mark.parametrize(
-    ("fault", "checkpoint"),
-    [
-        # The first micro-batch's files are written, nothing is committed: the rerun resumes
-        # the checkpoint (Spark runs the planned micro-batch again).
-        ("sink.between_check_and_commit", "resumed"),
-        # The third micro-batch's commit is checked, not made: the sink and Spark's commit log
-        # both hold micro-batches 0 and 1, and the rerun resumes the checkpoint.
-        ("sink.between_check_and_commit@3", "resumed"),
-        # The third micro-batch is in the sink, not in Spark's commit log: resuming would run
-        # it again, so the rerun starts a fresh checkpoint at the sink's offsets, sequence 3.
-        ("sink.after_commit@3", "from-3"),
-    ],
-)
-def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(
-    settings, tmp_path, fault, checkpoint
+STREAM_KILLS = [
+    # The first micro-batch's files are written, nothing is committed: the rerun resumes the
+    # checkpoint (Spark runs the planned micro-batch again).
+    ("sink.between_check_and_commit", 0),
+    # The rerun commits micro-batches 0 and 1; the third commit is checked, not made: the sink
+    # and Spark's commit log both hold 0 and 1, and the next rerun resumes the checkpoint.
+    ("sink.between_check_and_commit@3", 2),
+    # That rerun commits 2 and 3, then 4 is in the sink but not in Spark's commit log:
+    # resuming would run it again, so the last rerun starts a fresh checkpoint at the sink's
+    # offsets, sequence 5.
+    ("sink.after_commit@3", 5),
+]
+
+
+def test_stream_driver_killed_mid_micro_batch_again_and_again_then_rerun_converges(
+    settings, tmp_path
 ) -> None:
+    """One stream epoch whose job is SIGKILLed at three worst moments in a row, each kill in
+    the rerun of the one before (one batch epoch to start from, for all three)."""
     batch = decide(settings, force_mode="batch")
     run_job_process("batch", settings, batch.epoch, timeout=600)
     close_epoch(settings, batch.epoch)
     log = SegmentLog(settings.source)
-    produce_backlog(log, EventGenerator(seed=4, buckets=4), records=60_000, first=1_000_000)
+    # Seven micro-batches of 15 000: enough for the five the kills need, and more after them.
+    produce_backlog(log, EventGenerator(seed=4, buckets=4), records=100_000, first=1_000_000)
     stream = decide(settings, force_mode="stream")
     assert stream.mode == "stream"
     assert stream.start == batch.boundary  # the exact handoff
-    kill_at(settings, "stream", stream.epoch, fault, tmp_path / "m")
-    before = [c for c in sink_commits(settings.sink, settings.pipeline) if c.epoch == stream.epoch]
-    assert len(before) == (0 if "@" not in fault else 2 if "between" in fault else 3)
-    again = decide(settings)  # as an Airflow retry: re-attach, rerun
-    assert again.attached and again.epoch == stream.epoch
+    for number, (fault, committed) in enumerate(STREAM_KILLS):
+        kill_at(settings, "stream", stream.epoch, fault, tmp_path / f"markers-{number}")
+        mine = [
+            c for c in sink_commits(settings.sink, settings.pipeline) if c.epoch == stream.epoch
+        ]
+        assert len(mine) == committed, f"after the kill at {fault}"
+        again = decide(settings)  # as an Airflow retry: re-attach, rerun
+        assert again.attached and again.epoch == stream.epoch
     with pause_when_caught_up(settings, log.latest_offsets()):
         run_job_process("stream", settings, stream.epoch, timeout=600)
     status, end = close_epoch(settings, stream.epoch)
@@ -129,9 +134,10 @@ def test_stream_driver_killed_mid_micro_batch_then_rerun_converges(
     commits = sink_commits(settings.sink, settings.pipeline)
     mine = sorted(c.sequence for c in commits if c.epoch == stream.epoch)
     assert mine == list(range(len(mine)))  # no micro-batch committed twice, none skipped
+    assert len(mine) > 5
     root = Path(settings.checkpoint(stream.epoch))
     restarted = sorted(p.name for p in root.parent.glob(f"{root.name}-from-*"))
-    assert restarted == ([] if checkpoint == "resumed" else [f"{root.name}-{checkpoint}"])
+    assert restarted == [f"{root.name}-from-5"]
 
 
 def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(

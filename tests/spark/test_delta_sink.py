@@ -165,11 +165,13 @@ def test_a_stream_stopped_and_restarted_from_its_checkpoint_loses_and_repeats_no
         assert newer.start == {b: older.end[b] for b in newer.start}
 
 
-def run_program(tmp_path: Path, log: SegmentLog, *, fault: str | None) -> subprocess.Popen:
+def run_program(
+    tmp_path: Path, log: SegmentLog, *, fault: str | None, markers: Path | None = None
+) -> subprocess.Popen:
     env = dict(os.environ)
     if fault:
         env[ENV_FAULTS] = f"{fault}=60"
-        env[ENV_MARKERS] = str(tmp_path / "markers")
+        env[ENV_MARKERS] = str(markers or tmp_path / "markers")
     return subprocess.Popen(
         [
             sys.executable,
@@ -194,32 +196,34 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait(timeout=60)
 
 
-@pytest.mark.parametrize("fault", ["sink.between_check_and_commit", "sink.after_commit"])
-def test_a_stream_driver_killed_mid_batch_and_restarted_converges_exactly_once(
-    log, tmp_path, fault: str
+def test_a_stream_driver_killed_mid_batch_twice_and_restarted_converges_exactly_once(
+    log, tmp_path
 ) -> None:
-    """SIGKILL the driver (and its JVM) while a micro-batch is in flight: files written but
-    not committed, or committed to Delta but not yet to Spark's own commit log."""
-    markers = tmp_path / "markers"
-    first = run_program(tmp_path, log, fault=fault)
-    try:
-        deadline = time.monotonic() + 180
-        while not (markers.exists() and any(markers.iterdir())):
-            if first.poll() is not None:
-                pytest.fail(f"job exited early: {first.stderr.read().decode()[-2000:]}")
-            assert time.monotonic() < deadline, "the job never reached the fault point"
-            time.sleep(0.1)
-    finally:
-        kill_group(first)
-    assert first.returncode == -signal.SIGKILL
+    """SIGKILL the driver (and its JVM) while a micro-batch is in flight: first with its files
+    written but not committed; then, in the restart, once it is committed to Delta but not yet
+    to Spark's own commit log, so that the next restart runs it again and the sink must skip
+    it."""
     sink = tmp_path / "sink"
-    before = committed_offsets(str(sink), "faults")
-    assert sum(before.values()) < 30_000
+    for fault in ("sink.between_check_and_commit", "sink.after_commit"):
+        markers = tmp_path / f"markers-{fault}"
+        run = run_program(tmp_path, log, fault=fault, markers=markers)
+        try:
+            deadline = time.monotonic() + 180
+            while not (markers.exists() and any(markers.iterdir())):
+                if run.poll() is not None:
+                    pytest.fail(f"job exited early: {run.stderr.read().decode()[-2000:]}")
+                assert time.monotonic() < deadline, f"the job never reached {fault}"
+                time.sleep(0.1)
+        finally:
+            kill_group(run)
+        assert run.returncode == -signal.SIGKILL
+        before = committed_offsets(str(sink), "faults")
+        assert sum(before.values()) < 30_000
 
-    second = run_program(tmp_path, log, fault=None)
+    last = run_program(tmp_path, log, fault=None)
     try:
-        _, err = second.communicate(timeout=300)
+        _, err = last.communicate(timeout=300)
     finally:
-        kill_group(second)
-    assert second.returncode == 0, err.decode()[-3000:]
+        kill_group(last)
+    assert last.returncode == 0, err.decode()[-3000:]
     assert_exactly_once(sink, log, "faults")
