@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 0
 # Every run ends with its 40 slowest test phases (--durations), the record of where the time goes.
 
-.PHONY: install java jars cds chromium postgres demo test lint format bench soak soak-faults clean
+.PHONY: install java jars kafka-broker cds chromium postgres demo test lint format bench soak soak-faults clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -23,7 +23,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $(STAMP)
 
-install: $(STAMP) java jars cds
+install: $(STAMP) java jars kafka-broker cds
 
 # The JVM artifacts of jvm/pom.xml (delta-spark and what it needs that pyspark lacks), copied
 # into $(JARS) for every Spark session's spark.jars (modeswitch.runners.jvm.fetched_jars).
@@ -40,6 +40,20 @@ $(JARS_STAMP): jvm/pom.xml | java
 	mvn -B -q -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JARS).new
 	@touch $(JARS).new/.fetched
 	@rm -rf $(JARS) && mv $(JARS).new $(JARS)
+
+# An Apache Kafka broker's jars (jvm/kafka-broker/pom.xml), apart from Spark's: the kafka tier
+# starts a KRaft broker with them (modeswitch.devtools.kafka_broker).
+BROKER_JARS := .kafka-broker
+BROKER_STAMP := $(BROKER_JARS)/.fetched
+
+kafka-broker: $(BROKER_STAMP)
+
+$(BROKER_STAMP): jvm/kafka-broker/pom.xml | java
+	@bash tools/ensure-maven.sh
+	@rm -rf $(BROKER_JARS).new
+	mvn -B -q -f jvm/kafka-broker/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(BROKER_JARS).new
+	@touch $(BROKER_JARS).new/.fetched
+	@rm -rf $(BROKER_JARS) && mv $(BROKER_JARS).new $(BROKER_JARS)
 
 java:
 	@bash tools/ensure-java.sh

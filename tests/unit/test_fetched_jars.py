@@ -1,4 +1,5 @@
-"""The jars `make install` fetched from jvm/pom.xml add to pyspark's and never replace one.
+"""The jars `make install` fetched from jvm/pom.xml (delta-spark, Spark's Kafka connector) add to
+pyspark's and never replace one.
 
 Two versions of one artifact on Spark's class path load whichever comes first (Delta's POM
 asks for other versions of Jackson, Parquet, Hadoop's client, Scala, ...: delta-io/delta#7415);
@@ -50,6 +51,16 @@ def test_the_fetched_delta_is_built_for_pysparks_spark_and_scala() -> None:
     scala = artifact(next(PYSPARK_JARS.glob("spark-core_*.jar")).name).removeprefix("spark-core_")
     names = {artifact(jar) for jar in fetched_jars()}
     assert {f"delta-spark_{spark}_{scala}", "delta-storage"} <= names
+
+
+def test_sparks_kafka_connector_is_pysparks_release_and_the_broker_is_not_on_sparks_path() -> None:
+    scala = artifact(next(PYSPARK_JARS.glob("spark-core_*.jar")).name).removeprefix("spark-core_")
+    names = {Path(jar).name for jar in fetched_jars()}
+    assert f"spark-sql-kafka-0-10_{scala}-{pyspark.__version__}.jar" in names
+    assert f"spark-token-provider-kafka-0-10_{scala}-{pyspark.__version__}.jar" in names
+    # The broker's jars (jvm/kafka-broker/pom.xml) live apart: one kafka-clients, Spark's.
+    assert {artifact(n) for n in names if n.startswith("kafka")} == {"kafka-clients"}
+    assert len([n for n in names if n.startswith("kafka-clients-")]) == 1
 
 
 def test_a_deployments_own_jars_come_first_and_each_jar_once() -> None:
