@@ -1,8 +1,9 @@
 """A Kafka source on the standalone cluster: the executors' Python readers open the topic with
 the client configuration the driver's session sends them (``spark.executorEnv``, redacted),
 not with an environment they would not have on a real cluster (the workers here are started
-without it). The broker is librdkafka's mock cluster in this process, on loopback; its client
-configuration carries a secret that must not reach any file the cluster writes.
+without it). The broker is Apache Kafka (one KRaft node on loopback, started and stopped
+here); its client configuration carries a secret that must not reach any file the cluster
+writes.
 
 The tables' storage options (``MODESWITCH_STORAGE_OPTIONS``) carry a secret too, under a key
 Spark's default redaction does not match (``AWS_ACCESS_KEY_ID``): neither secret may reach the
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.devtools.standalone import StandaloneCluster, executor_folders
 from modeswitch.ops.verify import audit
@@ -36,7 +37,7 @@ STORAGE_SECRET = "AKIA-cluster-tier-key"
 def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_session(
     cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with MockKafkaCluster() as broker:
+    with KafkaBroker(tmp_path / "broker") as broker:
         broker.create_topic("events", 4)
         config = {**broker.config, "sasl.password": SECRET}
         produce_backlog(

@@ -1,10 +1,10 @@
-"""The kafka tier: a real Kafka-protocol broker on loopback, owned by this session.
+"""The kafka tier: an Apache Kafka broker on loopback, owned by this session.
 
-The broker is librdkafka's mock cluster (:mod:`modeswitch.devtools.kafka_mock`), started in
-this process: its brokers serve real TCP connections, from this process and from the Spark
-jobs and Python workers it starts. Its address reaches them through
-``MODESWITCH_KAFKA_CONFIG``, set for the session before any Spark JVM starts (the workers
-inherit it) and removed at the end.
+The broker is Apache Kafka itself (:mod:`modeswitch.devtools.kafka_broker`: one KRaft node
+from the jars of jvm/kafka-broker/pom.xml), started by this session as a process group of its
+own and stopped at its end. Its address reaches the Spark jobs and Python workers the tests
+start through ``MODESWITCH_KAFKA_CONFIG``, set for the session before any Spark JVM starts
+(the workers inherit it) and removed at the end.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
 
 _names = itertools.count()
@@ -27,9 +27,9 @@ it."""
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[MockKafkaCluster]:
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """The broker; its address (and :data:`KAFKA_SECRET`) in ``MODESWITCH_KAFKA_CONFIG``."""
-    with MockKafkaCluster() as cluster:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-broker")) as cluster:
         before = os.environ.get(ENV_KAFKA_CONFIG)
         os.environ.update(kafka_environment({**cluster.config, "sasl.password": KAFKA_SECRET}))
         try:
@@ -47,7 +47,7 @@ def kafka_secret() -> str:
 
 
 @pytest.fixture(scope="session")
-def new_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
+def new_topic(kafka_cluster: KafkaBroker) -> Callable[[int], str]:
     """Creates a fresh topic of N partitions; returns its source setting, kafka://<topic>."""
 
     def create(partitions: int = 4) -> str:
@@ -59,7 +59,7 @@ def new_topic(kafka_cluster: MockKafkaCluster) -> Callable[[int], str]:
 
 
 @pytest.fixture(scope="session")
-def spark(kafka_cluster: MockKafkaCluster) -> Iterator[object]:
+def spark(kafka_cluster: KafkaBroker) -> Iterator[object]:
     """A local Spark session started after the broker's address is in the environment."""
     from modeswitch.runners.session import create_spark_session
     from modeswitch.sinks.delta import register as register_sink
@@ -88,7 +88,7 @@ BASE_MS = 1_700_000_000_000
 
 
 def _produce_transactions(
-    cluster: MockKafkaCluster,
+    cluster: KafkaBroker,
     topic: str,
     *,
     partitions: int,
@@ -128,7 +128,7 @@ def _produce_transactions(
 
 
 @pytest.fixture(scope="session")
-def transactions(kafka_cluster: MockKafkaCluster) -> Callable[..., None]:
+def transactions(kafka_cluster: KafkaBroker) -> Callable[..., None]:
     """``transactions(topic, partitions=, transactions=, seed=)``: see _produce_transactions."""
 
     def produce(topic: str, **kwargs: int) -> None:

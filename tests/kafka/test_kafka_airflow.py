@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import decide_task
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.errors import ConfigError
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, KafkaLocation
@@ -26,7 +26,7 @@ SECRET = "kafka-s3cr3t"
 
 
 @pytest.fixture
-def variables(kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str], tmp_path: Path):
+def variables(kafka_cluster: KafkaBroker, new_topic: Callable[[int], str], tmp_path: Path):
     source = new_topic(2)
     producer = Producer(kafka_cluster.config)
     for n in range(100):

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from modeswitch.cli import main
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
 
 
 def test_produce_then_run_until_caught_up_then_verify(
-    kafka_cluster: MockKafkaCluster,
+    kafka_cluster: KafkaBroker,
     new_topic: Callable[[int], str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -43,7 +43,7 @@ def test_produce_then_run_until_caught_up_then_verify(
     assert main([*audit, "--pipeline", "cli"]) == 0
 
 
-def test_bad_produce_arguments_are_refused(kafka_cluster: MockKafkaCluster, capsys) -> None:
+def test_bad_produce_arguments_are_refused(kafka_cluster: KafkaBroker, capsys) -> None:
     assert main(["produce", "--kafka", kafka_cluster.bootstrap, "--records", "10"]) == 2
     assert "--kafka needs --topic" in capsys.readouterr().err
     args = ["produce", "--kafka", kafka_cluster.bootstrap, "--topic", "t", "--buckets", "3"]

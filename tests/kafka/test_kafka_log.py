@@ -1,9 +1,8 @@
-"""The Kafka bucketed log against a real Kafka-protocol broker (librdkafka's mock cluster).
+"""The Kafka bucketed log against an Apache Kafka broker (one KRaft node, see conftest).
 
-What the mock cannot show, and so is not tested here: compaction (the mock never compacts),
-and read_committed hiding aborted records (the mock delivers them; both our reader and a
-plain consumer see them, so the comparison still holds). The gaps that transaction markers
-leave are real and are what these tests read across.
+Aborted transactions are hidden under read_committed, and they and the transaction markers
+leave gaps in the offsets: these tests read across them and compare with a plain consumer.
+Not tested here: compaction (tests/kafka/test_real_broker.py has what else the broker adds).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.errors import ConfigError, ModeswitchError, OffsetOutOfRangeError
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
@@ -29,7 +28,7 @@ def _topic(source: str) -> str:
     return KafkaLocation.parse(source).topic
 
 
-def plain_read(cluster: MockKafkaCluster, topic: str, partition: int, start: int, end: int):
+def plain_read(cluster: KafkaBroker, topic: str, partition: int, start: int, end: int):
     """What a plain read_committed consumer gets for [start, end): (offset, key, value)."""
     consumer = Consumer(
         {
@@ -58,7 +57,7 @@ def plain_read(cluster: MockKafkaCluster, topic: str, partition: int, start: int
 
 
 def test_exact_range_reads_equal_a_plain_consumer_across_transaction_gaps(
-    kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str], transactions
+    kafka_cluster: KafkaBroker, new_topic: Callable[[int], str], transactions
 ) -> None:
     source = new_topic(3)
     topic = _topic(source)
@@ -97,7 +96,7 @@ def test_exact_range_reads_equal_a_plain_consumer_across_transaction_gaps(
 
 
 def test_event_time_from_the_timestamp_or_a_json_field_and_offset_at(
-    kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str]
+    kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
 ) -> None:
     source = new_topic(1)
     topic = _topic(source)
@@ -126,7 +125,7 @@ def test_event_time_from_the_timestamp_or_a_json_field_and_offset_at(
 
 
 def test_undecodable_bytes_are_kept_for_the_quarantine(
-    kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str]
+    kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
 ) -> None:
     source = new_topic(1)
     producer = Producer(kafka_cluster.config)
@@ -139,7 +138,7 @@ def test_undecodable_bytes_are_kept_for_the_quarantine(
 
 
 def test_bad_input_is_refused_with_a_clear_error(
-    kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str]
+    kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
 ) -> None:
     source = new_topic(2)
     topic = _topic(source)

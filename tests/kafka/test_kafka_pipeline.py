@@ -1,6 +1,6 @@
 """The pipeline on a Kafka topic: the demo's whole cycle, SIGKILLed jobs, a pipeline run.
 
-Real parts: the broker (librdkafka's mock cluster, see conftest), the Spark jobs as child
+Real parts: the broker (Apache Kafka, one KRaft node, see conftest), the Spark jobs as child
 processes reading the topic through ``bucketlog`` in their Python workers, Delta tables on
 disk. The topic's offsets have gaps (transaction markers): the audit counts what the topic
 holds, not offset differences.
@@ -54,8 +54,9 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
         }
     )
     console = Console(file=(tmp_path / "cycle.txt").open("w"), width=120)
-    # 500 000 records with skew (the mock keeps ~200 000 a partition: zipf 0.5 puts 23 % in
-    # partition 0), then transactions, a third aborted: their markers leave gaps.
+    # 500 000 records with skew (zipf 0.5 puts 23 % in partition 0; sized when the tier ran on
+    # librdkafka's mock cluster, which kept ~200 000 a partition), then transactions, a third
+    # aborted: they and their markers leave gaps.
     with demo_sources(
         settings, records=500_000, buckets=PARTITIONS, console=console, skew="zipf:0.5"
     ) as log:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Producer
 
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
 from modeswitch.sources.spark import register
@@ -74,7 +74,7 @@ def test_stream_reads_everything_once_within_max_records_per_trigger(
 
 
 def test_undecodable_and_malformed_payloads_are_quarantined_not_dropped(
-    spark, kafka_cluster: MockKafkaCluster, new_topic: Callable[[int], str]
+    spark, kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
 ) -> None:
     register(spark)
     source = new_topic(1)

@@ -137,6 +137,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # No retention by time: tests and demos write records stamped in the past (a
+            # week-old timestamp would be deleted at the next retention check otherwise).
+            "log.retention.ms": "-1",
             **self.settings,
         }
         path = self.directory / "server.properties"
@@ -160,10 +163,9 @@ class KafkaBroker:
         command = self._command(
             "kafka.tools.StorageTool",
             "format",
-            "--cluster-id",
-            _cluster_id(),
-            "--config",
-            str(properties),
+            # One argument: an id may start with "-", which would read as an option.
+            f"--cluster-id={_cluster_id()}",
+            f"--config={properties}",
             "--standalone",
         )
         # JAVA_TOOL_OPTIONS would only add a line to the tool's output.
