@@ -41,6 +41,7 @@ from pathlib import Path
 
 from modeswitch.devtools.standalone import free_port
 from modeswitch.errors import ModeswitchError
+from modeswitch.runners.jvm import java_executable
 from modeswitch.runners.processes import kill_group, start_group, stop_group
 
 ENV_BROKER_JARS = "MODESWITCH_KAFKA_BROKER_JARS"
@@ -76,13 +77,6 @@ def broker_jars() -> Path:
             f"jvm/kafka-broker/pom.xml there), or set {ENV_BROKER_JARS} to a folder that holds them"
         )
     return folder
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    return "java"
 
 
 def _cluster_id() -> str:
@@ -144,15 +138,14 @@ class KafkaBroker:
         }
         path = self.directory / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        (self.directory / "log4j2.properties").write_text(LOG4J2.format(log=self.log_file))
         return path
 
     def _command(self, main: str, *args: str) -> list[str]:
-        log4j = self.directory / "log4j2.properties"
-        log4j.write_text(LOG4J2.format(log=self.log_file))
         return [
-            _java(),
+            str(java_executable() or "java"),
             *JVM_OPTIONS,
-            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             "-cp",
             f"{broker_jars()}/*",
             main,
@@ -168,9 +161,7 @@ class KafkaBroker:
             f"--config={properties}",
             "--standalone",
         )
-        # JAVA_TOOL_OPTIONS would only add a line to the tool's output.
-        env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise ModeswitchError(
                 f"formatting the Kafka broker's storage in {self.directory} failed: "

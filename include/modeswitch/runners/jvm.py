@@ -69,7 +69,8 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "on").lower() not in {"off", "0", "false", "no"}
 
 
-def _java() -> Path | None:
+def java_executable() -> Path | None:
+    """``$JAVA_HOME/bin/java``, else the ``java`` on the PATH (resolved), or None."""
     home = os.environ.get("JAVA_HOME")
     candidate = Path(home) / "bin" / "java" if home else None
     if candidate is None or not candidate.exists():
@@ -81,7 +82,7 @@ def _java() -> Path | None:
 def archive_path() -> Path | None:
     """Where the archive for this Java, these Spark jars and :func:`fetched_jars` lives (None
     without Java)."""
-    java = _java()
+    java = java_executable()
     if java is None:
         return None
     import pyspark

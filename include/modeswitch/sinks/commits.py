@@ -48,15 +48,6 @@ distinct reasons (a transform's reason may name each record's value)."""
 REASONS_PER_TASK = 20
 
 
-def user_metadata(pipeline: str | None, kind: str, **fields: Any) -> dict[str, str]:
-    """The ``custom_metadata`` entry that becomes the commit's ``userMetadata``: a compact JSON
-    object ``{"writer": "modeswitch", "pipeline": ..., "kind": ..., **fields}`` (no
-    ``pipeline`` when None: a maintenance run on a table of no one pipeline)."""
-    body = {"writer": "modeswitch", **({"pipeline": pipeline} if pipeline else {}), "kind": kind}
-    body.update(fields)
-    return {USER_METADATA_KEY: json.dumps(body, separators=(",", ":"))}
-
-
 def add_reasons(counts: dict[str, int], more: Mapping[str, int]) -> None:
     """Add ``more`` quarantine reason counts into ``counts``, keeping at most
     :data:`REASONS_PER_TASK` distinct reasons (the rest under :data:`OTHER_REASONS`)."""
@@ -79,6 +70,17 @@ wrote it, the pipeline, what kind of commit, and where it got to; the full recor
 SEQUENCE_BITS = 32
 REWIND_SEQUENCE_BASE = 2 ** (SEQUENCE_BITS - 1)
 """Sequences at and above this are rewinds (``base + command id``); data commits stay below."""
+
+
+def user_metadata(pipeline: str | None, kind: str, **fields: Any) -> dict[str, str]:
+    """The ``custom_metadata`` entry that becomes the commit's ``userMetadata``: a compact JSON
+    object ``{"writer": "modeswitch", "pipeline": ..., "kind": ..., **fields}`` (no
+    ``pipeline`` when None: a maintenance run on a table of no one pipeline)."""
+    body = {"writer": "modeswitch", **({"pipeline": pipeline} if pipeline else {}), "kind": kind}
+    body.update(fields)
+    return {USER_METADATA_KEY: json.dumps(body, separators=(",", ":"))}
+
+
 Mode = Literal["batch", "stream", "rewind"]
 
 
