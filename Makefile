@@ -120,7 +120,7 @@ demo-local: install
 	$(VENV)/bin/modeswitch demo --dir .demo
 
 # The same cycle reading a Kafka topic of 16 partitions, in a broker on loopback that the demo
-# starts and stops itself (librdkafka's mock cluster, modeswitch.devtools.kafka_mock).
+# starts and stops itself (Apache Kafka, one KRaft node: modeswitch.devtools.kafka_broker).
 demo-kafka: install
 	$(VENV)/bin/modeswitch demo --kafka --buckets 16 --records 600000 --dir .demo-kafka
 

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,7 +103,33 @@ def _run_lock(exclusive: bool) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (every core, /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def _cpu_record(item: pytest.Item) -> Iterator[None]:
+    """With MODESWITCH_TEST_CPU=FILE, append each test's wall seconds and the machine's busy
+    CPU seconds over it (serial runs on an otherwise idle machine: what the test costs, its
+    JVMs included) as a tab-separated line to FILE: where the suite's time goes, waiting or
+    working."""
+    record = os.environ.get("MODESWITCH_TEST_CPU")
+    if not record:
+        yield
+        return
+    began, busy = time.monotonic(), _machine_busy_seconds()
+    try:
+        yield
+    finally:
+        wall, cpu = time.monotonic() - began, _machine_busy_seconds() - busy
+        with open(record, "a") as out:
+            out.write(f"{item.nodeid}\t{wall:.1f}\t{cpu:.1f}\n")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    with _run_lock(item.get_closest_marker("exclusive") is not None):
+    with _run_lock(item.get_closest_marker("exclusive") is not None), _cpu_record(item):
         return (yield)

@@ -1,9 +1,10 @@
 """The pipeline on a Kafka topic: the demo's whole cycle, SIGKILLed jobs, a pipeline run.
 
 Real parts: the broker (Apache Kafka, one KRaft node, see conftest), the Spark jobs as child
-processes reading the topic through ``bucketlog`` in their Python workers, Delta tables on
-disk. The topic's offsets have gaps (transaction markers): the audit counts what the topic
-holds, not offset differences.
+processes reading the topic (batch waves with the consumer in their Python workers, or with
+``batch_reader = native`` through Spark's Kafka source; streams through Spark's Kafka source),
+Delta tables on disk. The topic's offsets have gaps (transaction markers): the audit counts
+what the topic holds, not offset differences.
 """
 
 from __future__ import annotations
@@ -156,8 +157,11 @@ def test_batch_killed_mid_wave_then_stream_killed_mid_micro_batch_converge(
     assert mine == list(range(len(mine)))
 
 
-def test_modeswitch_run_until_caught_up(kafka_settings: PipelineSettings) -> None:
-    settings = kafka_settings
+@pytest.mark.parametrize("reader", ["arrow", "native"])  # native: Spark's Kafka source
+def test_modeswitch_run_until_caught_up(kafka_settings: PipelineSettings, reader: str) -> None:
+    settings = PipelineSettings.from_mapping(
+        {**kafka_settings.to_mapping(), "batch_reader": reader}
+    )
     done = run_pipeline(settings, until="caught-up")
     assert [plan.mode for plan, _, _ in done] == ["batch", "stream"]
     assert done[-1][1] == "completed"

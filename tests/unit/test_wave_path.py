@@ -34,6 +34,7 @@ def shape(found: WavePath) -> tuple[str, str, str, bool]:
 def test_the_log_classes_say_what_they_can_do_without_being_opened() -> None:
     assert SEGMENTS is SegmentLog and (SEGMENTS.contiguous, SEGMENTS.parquet_files) == (True, True)
     assert KAFKA is KafkaLog and (KAFKA.contiguous, KAFKA.parquet_files) == (False, False)
+    assert (SEGMENTS.spark_source, KAFKA.spark_source) == ("bucketlog", "kafka")
     config = {"bootstrap.servers": "broker:9092"}  # not contacted
     assert KafkaLog("kafka://events", config).event_time_indexed
     assert not KafkaLog("kafka://events?event_time=ts", config).event_time_indexed
@@ -68,10 +69,20 @@ def test_native_read_with_the_python_writer_reads_through_bucketlog() -> None:
 
 
 @pytest.mark.parametrize("writer", ["native", "python"])
-def test_native_read_on_kafka_reads_through_bucketlog_with_the_writer_asked(writer: str) -> None:
+def test_native_read_on_kafka_is_sparks_kafka_source_with_the_writer_asked(writer: str) -> None:
     found = path(KAFKA, "native", writer, source="kafka://events")
-    assert shape(found) == ("bucketlog", writer, "spark", False)
-    assert "without Parquet files (source='kafka://events')" in found.reason
+    assert shape(found) == ("kafka", writer, "spark", False)
+    assert "Spark's Kafka source" in found.reason and "source='kafka://events'" in found.reason
+
+
+class _NoSparkSource:
+    contiguous, parquet_files, spark_source = False, False, "bucketlog"
+
+
+def test_native_read_on_a_log_with_neither_files_nor_a_spark_source_reads_bucketlog() -> None:
+    found = path(_NoSparkSource, "native", "python", source="other://x")
+    assert shape(found) == ("bucketlog", "python", "spark", False)
+    assert "without Parquet files (source='other://x')" in found.reason
 
 
 @pytest.mark.parametrize("capabilities", [SEGMENTS, KAFKA])

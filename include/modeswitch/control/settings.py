@@ -473,9 +473,10 @@ class PipelineSettings:
         "the embedded log (with `batch_writer = native`; a bucket's newest segment, which may "
         "still grow, from a snapshot: a hard link, or a copy of the range the wave needs where "
         "no link can be made; the `native` writer checks the wave's record count before "
-        "committing); `bucketlog`: the Python data source, which the `python` writer and every "
-        "non-`arrow` read of a Kafka topic use ([ARCHITECTURE.md](ARCHITECTURE.md#how-it-works), "
-        '"The batch paths")',
+        "committing); on a Kafka topic `native` is Spark's own Kafka source (each partition's "
+        "range of the wave, read_committed); `bucketlog`: the Python data source, which the "
+        "`python` writer uses on the embedded log "
+        '([ARCHITECTURE.md](ARCHITECTURE.md#how-it-works), "The batch paths")',
     )
     # On a local master the driver runs the tasks too: a wave is streamed through, never held.
     batch_driver_memory: str = setting(

@@ -69,24 +69,20 @@ def run_demo(
     directory: str, *, records: int, buckets: int, console: Console, kafka: bool = False
 ) -> int:
     """The demo on the embedded log, or with ``kafka`` on a Kafka topic of ``buckets``
-    partitions in a broker the demo starts and stops itself (librdkafka's mock cluster,
-    :mod:`modeswitch.devtools.kafka_mock`)."""
+    partitions in an Apache Kafka broker the demo starts and stops itself (one KRaft node
+    on loopback, :mod:`modeswitch.devtools.kafka_broker`, its data under ``directory``)."""
     root = Path(directory).resolve()
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     with contextlib.ExitStack() as stack:
         source = str(root / "log")
         if kafka:
-            source = stack.enter_context(demo_broker(buckets, console))
+            source = stack.enter_context(demo_broker(root / "kafka", buckets, console))
         settings = PipelineSettings.from_mapping(
             {**DEMO_SETTINGS, "source": source, "warehouse": str(root / "warehouse")}
         )
         console.rule("1. a skewed backlog and a live producer")
-        # The mock broker keeps ~200 000 records per partition: a milder skew there.
-        skew = "zipf:0.8" if kafka else "zipf:1.1"
-        with demo_sources(
-            settings, records=records, buckets=buckets, console=console, skew=skew
-        ) as log:
+        with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
             demo_cycle(settings, log, buckets, console)
         return _summary(settings, console)
 
@@ -95,20 +91,21 @@ DEMO_TOPIC = "demo-events"
 
 
 @contextlib.contextmanager
-def demo_broker(partitions: int, console: Console) -> Iterator[str]:
-    """A Kafka broker on loopback with the demo's topic, for the block: yields the source
-    setting. Its address goes to this process's environment (``MODESWITCH_KAFKA_CONFIG``),
-    where the jobs started here find it; both are removed when the block ends."""
-    from modeswitch.devtools.kafka_mock import MockKafkaCluster
+def demo_broker(directory: Path, partitions: int, console: Console) -> Iterator[str]:
+    """An Apache Kafka broker on loopback with the demo's topic, for the block: yields the
+    source setting. Its address goes to this process's environment
+    (``MODESWITCH_KAFKA_CONFIG``), where the jobs started here find it; the variable is
+    removed and the broker stopped when the block ends."""
+    from modeswitch.devtools.kafka_broker import KafkaBroker
     from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
 
-    with MockKafkaCluster() as cluster:
-        cluster.create_topic(DEMO_TOPIC, partitions)
+    with KafkaBroker(directory) as broker:
+        broker.create_topic(DEMO_TOPIC, partitions)
         console.print(
-            f"Kafka broker (librdkafka's mock cluster) at {cluster.bootstrap}, topic "
+            f"Kafka broker (Apache Kafka, one KRaft node) at {broker.bootstrap}, topic "
             f"{DEMO_TOPIC} with {partitions} partitions"
         )
-        os.environ.update(kafka_environment(cluster.config))
+        os.environ.update(kafka_environment(broker.config))
         try:
             yield f"{SCHEME}{DEMO_TOPIC}"
         finally:

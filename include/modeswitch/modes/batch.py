@@ -19,9 +19,10 @@ committed:
    the driver checks the wave's record count (on a contiguous log) and commits
    (:mod:`modeswitch.sinks.arrow_wave`; any log). With ``batch_reader = native`` Spark's
    Parquet reader reads the segment files and, with ``bucketlog``, the Python data source
-   reads exactly the planned partitions; then Spark's own Parquet writer writes the data files
-   and the sink makes the commit, checking the count after a native read (``batch_writer =
-   native``; ``python``: the ``modeswitch_delta`` data source).
+   reads exactly the planned partitions (on a Kafka topic, ``native`` is Spark's own Kafka
+   source, each partition's range of the wave); then Spark's own Parquet writer writes the
+   data files and the sink makes the commit, checking the count after a native read
+   (``batch_writer = native``; ``python``: the ``modeswitch_delta`` data source).
    Then the ledger, progress and per-bucket "backlog finished" are recorded.
 
 Each wave is its own Spark job and no record is collected to the driver (peak memory:
@@ -48,6 +49,7 @@ from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import log_type
 from modeswitch.sources.native import read_segments
+from modeswitch.sources.spark_kafka import read_batch
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
 from modeswitch.transforms import pipeline_transform
@@ -210,6 +212,11 @@ def run_batch_epoch(
                 )
             finally:
                 remove_tree(scratch)
+        elif path.reader == "kafka":
+            frame = read_batch(
+                spark, settings.source, start, end, min_partitions=len(wave.partitions)
+            )
+            write_batch(transform(frame), settings.sink, writer=path.writer, **wave_options)
         else:
             source = (
                 spark.read.format("bucketlog")

@@ -46,14 +46,15 @@ from modeswitch.modes.resume import (
     plan_resume,
     read_checkpoints,
 )
-from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
+from modeswitch.offsets import OffsetsMap, offsets_from_json, offsets_to_dict, offsets_to_json
 from modeswitch.sinks.commits import (
     SinkCommit,
     commits_after,
     event_time_from_micros,
 )
 from modeswitch.sinks.options import sink_options
-from modeswitch.sources import open_log
+from modeswitch.sources import log_type, open_log
+from modeswitch.sources.spark_kafka import read_stream
 from modeswitch.state import Epoch, StateStore
 from modeswitch.storage import is_local, remove_tree
 from modeswitch.transforms import pipeline_reader_options, pipeline_transform
@@ -296,20 +297,28 @@ def sink_stream(
     options: Mapping[str, str],
     checkpoint: str,
 ):
-    """The query an epoch runs, and the warm-up too: the ``bucketlog`` source from
+    """The query an epoch runs, and the warm-up too: the log's stream source from
     ``start_json`` (with the read limit), the pipeline's transform with its watermark, the
     ``modeswitch_delta`` sink with ``options``; a writer without its trigger, not started.
 
-    A transform with an Arrow form runs inside the source's reader (its ``transform``
-    option): the rows reach the JVM parsed, with no second trip to Python for the parse."""
+    The source is the one the log names (``spark_source``): Spark's own Kafka source for a
+    topic (:mod:`modeswitch.sources.spark_kafka`), the transform's Spark form on its rows; the
+    ``bucketlog`` source otherwise, where a transform with an Arrow form runs inside the
+    source's reader (its ``transform`` option): the rows reach the JVM parsed, with no second
+    trip to Python for the parse."""
     transform = pipeline_transform(settings)
-    reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
-    if settings.max_records_per_trigger is not None:
-        reader = reader.option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
-    if transform.arrow is not None:
-        frame = reader.options(**pipeline_reader_options(settings)).load(source)
+    limit = settings.max_records_per_trigger
+    if log_type(source).spark_source == "kafka":
+        start = offsets_from_json(start_json, source="the stream's start")
+        frame = transform(read_stream(spark, source, start, max_records_per_trigger=limit))
     else:
-        frame = transform(reader.load(source))
+        reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
+        if limit is not None:
+            reader = reader.option("maxRecordsPerTrigger", str(limit))
+        if transform.arrow is not None:
+            frame = reader.options(**pipeline_reader_options(settings)).load(source)
+        else:
+            frame = transform(reader.load(source))
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
     return (
         frame.withWatermark("event_time", f"{lateness} milliseconds")

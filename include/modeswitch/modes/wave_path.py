@@ -15,14 +15,16 @@ arrow         any                     (ignored)     Arrow form  arrow      arrow
 arrow         any                     any           Spark only  ConfigError
 native        Parquet files           native        any         native     native       [1]
 native        Parquet files           python        any         bucketlog  python       no
-native        no files (Kafka)        w             any         bucketlog  w            no
+native        Spark source (Kafka)    w             any         kafka      w            no
+native        neither                 w             any         bucketlog  w            no
 bucketlog     any                     w             any         bucketlog  w            no
 ============  ======================  ============  ==========  =========  ===========  =====
 
 [1] the writer checks the wave's record count against its offsets only on a contiguous log
 (Kafka's offsets have gaps: transaction markers, compaction). The transform runs in the
 reader's Python workers (its Arrow form) on the ``arrow`` path, as its Spark form on the read
-DataFrame on the others.
+DataFrame on the others. ``kafka`` is Spark's own Kafka source reading each partition's range
+of the wave (:func:`modeswitch.sources.spark_kafka.read_batch`).
 
 Backfills (``job = "backfill"``) support fewer paths: their writer is always the staged
 replace-where commit (``batch_writer`` is ignored), they have no Arrow waves, and they never
@@ -49,10 +51,11 @@ if TYPE_CHECKING:
     from modeswitch.sources.base import LogCapabilities
     from modeswitch.transforms import Transform
 
-WaveReader = Literal["arrow", "native", "bucketlog"]
+WaveReader = Literal["arrow", "native", "kafka", "bucketlog"]
 """``arrow``: the wave's Python tasks read their ranges with the log's own reader
 (:mod:`modeswitch.sinks.arrow_wave`); ``native``: Spark's Parquet reader on the segment files
-(:mod:`modeswitch.sources.native`); ``bucketlog``: the Python data source
+(:mod:`modeswitch.sources.native`); ``kafka``: Spark's Kafka source
+(:mod:`modeswitch.sources.spark_kafka`); ``bucketlog``: the Python data source
 (:mod:`modeswitch.sources.spark`)."""
 
 WaveWriter = Literal["arrow", "native", "python", "replace_where"]
@@ -143,6 +146,15 @@ def choose_wave_path(
             "batch_reader='native', batch_writer='native': Spark's reader and writer",
         )
     writer: WaveWriter = "native" if batch_writer == "native" else "python"
+    if batch_reader == "native" and capabilities.spark_source == "kafka":
+        return WavePath(
+            "kafka",
+            writer,
+            "spark",
+            False,
+            f"batch_reader='native' on a Kafka topic ({on}): Spark's Kafka source, "
+            f"batch_writer={batch_writer!r}",
+        )
     if batch_reader == "bucketlog":
         why = "batch_reader='bucketlog'"
     elif capabilities.parquet_files:

@@ -543,7 +543,9 @@ def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
 
     Spark writes ``<checkpoint>/offsets/<id>`` before it runs a micro-batch: a version line,
     a line of metadata, then one line of end offsets per source. The exactly-once sink
-    supports one source (the ``bucketlog`` stream), whose offsets are an offsets map.
+    supports one source: the ``bucketlog`` stream, whose offsets are an offsets map, or Spark's
+    Kafka source reading one topic, whose offsets are ``{"<topic>": {"<partition>": offset}}``
+    (:mod:`modeswitch.sources.spark_kafka`).
     """
     fs, root = filesystem(checkpoint)
     path = f"{root}/offsets/{batch_id}"
@@ -558,4 +560,20 @@ def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
             f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
             "queries with exactly one bucketlog source"
         )
-    return offsets_from_json(sources[0], source=path)
+    return offsets_from_json(_one_topic(sources[0], path), source=path)
+
+
+def _one_topic(line: str, path: str) -> str:
+    """The offsets map of a Kafka source's line (one topic's partitions), else ``line``."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError:
+        return line  # offsets_from_json names the file and the problem
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        if len(data) != 1:
+            raise ModeswitchError(
+                f"sink: {path} holds offsets of topics {sorted(data)}; the exactly-once sink "
+                "supports a Kafka source reading one topic"
+            )
+        return json.dumps(next(iter(data.values())))
+    return line

@@ -52,6 +52,12 @@ class LogCapabilities(Protocol):
     """True when the records are Parquet files that Spark's own reader can read
     (:func:`modeswitch.sources.native.read_segments`, ``batch_reader = native``)."""
 
+    spark_source: str
+    """The Spark source that reads this log in a stream epoch (and, for ``kafka``, in batch
+    waves with ``batch_reader = native``): ``bucketlog`` (our Python data source,
+    :mod:`modeswitch.sources.spark`) or ``kafka`` (Spark's own Kafka source,
+    :mod:`modeswitch.sources.spark_kafka`)."""
+
 
 @runtime_checkable
 class BucketedLog(LogCapabilities, Protocol):

@@ -118,6 +118,7 @@ class KafkaLog:
 
     contiguous = False  # transaction markers, aborted transactions and compaction leave gaps
     parquet_files = False  # records come from the brokers, never from files Spark could read
+    spark_source = "kafka"  # Spark's own Kafka source (modeswitch.sources.spark_kafka)
 
     def __init__(self, source: str, config: Mapping[str, str] | None = None) -> None:
         self.location = KafkaLocation.parse(source)

@@ -1,0 +1,283 @@
+"""A Kafka topic read by Spark's own Kafka source (``format("kafka")``, spark-sql-kafka-0-10).
+
+The stream job reads a ``kafka://`` source this way: JVM consumers in the executors, no record
+through Python before the transform, offsets checkpointed by Spark as for any Kafka stream.
+:func:`read_stream` gives the source's rows in the pipeline's record schema
+(:data:`~modeswitch.sources.base.RECORD_SCHEMA`: ``bucket, offset, event_time, key, value``),
+row for row what :class:`~modeswitch.sources.kafka.KafkaLog` reads from the same range:
+
+- ``bucket`` is the partition, ``offset`` the Kafka offset;
+- ``event_time`` is the message timestamp, or the value's top-level JSON field named by
+  ``kafka://<topic>?event_time=<field>`` (epoch milliseconds, or ISO-8601 with a zone; a record
+  whose field is missing, of another type or unreadable keeps its timestamp);
+- ``key`` and ``value`` are the bytes as UTF-8 text, or where they are not UTF-8,
+  :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and their base64 (the transform
+  quarantines such a value: "value is not UTF-8").
+
+The query reads the partitions of its start offsets with ``assign`` (a partition added to the
+topic is read from the next epoch on, whose plan lists it), under
+``isolation.level=read_committed``: aborted transactions are never read, and "latest" is each
+partition's last stable offset, where an open transaction holds the end (the planner's boundary
+for a batch is the same). Spark's offsets log holds ``{"<topic>": {"<partition>": offset}}``;
+:func:`modeswitch.sinks.commits.offsets_log_entry` reads it for the sink's fenced commits.
+
+**Client configuration.** :func:`java_options` turns the librdkafka settings
+(``MODESWITCH_KAFKA_CONFIG``, or the Airflow Connection's extras) into the Java client's
+``kafka.*`` options. They are options of the query, set in-process (never on a command line);
+Spark redacts an option in plans, the UI and the event log when its key or its value matches
+``spark.redaction.regex`` (``password``, ``secret``, ``token``, ...), and the SASL credentials
+travel in ``kafka.sasl.jaas.config``, whose value names ``password``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from modeswitch.errors import ConfigError
+from modeswitch.offsets import OffsetsMap
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, kafka_config
+
+SPARK_FORMAT = "kafka"
+
+_SAME_NAME = frozenset(
+    {
+        "bootstrap.servers",
+        "client.id",
+        "client.dns.lookup",
+        "connections.max.idle.ms",
+        "fetch.max.bytes",
+        "fetch.min.bytes",
+        "max.partition.fetch.bytes",
+        "metadata.max.age.ms",
+        "reconnect.backoff.max.ms",
+        "reconnect.backoff.ms",
+        "request.timeout.ms",
+        "retry.backoff.ms",
+        "sasl.kerberos.service.name",
+        "socket.connection.setup.timeout.ms",
+        "socket.connection.setup.timeout.max.ms",
+        "ssl.endpoint.identification.algorithm",
+    }
+)
+"""librdkafka settings with the same name and meaning in the Java client."""
+
+_LIBRDKAFKA_ONLY = frozenset(
+    {
+        # Consumer behaviour the Kafka source sets itself, or that has no Java counterpart
+        # and changes nothing about what is read.
+        "group.id",
+        "isolation.level",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "fetch.wait.max.ms",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "statistics.interval.ms",
+        "debug",
+        "log_level",
+        "api.version.request",
+        "broker.version.fallback",
+        # Producer settings (the demo's producer shares the configuration).
+        "compression.type",
+        "linger.ms",
+        "batch.num.messages",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.ms",
+        "acks",
+        "enable.idempotence",
+        "transactional.id",
+    }
+)
+"""librdkafka settings the Java consumer of a read does not need: left out."""
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_options(config: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The Kafka source's ``kafka.*`` client options for librdkafka's ``config`` (by default
+    the configuration in force: :func:`~modeswitch.sources.kafka.kafka_config`).
+
+    Translated: ``security.protocol`` (upper case), ``sasl.mechanism(s)``, ``sasl.username``
+    with ``sasl.password`` (a JAAS login for PLAIN or SCRAM), ``ssl.ca.location`` (a PEM trust
+    store); settings of the same name in both clients pass as they are; librdkafka's own
+    consumer and producer settings are left out. Anything else is refused with a
+    :class:`ConfigError` naming the setting (never its value): a setting silently dropped
+    could be the one that makes the connection secure.
+    """
+    config = dict(kafka_config() if config is None else config)
+    options: dict[str, str] = {"kafka.isolation.level": "read_committed"}
+    given = config.pop("sasl.mechanisms", None) or config.pop("sasl.mechanism", None)
+    config.pop("sasl.mechanism", None)
+    mechanism = str(given or "PLAIN").upper()
+    username = config.pop("sasl.username", None)
+    password = config.pop("sasl.password", None)
+    for key, value in config.items():
+        if key in _LIBRDKAFKA_ONLY or key == "logger":
+            continue
+        if key == "security.protocol":
+            options["kafka.security.protocol"] = str(value).upper()
+        elif key == "ssl.ca.location":
+            options["kafka.ssl.truststore.location"] = str(value)
+            options["kafka.ssl.truststore.type"] = "PEM"
+        elif key in _SAME_NAME:
+            options[f"kafka.{key}"] = str(value)
+        else:
+            raise ConfigError(
+                f"kafka client setting {key!r}: Spark's Kafka source (the Java client) has no "
+                "setting modeswitch knows to match it; remove it, or use one of "
+                + ", ".join(sorted({*_SAME_NAME, "security.protocol", "ssl.ca.location"}))
+                + ", sasl.mechanism(s), sasl.username, sasl.password"
+            )
+    if username is not None or password is not None:
+        module = _JAAS_MODULES.get(mechanism)
+        if module is None:
+            raise ConfigError(
+                f"kafka client setting sasl.mechanism {mechanism!r}: a username and password "
+                f"log in with one of {', '.join(_JAAS_MODULES)}"
+            )
+        options["kafka.sasl.mechanism"] = mechanism
+        options["kafka.sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quote(username or '')} "
+            f"password={_jaas_quote(password or '')};"
+        )
+    elif given is not None:
+        options["kafka.sasl.mechanism"] = mechanism
+    return options
+
+
+def _jaas_quote(text: str) -> str:
+    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def topic_offsets_json(topic: str, offsets: OffsetsMap) -> str:
+    """``{"<topic>": {"<partition>": offset}}``: offsets as the Kafka source's options and
+    its offsets log write them."""
+    return json.dumps({topic: {str(b): int(offsets[b]) for b in sorted(offsets)}})
+
+
+def read_stream(
+    spark,
+    source: str,
+    start: OffsetsMap,
+    *,
+    max_records_per_trigger: int | None = None,
+    config: Mapping[str, Any] | None = None,
+):
+    """A streaming DataFrame of the topic ``source`` (``kafka://...``) from exactly ``start``
+    (every partition to read, with its next offset), in the record schema; see the module
+    docstring. ``max_records_per_trigger`` caps the offsets a micro-batch spans
+    (``maxOffsetsPerTrigger``: an upper bound on its records, as offsets have gaps)."""
+    location = KafkaLocation.parse(source)
+    reader = (
+        spark.readStream.format(SPARK_FORMAT)
+        .options(**java_options(config))
+        .option("assign", json.dumps({location.topic: sorted(start)}))
+        .option("startingOffsets", topic_offsets_json(location.topic, start))
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "false")
+    )
+    if max_records_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
+    return as_records(reader.load(), location)
+
+
+def read_batch(
+    spark,
+    source: str,
+    start: OffsetsMap,
+    end: OffsetsMap,
+    *,
+    min_partitions: int | None = None,
+    config: Mapping[str, Any] | None = None,
+):
+    """A DataFrame of the topic ``source``'s records in ``[start, end)`` per partition (every
+    partition of ``start``; ``end`` exclusive, at most the last stable offset), in the record
+    schema; see the module docstring. ``min_partitions``: Spark cuts the larger ranges so that
+    there are at least this many tasks (a skewed partition is read by several)."""
+    location = KafkaLocation.parse(source)
+    reader = (
+        spark.read.format(SPARK_FORMAT)
+        .options(**java_options(config))
+        .option("assign", json.dumps({location.topic: sorted(start)}))
+        .option("startingOffsets", topic_offsets_json(location.topic, start))
+        .option("endingOffsets", topic_offsets_json(location.topic, end))
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "false")
+    )
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
+    return as_records(reader.load(), location)
+
+
+def as_records(frame, location: KafkaLocation):
+    """The Kafka source's rows (``partition``, ``offset``, ``timestamp``, ``key``, ``value``
+    as bytes, ...) in the record schema, as the module docstring says."""
+    from pyspark.sql import functions as F
+
+    stamp = F.col("timestamp")
+    if location.event_time_field is not None:
+        stamp = F.coalesce(_field_time(location.event_time_field), stamp)
+    return frame.select(
+        F.col("partition").cast("int").alias("bucket"),
+        F.col("offset").cast("bigint").alias("offset"),
+        stamp.alias("event_time"),
+        _text(F.col("key")).alias("key"),
+        _text(F.col("value")).alias("value"),
+    )
+
+
+def _text(column):
+    """Bytes as text; bytes that are not UTF-8 as the prefix and their base64."""
+    from pyspark.sql import functions as F
+
+    return (
+        F.when(column.isNull(), F.lit(None).cast("string"))
+        .when(F.is_valid_utf8(column), column.cast("string"))
+        .otherwise(F.concat(F.lit(NOT_UTF8_PREFIX), F.base64(column)))
+    )
+
+
+def _field_time(field: str):
+    """The event time in the value's top-level JSON ``field``, or null: a JSON number is
+    epoch milliseconds, a string ISO-8601 with a zone (``Z`` or an offset); anything else,
+    or a value that is not a JSON object, null."""
+    from pyspark.sql import functions as F
+
+    found = F.try_variant_get(
+        F.try_parse_json(F.col("value").cast("string")), "$" + _json_path_key(field), "variant"
+    )
+    kind = F.schema_of_variant(found)
+    millis = F.try_variant_get(found, "$", "decimal(38,6)")
+    text = F.try_variant_get(found, "$", "string")
+    zoned = text.rlike(r"(?i)(z|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)$")
+    return (
+        F.when(
+            kind.rlike("^(BIGINT|INT|SMALLINT|TINYINT|DECIMAL.*|DOUBLE|FLOAT)$"),
+            F.timestamp_micros((millis * 1000).cast("bigint")),
+        )
+        .when((kind == "STRING") & zoned, F.try_to_timestamp(text))
+        .otherwise(F.lit(None).cast("timestamp"))
+    )
+
+
+def _json_path_key(field: str) -> str:
+    """``field`` as one key of a JSON path (any characters, quoted)."""
+    return "['" + field.replace("\\", "\\\\").replace("'", "\\'") + "']"
+
+
+__all__ = [
+    "SPARK_FORMAT",
+    "as_records",
+    "java_options",
+    "read_batch",
+    "read_stream",
+    "topic_offsets_json",
+]

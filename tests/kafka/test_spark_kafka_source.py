@@ -1,0 +1,153 @@
+"""Spark's own Kafka source (``format("kafka")``) as the pipeline reads a topic with it: row for
+row what our Kafka log reads from the same range, across transaction gaps, undecodable bytes
+and every kind of event-time field; and a stream of it into the sink, exactly once."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pyarrow as pa
+from confluent_kafka import Producer
+
+from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.sinks.commits import offsets_log_entry
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
+from modeswitch.sources.spark_kafka import read_batch, read_stream
+
+BASE_MS = 1_700_000_000_000  # as in conftest
+
+FIELD_VALUES = [
+    {"ts": BASE_MS + 5_000},  # epoch milliseconds
+    {"ts": (BASE_MS + 6_500) / 1000 * 1000 + 0.25},  # a fraction of a millisecond
+    {"ts": "2026-11-26T10:00:00Z"},  # ISO-8601, UTC
+    {"ts": "2026-11-26T10:00:00.123+02:00"},  # ISO-8601 with an offset
+    {"ts": "2026-11-26T10:00:00"},  # no zone: the message timestamp
+    {"ts": True},  # not a time: the message timestamp
+    {"ts": None},
+    {"ts": {"nested": 1}},
+    {"other": 1},  # no field
+]
+
+
+def _records(table: pa.Table) -> list[tuple]:
+    """(bucket, offset, event time in µs, key, value), in bucket and offset order."""
+    table = table.select(["bucket", "offset", "event_time", "key", "value"])
+    micros = table.column("event_time").cast(pa.int64()).to_pylist()
+    rows = zip(
+        table.column("bucket").to_pylist(),
+        table.column("offset").to_pylist(),
+        micros,
+        table.column("key").to_pylist(),
+        table.column("value").to_pylist(),
+        strict=True,
+    )
+    return sorted(rows)
+
+
+def test_spark_reads_a_range_as_our_log_reads_it(
+    spark,
+    kafka_cluster: KafkaBroker,
+    new_topic: Callable[[int], str],
+    transactions: Callable[..., None],
+) -> None:
+    source = new_topic(2)
+    topic = KafkaLocation.parse(source).topic
+    transactions(topic, partitions=2, transactions=30, seed=5)
+    producer = Producer(kafka_cluster.config)
+    for i, value in enumerate(FIELD_VALUES):
+        producer.produce(
+            topic,
+            json.dumps(value).encode(),
+            key=b"f%d" % i,
+            partition=i % 2,
+            timestamp=BASE_MS + 900_000 + i,
+        )
+    producer.produce(topic, b"\xff\xfe not utf-8", key=b"\xc3", partition=0, timestamp=BASE_MS)
+    producer.produce(topic, b"not json", key=None, partition=1, timestamp=BASE_MS)
+    producer.produce(topic, None, key=b"tombstone", partition=1, timestamp=BASE_MS)
+    assert producer.flush(10) == 0
+    del producer  # its client threads end with it, before the session stops the broker
+
+    for setting in (source, f"{source}?event_time=ts"):
+        log = KafkaLog(setting)
+        end = log.latest_offsets()
+        start = {b: 0 for b in end}
+        ours = pa.Table.from_batches([batch for b in end for batch in log.read(b, 0, end[b])])
+        spark_rows = read_batch(spark, setting, start, end).toArrow()
+        assert _records(spark_rows) == _records(ours), setting
+        # and a range inside: end exclusive
+        inner = {b: max(0, end[b] - 7) for b in end}
+        ours = pa.Table.from_batches(
+            [batch for b in end for batch in log.read(b, 3, inner[b])] or [], schema=ours.schema
+        )
+        spark_rows = read_batch(spark, setting, {b: 3 for b in end}, inner).toArrow()
+        assert _records(spark_rows) == _records(ours), setting
+        log.close()
+    # What the rows hold: aborted records gone, the field's kinds as documented.
+    by_field = _records(read_batch(spark, f"{source}?event_time=ts", start, end).toArrow())
+    values = {r[3]: r for r in by_field if r[3] and r[3].startswith("f")}
+    assert values["f0"][2] == (BASE_MS + 5_000) * 1000
+    ten = int(datetime(2026, 11, 26, 10, tzinfo=UTC).timestamp()) * 1_000_000
+    assert values["f1"][2] == (BASE_MS + 6_500) * 1000 + 250
+    assert values["f2"][2] == ten
+    assert values["f3"][2] == ten + 123_000 - 2 * 3_600_000_000
+    for plain in ("f4", "f5", "f6", "f7", "f8"):  # the message timestamp
+        assert values[plain][2] == (BASE_MS + 900_000 + int(plain[1:])) * 1000
+    [undecodable] = [r for r in by_field if r[4] and r[4].startswith(NOT_UTF8_PREFIX)]
+    assert undecodable[3].startswith(NOT_UTF8_PREFIX)
+
+
+def test_a_stream_reads_from_exact_offsets_with_a_limit_per_micro_batch(
+    spark, new_topic: Callable[[int], str], transactions: Callable[..., None], tmp_path
+) -> None:
+    source = new_topic(3)
+    topic = KafkaLocation.parse(source).topic
+    transactions(topic, partitions=3, transactions=40, seed=9)
+    log = KafkaLog(source)
+    end = log.latest_offsets()
+    start = {b: min(4, end[b]) for b in end}
+    expected = _records(
+        pa.Table.from_batches([x for b in end for x in log.read(b, start[b], end[b])])
+    )
+    log.close()
+    query = (
+        read_stream(spark, source, start, max_records_per_trigger=25)
+        .writeStream.format("memory")
+        .queryName("kafka_exact")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+    got = _records(spark.table("kafka_exact").toArrow())
+    assert got == expected
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(progress) > 1  # the limit cut the range into micro-batches
+    # The offsets log, as the sink reads it: the topic's partitions, ending where the log ends.
+    last = max(int(p["batchId"]) for p in query.recentProgress)
+    assert offsets_log_entry(str(tmp_path / "checkpoint"), last) == end
+
+
+def test_the_sasl_password_never_shows_in_a_plan(
+    spark, kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
+) -> None:
+    source = new_topic(2)
+    marker = "plan-marker-s3cr3t"
+    config = {**kafka_cluster.config, "sasl.username": "svc", "sasl.password": marker}
+    frames = {
+        "stream": read_stream(spark, source, {0: 0, 1: 0}, config=config),
+        "batch": read_batch(spark, source, {0: 0, 1: 0}, {0: 0, 1: 0}, config=config),
+    }
+    for kind, frame in frames.items():
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            frame.explain(extended=True)
+        plan = printed.getvalue()
+        assert marker not in plan, kind
+        if kind == "stream":  # its plan lists the options: the login is there, redacted
+            assert "kafka.sasl.jaas.config=*********(redacted)" in plan
