@@ -10,6 +10,7 @@ what the topic holds, not offset differences.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -27,7 +28,7 @@ from modeswitch.errors import OffsetOutOfRangeError
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide, run_pipeline
 from modeswitch.runners.local import run_job_process
-from modeswitch.sinks.commits import sink_commits
+from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
 from modeswitch.state import StateStore
@@ -204,3 +205,68 @@ def test_modeswitch_run_for_a_duration_ends_its_stream_epoch_in_time(
     # stream job stops at a micro-batch boundary, and its process then ends.
     assert took < 45 + 30, took
     assert_exactly_once(settings)
+
+
+def test_partitions_added_under_a_running_stream_are_read_exactly_once(
+    kafka_cluster, new_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    source = new_topic(2)
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "kafka_grows",
+            "source": source,
+            "warehouse": str(tmp_path / "warehouse"),
+            "trigger_interval": "300ms",
+            "max_stream_runtime": "10m",
+            "watermark_lag_threshold": "1h",
+            "enter_threshold": "1h",
+            "exit_threshold": "1h",
+            "stream_standby": "false",
+        }
+    )
+    log = open_log(source)
+    produce_backlog(log, EventGenerator(seed=21, buckets=2), records=5_000)
+    [(batch, status, _)] = run_pipeline(settings, until="caught-up")[:1]
+    assert status == "completed"
+    stream = decide(settings, force_mode="stream")
+    topic = KafkaLocation.parse(source).topic
+
+    def grow() -> None:
+        deadline = time.monotonic() + 240
+        while not any(c.epoch == stream.epoch for c in sink_commits(settings.sink, "kafka_grows")):
+            produce_backlog(log, EventGenerator(seed=22, buckets=2), records=50, first=10**6)
+            assert time.monotonic() < deadline, "the stream never committed"
+            time.sleep(0.5)
+        admin = AdminClient(kafka_cluster.config)
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        grown = open_log(source)
+        while grown.buckets() != [0, 1, 2, 3]:
+            time.sleep(0.2)
+        produce_backlog(grown, EventGenerator(seed=23, buckets=4), records=4_000, first=2 * 10**6)
+        target.update(grown.latest_offsets())
+
+    target: dict[int, int] = {}
+    grower = threading.Thread(target=grow, daemon=True)
+    grower.start()
+    store = StateStore.from_settings(settings)
+
+    def pause_once_caught_up() -> None:
+        while not target or committed_offsets(settings.sink, "kafka_grows") != target:
+            time.sleep(0.5)
+        store.submit_command("pause", {"note": "caught up"}, issuer="test")
+
+    pauser = threading.Thread(target=pause_once_caught_up, daemon=True)
+    pauser.start()
+    run_job_process("stream", settings, stream.epoch, timeout=600)
+    grower.join(timeout=30)
+    status, end = close_epoch(settings, stream.epoch)
+    assert status == "completed"
+    assert sorted(end) == [0, 1, 2, 3] and end == target
+    assert_exactly_once(settings)
+    # The new partitions' records are all in the sink (not only claimed by a commit).
+    held = DeltaTable(settings.sink).to_pyarrow_table(columns=["bucket"]).column("bucket")
+    for bucket in (2, 3):
+        assert held.to_pylist().count(bucket) == len(log.held_offsets(bucket, 0, end[bucket]))
+    assert batch.mode == "batch"

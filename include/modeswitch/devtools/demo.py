@@ -154,6 +154,8 @@ def demo_sources(
     finally:
         stop_live.set()
         live.join(timeout=30)
+        if isinstance(log, KafkaLog):
+            log.close()  # its producer goes before the broker does, not retrying against it
 
 
 @contextlib.contextmanager

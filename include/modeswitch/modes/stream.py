@@ -39,7 +39,12 @@ from modeswitch.control.policy import (
 )
 from modeswitch.control.quarantine import QuarantineWatch
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import FencedError, OffsetsContinuityError, StreamQueryError
+from modeswitch.errors import (
+    FencedError,
+    ModeswitchError,
+    OffsetsContinuityError,
+    StreamQueryError,
+)
 from modeswitch.modes.resume import (
     ResumePoint,
     epoch_commits,
@@ -83,6 +88,9 @@ aside and rename into place, refusing to replace an existing entry."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
+SOURCE_OUTAGE_GRACE = timedelta(minutes=2)
+"""How long the stream's policy decides on the last latest offsets it saw while the source
+cannot answer (a Kafka broker restarting: ~15 s here), before the job fails naming it."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,8 @@ class StreamSupervisor:
         self.log = open_log(settings.source)
         self.max_event_time = _epoch_max_event_times(store)
         self.last_latest: OffsetsMap = {}
+        self.last_seen_at = started_at
+        self.outage_warned = False
         self.last_data_at: dict[int, datetime] = {}
         self.state = PolicyState(mode="stream", mode_since=started_at)
         self.last_recorded_decision: datetime | None = None
@@ -214,7 +224,26 @@ class StreamSupervisor:
         return recorded
 
     def observe(self, now: datetime) -> Observation:
-        latest = self.log.latest_offsets()
+        try:
+            latest = self.log.latest_offsets()
+        except ModeswitchError as exc:
+            # The query's own source rides out a broker restart; the policy's view of the
+            # log waits for it too, on what it saw last, for a bounded time.
+            if not self.last_latest or now - self.last_seen_at > SOURCE_OUTAGE_GRACE:
+                raise
+            if not self.outage_warned:
+                log.warning(
+                    "stream epoch %d: the source's latest offsets are unavailable; deciding on "
+                    "those of %s for up to %s: %s",
+                    self.epoch_id,
+                    self.last_seen_at,
+                    SOURCE_OUTAGE_GRACE,
+                    exc,
+                )
+                self.outage_warned = True
+            latest = self.last_latest
+        else:
+            self.last_seen_at, self.outage_warned = now, False
         for bucket, offset in latest.items():
             if offset != self.last_latest.get(bucket):
                 self.last_data_at[bucket] = now

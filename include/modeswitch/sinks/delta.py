@@ -30,7 +30,8 @@ Options:
 - ``offsetsStart`` / ``offsetsEnd`` (JSON offsets maps): the source range this write covers.
   Batch writes with a pipeline must give ``offsetsEnd``. Streaming writes read the micro-batch's
   end from Spark's offsets log in ``checkpointLocation``; the start is the previous
-  micro-batch's end, or ``offsetsStart`` for the first micro-batch.
+  micro-batch's end, or ``offsetsStart`` for the first micro-batch, and 0 for a bucket that
+  neither has (one added to the log while the stream runs, read from its first offset).
 - ``partitionBy``: comma-separated partition columns (for example an event date column).
 - ``mergeSchema``: ``true`` to add new columns to the table; otherwise new columns are an error.
 - ``maxRecordsPerFile``: roll files within a task (default 5 000 000).
@@ -149,6 +150,11 @@ class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
             start, end = micro_batch_offsets(self.options.checkpoint_location, batchId)
             if start is None:
                 start = self.options.offsets_start
+            if start is not None:
+                # A bucket the previous end lacks (a Kafka partition added since) was read
+                # from its first offset: the sources start new buckets at their earliest,
+                # and Spark's Kafka source fails the query (failOnDataLoss) if that is not 0.
+                start = {**dict.fromkeys(end, 0), **start}
         sequence = (self.options.sequence or 0) + batchId
         commit_files(self.options, self.schema, messages, sequence=sequence, start=start, end=end)
 

@@ -444,9 +444,16 @@ class BucketLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("bucketlog availableNow target %s", self._target)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin = offsets_from_dict(start, source="micro-batch start offset")
+        until = offsets_from_dict(end, source="micro-batch end offset")
+        if set(until) - set(begin):
+            # A bucket added since the previous micro-batch: from its earliest offset, as
+            # latestOffset planned it (Spark hands back the previous end, which lacks it).
+            earliest = self._open().earliest_offsets()
+            begin = {**{b: earliest[b] for b in until if b not in begin}, **begin}
         return plan_partitions(
-            offsets_from_dict(start, source="micro-batch start offset"),
-            offsets_from_dict(end, source="micro-batch end offset"),
+            begin,
+            until,
             max_records=self.options.max_records_per_partition,
             parallelism=self.options.parallelism,
         )

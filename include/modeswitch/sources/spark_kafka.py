@@ -14,8 +14,8 @@ row for row what :class:`~modeswitch.sources.kafka.KafkaLog` reads from the same
   :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and their base64 (the transform
   quarantines such a value: "value is not UTF-8").
 
-The query reads the partitions of its start offsets with ``assign`` (a partition added to the
-topic is read from the next epoch on, whose plan lists it), under
+A stream subscribes to the topic (a partition added while it runs is read from its earliest
+offset), a batch read takes exact ranges with ``assign``; both under
 ``isolation.level=read_committed``: aborted transactions are never read, and "latest" is each
 partition's last stable offset, where an open transaction holds the end (the planner's boundary
 for a batch is the same). Spark's offsets log holds ``{"<topic>": {"<partition>": offset}}``;
@@ -37,9 +37,11 @@ from typing import Any
 
 from modeswitch.errors import ConfigError
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, kafka_config
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog, kafka_config
 
 SPARK_FORMAT = "kafka"
+EARLIEST = -2
+"""A partition's start in the Kafka source's offsets JSON: its earliest offset."""
 
 _SAME_NAME = frozenset(
     {
@@ -172,15 +174,24 @@ def read_stream(
     config: Mapping[str, Any] | None = None,
 ):
     """A streaming DataFrame of the topic ``source`` (``kafka://...``) from exactly ``start``
-    (every partition to read, with its next offset), in the record schema; see the module
-    docstring. ``max_records_per_trigger`` caps the offsets a micro-batch spans
-    (``maxOffsetsPerTrigger``: an upper bound on its records, as offsets have gaps)."""
+    (each partition's next offset), in the record schema; see the module docstring. The query
+    subscribes to the topic: a partition added while it runs is read from its earliest offset.
+    ``max_records_per_trigger`` caps the offsets a micro-batch spans (``maxOffsetsPerTrigger``:
+    an upper bound on its records, as offsets have gaps)."""
     location = KafkaLocation.parse(source)
+    # Spark wants a start for every partition the topic has when the query starts; one added
+    # since the epoch's plan starts at its earliest offset (-2), as those added later do.
+    log = KafkaLog(source, config)
+    try:
+        partitions = log.buckets()
+    finally:
+        log.close()
+    begin = {**dict.fromkeys(partitions, EARLIEST), **start}
     reader = (
         spark.readStream.format(SPARK_FORMAT)
         .options(**java_options(config))
-        .option("assign", json.dumps({location.topic: sorted(start)}))
-        .option("startingOffsets", topic_offsets_json(location.topic, start))
+        .option("subscribe", location.topic)
+        .option("startingOffsets", topic_offsets_json(location.topic, begin))
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "false")
     )

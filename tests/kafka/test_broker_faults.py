@@ -1,0 +1,106 @@
+"""The broker SIGKILLed under the pipeline and started again on its data: mid-batch (the waves
+read with Spark's Kafka source) and mid-stream (Spark's Kafka source). The jobs ride it out:
+their Kafka clients reconnect to the broker on the same address, the stream's policy decides
+on the last offsets it saw meanwhile (``SOURCE_OUTAGE_GRACE``), and both jobs end by
+themselves with every record once in the sink.
+
+A broker of this test's own (not the tier's: the others would see it go), with its address in
+the environment the jobs inherit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fault_tools import assert_exactly_once, pause_when_caught_up
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
+from modeswitch.sinks.commits import sink_commits
+from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog, kafka_environment
+
+PARTITIONS = 4
+
+
+def _kill_and_restart_once(
+    broker: KafkaBroker, settings: PipelineSettings, epoch: int, commits: int, out: list
+) -> threading.Thread:
+    """A thread that, once epoch ``epoch`` has ``commits`` sink commits, SIGKILLs the broker,
+    leaves it down 3 s and starts it again on its data; what it did goes to ``out``."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 300
+        while sum(c.epoch == epoch for c in sink_commits(settings.sink, settings.pipeline)) < (
+            commits
+        ):
+            if time.monotonic() > deadline:
+                out.append("the epoch never reached its commits")
+                return
+            time.sleep(0.2)
+        broker.kill()
+        time.sleep(3)
+        began = time.monotonic()
+        broker.start()
+        out.append(f"killed after {commits} commits, back in {time.monotonic() - began:.1f} s")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_broker_killed_mid_batch_and_mid_stream_and_restarted_converges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with KafkaBroker(tmp_path / "broker") as broker:
+        broker.create_topic("faulted", PARTITIONS)
+        monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
+        source = f"{SCHEME}faulted"
+        log = KafkaLog(source, broker.config)
+        produce_backlog(log, EventGenerator(seed=11, buckets=PARTITIONS), records=120_000)
+        settings = PipelineSettings.from_mapping(
+            {
+                "pipeline": "broker_faults",
+                "source": source,
+                "warehouse": str(tmp_path / "warehouse"),
+                "batch_reader": "native",  # Spark's Kafka source
+                "wave_records": "20000",
+                "max_split_records": "10000",
+                "max_records_per_trigger": "5000",
+                "trigger_interval": "300ms",
+                "max_stream_runtime": "10m",
+                "watermark_lag_threshold": "1h",
+                "enter_threshold": "1h",
+                "exit_threshold": "1h",
+                "stream_standby": "false",
+            }
+        )
+        done: list[str] = []
+        batch = decide(settings)
+        assert batch.mode == "batch"
+        killer = _kill_and_restart_once(broker, settings, batch.epoch, 2, done)
+        run_job_process("batch", settings, batch.epoch, timeout=600)
+        killer.join(timeout=120)
+        assert close_epoch(settings, batch.epoch) == ("completed", batch.boundary), done
+        assert_exactly_once(settings)
+        print(f"batch: broker {done[-1]}")
+
+        log = KafkaLog(source, broker.config)  # a fresh client after the restart
+        produce_backlog(
+            log, EventGenerator(seed=12, buckets=PARTITIONS), records=40_000, first=10**6
+        )
+        stream = decide(settings, force_mode="stream")
+        assert stream.start == batch.boundary
+        killer = _kill_and_restart_once(broker, settings, stream.epoch, 2, done)
+        target = log.latest_offsets()
+        with pause_when_caught_up(settings, target):
+            run_job_process("stream", settings, stream.epoch, timeout=600)
+        killer.join(timeout=120)
+        assert close_epoch(settings, stream.epoch) == ("completed", target), done
+        assert_exactly_once(settings)
+        print(f"stream: broker {done[-1]}")
+        log.close()
