@@ -158,11 +158,8 @@ def test_batch_killed_mid_wave_then_stream_killed_mid_micro_batch_converge(
     assert mine == list(range(len(mine)))
 
 
-@pytest.mark.parametrize("reader", ["arrow", "native"])  # native: Spark's Kafka source
-def test_modeswitch_run_until_caught_up(kafka_settings: PipelineSettings, reader: str) -> None:
-    settings = PipelineSettings.from_mapping(
-        {**kafka_settings.to_mapping(), "batch_reader": reader}
-    )
+def test_modeswitch_run_until_caught_up(kafka_settings: PipelineSettings) -> None:
+    settings = kafka_settings  # Arrow waves; Spark's Kafka source reads the batch elsewhere
     done = run_pipeline(settings, until="caught-up")
     assert [plan.mode for plan, _, _ in done] == ["batch", "stream"]
     assert done[-1][1] == "completed"
@@ -270,3 +267,59 @@ def test_partitions_added_under_a_running_stream_are_read_exactly_once(
     for bucket in (2, 3):
         assert held.to_pylist().count(bucket) == len(log.held_offsets(bucket, 0, end[bucket]))
     assert batch.mode == "batch"
+
+
+def test_an_open_transaction_at_the_boundary_is_left_to_the_stream_once_committed(
+    kafka_cluster, new_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """The batch's boundary is the last stable offset: an open transaction holds partition
+    0's end at its first record, and the batch stops there; the stream starts exactly there and
+    reads the transaction's records once it commits (read_committed in both readers)."""
+    from confluent_kafka import Producer
+
+    source = new_topic(2)
+    topic = KafkaLocation.parse(source).topic
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "kafka_open_tx",
+            "source": source,
+            "warehouse": str(tmp_path / "warehouse"),
+            "batch_reader": "native",  # Spark's Kafka source in the batch too
+            "trigger_interval": "300ms",
+            "max_stream_runtime": "10m",
+            "watermark_lag_threshold": "1h",
+            "enter_threshold": "1h",
+            "exit_threshold": "1h",
+            "stream_standby": "false",
+        }
+    )
+    log = open_log(source)
+    produce_backlog(log, EventGenerator(seed=31, buckets=2), records=4_000)
+    before = log.latest_offsets()
+    producer = Producer({**kafka_cluster.config, "transactional.id": f"{topic}-open"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    now_ms = int(time.time() * 1000)
+    for n in range(50):
+        producer.produce(topic, b'{"n": %d}' % n, partition=0, timestamp=now_ms)
+    producer.flush(30)  # written, not committed
+    try:
+        batch = decide(settings)
+        assert batch.mode == "batch" and batch.boundary == before  # held at the open txn
+        run_job_process("batch", settings, batch.epoch, timeout=600)
+        assert close_epoch(settings, batch.epoch) == ("completed", before)
+        stream = decide(settings, force_mode="stream")
+        assert stream.start == before
+    finally:
+        producer.commit_transaction(30)
+    del producer
+    deadline = time.monotonic() + 60  # the coordinator writes the markers after the commit
+    while (target := log.latest_offsets())[0] != before[0] + 51:  # 50 records and the marker
+        assert time.monotonic() < deadline, f"the end stayed at {target}"
+        time.sleep(0.2)
+    with pause_when_caught_up(settings, target):
+        run_job_process("stream", settings, stream.epoch, timeout=600)
+    assert close_epoch(settings, stream.epoch) == ("completed", target)
+    assert_exactly_once(settings)
+    values = DeltaTable(settings.sink).to_pyarrow_table(columns=["value"]).column("value")
+    assert sum(v.startswith('{"n": ') for v in values.to_pylist()) == 50
