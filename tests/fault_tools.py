@@ -26,6 +26,17 @@ from modeswitch.runners.local import job_command
 from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
 from modeswitch.state import StateStore
 
+HELD_IN_STREAM = {
+    "trigger_interval": "300ms",
+    "max_stream_runtime": "10m",
+    "watermark_lag_threshold": "1h",
+    "enter_threshold": "1h",
+    "exit_threshold": "1h",
+    "stream_standby": "false",
+}
+"""Settings of a pipeline whose stream runs until the test pauses it (the policy never sends it
+back to batch), with no standby: for tests that time their faults against its commits."""
+
 
 def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:
     """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""

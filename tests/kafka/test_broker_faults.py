@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fault_tools import assert_exactly_once, pause_when_caught_up
+from fault_tools import HELD_IN_STREAM, assert_exactly_once, pause_when_caught_up
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
@@ -71,12 +71,7 @@ def test_a_broker_killed_mid_batch_and_mid_stream_and_restarted_converges(
                 "wave_records": "20000",
                 "max_split_records": "10000",
                 "max_records_per_trigger": "5000",
-                "trigger_interval": "300ms",
-                "max_stream_runtime": "10m",
-                "watermark_lag_threshold": "1h",
-                "enter_threshold": "1h",
-                "exit_threshold": "1h",
-                "stream_standby": "false",
+                **HELD_IN_STREAM,
             }
         )
         done: list[str] = []

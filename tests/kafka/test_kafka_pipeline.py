@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from fault_tools import assert_exactly_once, kill_at, pause_when_caught_up
+from fault_tools import HELD_IN_STREAM, assert_exactly_once, kill_at, pause_when_caught_up
 from rich.console import Console
 
 from modeswitch.control.settings import PipelineSettings
@@ -215,12 +215,7 @@ def test_partitions_added_under_a_running_stream_are_read_exactly_once(
             "pipeline": "kafka_grows",
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
-            "trigger_interval": "300ms",
-            "max_stream_runtime": "10m",
-            "watermark_lag_threshold": "1h",
-            "enter_threshold": "1h",
-            "exit_threshold": "1h",
-            "stream_standby": "false",
+            **HELD_IN_STREAM,
         }
     )
     log = open_log(source)
@@ -285,12 +280,7 @@ def test_an_open_transaction_at_the_boundary_is_left_to_the_stream_once_committe
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
             "batch_reader": "native",  # Spark's Kafka source in the batch too
-            "trigger_interval": "300ms",
-            "max_stream_runtime": "10m",
-            "watermark_lag_threshold": "1h",
-            "enter_threshold": "1h",
-            "exit_threshold": "1h",
-            "stream_standby": "false",
+            **HELD_IN_STREAM,
         }
     )
     log = open_log(source)

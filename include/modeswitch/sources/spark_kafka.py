@@ -187,13 +187,8 @@ def read_stream(
     finally:
         log.close()
     begin = {**dict.fromkeys(partitions, EARLIEST), **start}
-    reader = (
-        spark.readStream.format(SPARK_FORMAT)
-        .options(**java_options(config))
-        .option("subscribe", location.topic)
-        .option("startingOffsets", topic_offsets_json(location.topic, begin))
-        .option("failOnDataLoss", "true")
-        .option("includeHeaders", "false")
+    reader = _options(spark.readStream, location.topic, begin, config).option(
+        "subscribe", location.topic
     )
     if max_records_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
@@ -215,17 +210,25 @@ def read_batch(
     there are at least this many tasks (a skewed partition is read by several)."""
     location = KafkaLocation.parse(source)
     reader = (
-        spark.read.format(SPARK_FORMAT)
-        .options(**java_options(config))
+        _options(spark.read, location.topic, start, config)
         .option("assign", json.dumps({location.topic: sorted(start)}))
-        .option("startingOffsets", topic_offsets_json(location.topic, start))
         .option("endingOffsets", topic_offsets_json(location.topic, end))
-        .option("failOnDataLoss", "true")
-        .option("includeHeaders", "false")
     )
     if min_partitions is not None:
         reader = reader.option("minPartitions", str(min_partitions))
     return as_records(reader.load(), location)
+
+
+def _options(reader, topic: str, start: OffsetsMap, config: Mapping[str, Any] | None):
+    """What every read of ours sets: the client options, the exact start, a failure (not a
+    skip) where records the range needs are gone, no headers."""
+    return (
+        reader.format(SPARK_FORMAT)
+        .options(**java_options(config))
+        .option("startingOffsets", topic_offsets_json(topic, start))
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "false")
+    )
 
 
 def as_records(frame, location: KafkaLocation):
