@@ -560,20 +560,21 @@ def offsets_log_entry(checkpoint: str, batch_id: int) -> OffsetsMap | None:
             f"sink: {path} lists {len(sources)} sources; the exactly-once sink supports "
             "queries with exactly one bucketlog source"
         )
-    return offsets_from_json(_one_topic(sources[0], path), source=path)
+    return _source_offsets(sources[0], path)
 
 
-def _one_topic(line: str, path: str) -> str:
-    """The offsets map of a Kafka source's line (one topic's partitions), else ``line``."""
+def _source_offsets(line: str, path: str) -> OffsetsMap:
+    """A source's line of the offsets log: an offsets map, or a Kafka source's
+    ``{"<topic>": {"<partition>": offset}}`` of one topic."""
     try:
         data = json.loads(line)
     except json.JSONDecodeError:
-        return line  # offsets_from_json names the file and the problem
+        return offsets_from_json(line, source=path)  # names the file and the problem
     if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
         if len(data) != 1:
             raise ModeswitchError(
                 f"sink: {path} holds offsets of topics {sorted(data)}; the exactly-once sink "
                 "supports a Kafka source reading one topic"
             )
-        return json.dumps(next(iter(data.values())))
-    return line
+        [data] = data.values()
+    return offsets_from_dict(data, source=path)

@@ -116,8 +116,8 @@ def java_options(config: Mapping[str, Any] | None = None) -> dict[str, str]:
     """
     config = dict(kafka_config() if config is None else config)
     options: dict[str, str] = {"kafka.isolation.level": "read_committed"}
-    given = config.pop("sasl.mechanisms", None) or config.pop("sasl.mechanism", None)
-    config.pop("sasl.mechanism", None)
+    plural, singular = config.pop("sasl.mechanisms", None), config.pop("sasl.mechanism", None)
+    given = plural or singular  # librdkafka takes either name
     mechanism = str(given or "PLAIN").upper()
     username = config.pop("sasl.username", None)
     password = config.pop("sasl.password", None)
