@@ -23,6 +23,7 @@ from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
 from modeswitch.runners.session import DELTA_SPARK_CONF, spark_jars
+from modeswitch.runners.worker_python import python_for
 
 
 def require_spark_connection(conn_id: str) -> Any:
@@ -213,7 +214,7 @@ class EpochJobOperator(SparkSubmitOperator):
         # the deployment's own conf sizes it.
         sizing = {} if "spark.driver.memory" in own else job_spark_conf(self.kind, settings)
         self.conf = {
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python_for(master),
             "spark.pyspark.driver.python": sys.executable,
             **sizing,
             **own,

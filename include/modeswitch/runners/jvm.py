@@ -65,6 +65,11 @@ def fetched_jars() -> list[str]:
     return jars
 
 
+def cache_root() -> Path:
+    """``$MODESWITCH_CACHE``, else ``~/.cache/modeswitch``: files made once per machine."""
+    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "modeswitch")
+
+
 def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "on").lower() not in {"off", "0", "false", "no"}
 
@@ -96,8 +101,7 @@ def archive_path() -> Path | None:
     depends = [str(java), str(stat.st_size), str(stat.st_mtime_ns), str(jars.resolve())]
     key = "\n".join([*depends, *names, *fetched_jars()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "modeswitch")
-    return root / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
+    return cache_root() / "cds" / f"spark-{pyspark.__version__}-{digest}.jsa"
 
 
 def java_options() -> str:

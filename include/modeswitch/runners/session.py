@@ -94,19 +94,21 @@ def create_spark_session(
     from pyspark.sql import SparkSession
 
     from modeswitch.runners.jvm import java_options, with_java_options
+    from modeswitch.runners.worker_python import python_for
     from modeswitch.sinks.delta import register as register_sink
     from modeswitch.sources.spark import register
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    named = master or os.environ.get("MODESWITCH_SPARK_MASTER")
+    # Python workers (not the driver) through the launcher, where they run on this machine.
+    os.environ.setdefault("PYSPARK_PYTHON", python_for(named))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    local = (master or os.environ.get("MODESWITCH_SPARK_MASTER") or "local").startswith("local")
+    local = (named or "local").startswith("local")
     if local:
         # Bind to loopback: this machine's hostname resolves to a routable address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name)
-    chosen = master or os.environ.get("MODESWITCH_SPARK_MASTER")
-    if chosen:
-        builder = builder.master(chosen)
+    if named:
+        builder = builder.master(named)
     # Otherwise spark-submit's --master applies, or pyspark's own default, local[*].
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the driver JVM
     settings = dict(BASE_CONF)

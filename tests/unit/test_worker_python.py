@@ -1,0 +1,94 @@
+"""The launcher of Spark's Python workers: pyspark from site-packages, the rest of the path kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from modeswitch.runners.worker_python import launcher_text, python_for, runs_here, worker_python
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+
+
+def test_the_launcher_drops_sparks_own_copies_and_keeps_the_rest(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path / "cache"))
+    launcher = worker_python()
+    assert launcher != sys.executable
+    assert os.access(launcher, os.X_OK)
+    assert worker_python() == launcher  # written once
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "user_module_of_the_job.py").write_text("VALUE = 7\n")
+    other_zip = tmp_path / "deps.zip"
+    # What Spark gives a worker (PythonUtils.sparkPythonPath), a job's own folder, another zip.
+    given = [
+        f"{SPARK_HOME}/python/lib/pyspark.zip",
+        f"{SPARK_HOME}/python/lib/py4j-0.10.9.9-src.zip",
+        f"{SPARK_HOME}/jars/spark-core_2.13-4.2.0.jar",
+        str(elsewhere),
+        str(other_zip),
+        "/a path/with a space",
+    ]
+    shown = subprocess.run(
+        [
+            launcher,
+            "-c",
+            "import sys, pyspark, py4j, user_module_of_the_job as m; "
+            "print(repr((sys.path, pyspark.__file__, py4j.__file__, m.VALUE)))",
+        ],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(given)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path, pyspark_file, py4j_file, value = eval(shown)
+    assert not [entry for entry in path if entry.startswith(str(SPARK_HOME))]
+    assert path[1:4] == [str(elsewhere), str(other_zip), "/a path/with a space"]
+    assert pyspark_file == str(SPARK_HOME / "__init__.py")  # bytecode cached in site-packages
+    assert ".zip" not in py4j_file
+    assert value == 7
+
+
+def test_the_launcher_runs_its_interpreter_with_the_arguments_given(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    done = subprocess.run(
+        [worker_python(), "-c", "import sys; print(sys.executable, sys.argv[1:])", "a b", "*"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == f"{sys.executable} ['a b', '*']"
+
+
+def test_paths_a_shell_script_cannot_hold_as_is_are_refused() -> None:
+    with pytest.raises(ValueError, match="cannot quote"):
+        launcher_text("/opt/my python/bin/python", str(SPARK_HOME))
+    with pytest.raises(ValueError, match="cannot quote"):
+        launcher_text(sys.executable, "/opt/$HOME/pyspark")
+
+
+@pytest.mark.parametrize(
+    ("master", "here"),
+    [
+        (None, True),
+        ("local", True),
+        ("local[2]", True),
+        ("spark://127.0.0.1:7077", True),
+        ("spark://localhost", True),
+        ("spark://spark-master:7077", False),
+        ("yarn", False),
+        ("k8s://https://10.0.0.1:6443", False),
+    ],
+)
+def test_the_launcher_is_used_where_the_executors_run_on_this_machine(
+    master, here, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path))
+    assert runs_here(master) is here
+    assert (python_for(master) != sys.executable) is here
