@@ -63,6 +63,10 @@ class LiveProducer:
                 "rate": rate,
                 "duration": timedelta(minutes=30),
                 "first": 10_000_000,
+                # Half-second flushes: each flush rewrites every bucket's open segment;
+                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
+                # in the handoff test.
+                "flush_every": timedelta(milliseconds=500),
                 "should_stop": self.stop_flag.is_set,
             },
             daemon=True,
