@@ -27,6 +27,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from modeswitch.sinks.commits import add_reasons, event_time_to_micros
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON
+from modeswitch.worker_gc import freeze_imports
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +274,7 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
     Rows whose ``_quarantine_reason`` is set go to files in the quarantine table's folder
     instead (see :data:`QUARANTINE_SCHEMA`); nothing is dropped.
     """
+    freeze_imports()
     message = DeltaCommitMessage()
     open_files: dict[tuple, _FileWriter] = {}
     quarantine: _FileWriter | None = None

@@ -77,6 +77,7 @@ from modeswitch.errors import (
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
 from modeswitch.storage import absolute_location
+from modeswitch.worker_gc import freeze_imports
 
 if TYPE_CHECKING:
     from modeswitch.transforms import ArrowForm
@@ -266,6 +267,7 @@ def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterato
         # With no partitions to read, Spark still calls read() once, with a partition of
         # its own: nothing to read.
         return
+    freeze_imports()
     source = options.open_log()
     batches = (b for r in partition.ranges for b in source.read(*r))
     if options.transform is None:
