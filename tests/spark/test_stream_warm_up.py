@@ -1,7 +1,7 @@
 """The standby's warm-up: a throwaway stream through the real source, transform and sink.
 
 It must really run (every record it made committed by the sink), leave nothing behind (its
-folder, its query, its listener, the session settings it changed) and, when it fails, only
+folder, its query, any listener, the session settings it changed) and, when it fails, only
 warn: the epoch that follows starts cold but runs.
 """
 

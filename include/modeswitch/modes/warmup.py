@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ import pyarrow as pa
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import PayloadField, parse_value_schema
 from modeswitch.errors import StreamQueryError
-from modeswitch.modes.stream import _ProgressListener, checkpoint_conf, sink_stream
+from modeswitch.modes.stream import checkpoint_conf, sink_stream
 from modeswitch.offsets import offsets_to_json
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
@@ -112,8 +111,8 @@ def warm_up(
 
     A stream's first micro-batch in a new session pays for everything that starts on first
     use: a Python process for each step of the ``bucketlog`` source and the ``modeswitch_delta``
-    sink (lookup, schema, planning, reading and writing workers, the commit), the listener's
-    callback server, and the JVM's first compilations of the query. Measured here: a stream's
+    sink (lookup, schema, planning, reading and writing workers, the commit) and the JVM's
+    first compilations of the query. Measured here: a stream's
     start to its first commit of 80 000 records took 9.3 s in a new session and 2.9 s in a
     session that had run one stream before.
 
@@ -131,7 +130,6 @@ def warm_up(
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
     work = f"{settings.state_root}/warm-up/{uuid.uuid4().hex[:12]}"
-    listener = _ProgressListener(queue.Queue()).listener
     try:
         source = SegmentLog.create(f"{work}/log", buckets=2)
         append_warm_up_events(source, records, value_schema=settings.value_schema)
@@ -148,7 +146,6 @@ def warm_up(
             },
             checkpoint=f"{work}/checkpoint",
         )
-        spark.streams.addListener(listener)
         with session_conf(spark, checkpoint_conf(work)):
             query = writer.trigger(availableNow=True).start(f"{work}/sink")
             deadline = started + WARM_UP_TIMEOUT.total_seconds()
@@ -170,7 +167,6 @@ def warm_up(
         log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
         return None
     finally:
-        spark.streams.removeListener(listener)
         remove_tree(work)
     log.info(
         "stream warm-up: %d records through source, transform and sink in %.1f s",
