@@ -84,14 +84,16 @@ class CpuSampler:
     def sample(self) -> None:
         for pid, (ticks, started) in self._snapshot().items():
             key = (pid, started)
-            if key not in self.seen:
+            # A JVM or a worker starts as a shell script (spark-class, the workers' launcher)
+            # that execs it under the same pid: label it again until it is known.
+            if key not in self.seen or self.seen[key][0] == "other":
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
                         cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
                 label = "this process" if pid == os.getpid() else kind(cmdline)
-                self.seen[key] = (label, 0)
+                self.seen[key] = (label, self.seen.get(key, (label, 0))[1])
             label, _ = self.seen[key]
             self.seen[key] = (label, ticks - self.base.get(pid, 0))
 
