@@ -49,7 +49,7 @@ from modeswitch.modes.backfill import (
 )
 from modeswitch.sinks.commits import keep_log
 from modeswitch.state import StateStore
-from modeswitch.storage import remove_tree, retry_commit_races
+from modeswitch.storage import delta_dataset, remove_tree, retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,7 @@ def check_replace_is_exact(
             table = DeltaTable(uri, storage_options=dict(storage_options or {}))
         except TableNotFoundError:
             continue
-        rows = table.to_pyarrow_dataset()
+        rows = delta_dataset(table)
         for b, held in _positions(rows, deleting).items():
             gone = np.setdiff1d(held, written.get(b, np.empty(0, np.int64)))
             if len(gone):

@@ -44,6 +44,7 @@ from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
 from modeswitch.state.commands import describe_backfill
 from modeswitch.state.records import Command, Epoch, RecordedDecision
+from modeswitch.storage import delta_dataset
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +334,7 @@ def _with_quarantine(
             & (pc.field("offset") < end)
         )
         where = one if where is None else where | one
-    rows = table.to_pyarrow_dataset().to_table(columns=["bucket", "offset", "reason"], filter=where)
+    rows = delta_dataset(table).to_table(columns=["bucket", "offset", "reason"], filter=where)
     buckets = rows.column("bucket").to_numpy()
     offsets = rows.column("offset").to_numpy()
     reasons = rows.column("reason")

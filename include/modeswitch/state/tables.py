@@ -34,7 +34,7 @@ from deltalake import (
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from modeswitch.errors import ModeswitchError, StateConflictError
-from modeswitch.storage import retry_commit_races
+from modeswitch.storage import delta_dataset, retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class Snapshot:
         ``string`` column, so pushing a string condition down fails)."""
         present = set(self.table.schema().to_arrow().names)
         wanted = None if columns is None else [c for c in columns if c in present]
-        rows = self.table.to_pyarrow_dataset().to_table(filter=where, columns=wanted)
+        rows = delta_dataset(self.table).to_table(filter=where, columns=wanted)
         for name in [c for c in columns or () if c not in present]:
             # A column added to the schema after the table was made: null until written.
             rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.int64()))
