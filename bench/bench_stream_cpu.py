@@ -57,8 +57,10 @@ class CpuSampler:
     """Every process's CPU ticks, sampled until stopped; summed by :func:`kind` at the end."""
 
     def __init__(self) -> None:
-        self.base = {pid: ticks for pid, (ticks, _) in self._snapshot().items()}
-        self.seen: dict[tuple[int, int], tuple[str, int]] = {}
+        # Keyed by (pid, start time): a pid the kernel reuses is another process.
+        self.base = {(pid, start): ticks for pid, (ticks, start) in self._snapshot().items()}
+        self.labels: dict[tuple[int, int], str] = {}
+        self.ticks: dict[tuple[int, int], int] = {}
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -86,16 +88,14 @@ class CpuSampler:
             key = (pid, started)
             # A JVM or a worker starts as a shell script (spark-class, the workers' launcher)
             # that execs it under the same pid: label it again until it is known.
-            if key not in self.seen or self.seen[key][0] == "other":
+            if self.labels.get(key, "other") == "other":
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
                         cmdline = handle.read().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                label = "this process" if pid == os.getpid() else kind(cmdline)
-                self.seen[key] = (label, self.seen.get(key, (label, 0))[1])
-            label, _ = self.seen[key]
-            self.seen[key] = (label, ticks - self.base.get(pid, 0))
+                self.labels[key] = "this process" if pid == os.getpid() else kind(cmdline)
+            self.ticks[key] = ticks - self.base.get(key, 0)
 
     def __enter__(self) -> CpuSampler:
         self.thread.start()
@@ -108,8 +108,8 @@ class CpuSampler:
 
     def by_kind(self) -> dict[str, float]:
         totals: collections.Counter[str] = collections.Counter()
-        for label, ticks in self.seen.values():
-            totals[label] += ticks / TICKS
+        for key, ticks in self.ticks.items():
+            totals[self.labels[key]] += ticks / TICKS
         return dict(totals)
 
 
