@@ -82,7 +82,10 @@ def test_a_run_compacts_the_sink_and_the_audit_holds(airflow_db, tmp_path: Path)
     # Another run holds the lease: this one fails with the reason and rewrites nothing.
     store.claim_maintenance(run_id="elsewhere", issuer="test", lease=timedelta(hours=1))
     version = DeltaTable(settings.sink).version()
+    dag = _dag()
+    # No retry: dag.test() would wait out the task's retry_delay (a minute) to be refused again.
+    dag.tasks[0].retries = 0
     with mock.patch.dict(os.environ, env):
-        refused = _dag().test()
+        refused = dag.test()
     assert str(refused.state) == "failed"
     assert DeltaTable(settings.sink).version() == version
