@@ -416,10 +416,11 @@ def _jackson_string(text: str) -> str:
 
 def _java_double(text: str) -> str:
     """A JSON number's text as Java's ``Double.toString`` writes the double it parses to
-    (shortest digits, as Java 19+ and Python both choose them)."""
+    (shortest digits, as Java 19+ and Python both choose them); a number beyond a double's
+    range as Jackson writes an infinite double, a JSON string (``1e400`` -> ``"Infinity"``)."""
     number = float(text)
     if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
+        return '"Infinity"' if number > 0 else '"-Infinity"'
     if number == 0:
         return "-0.0" if math.copysign(1, number) < 0 else "0.0"
     sign = "-" if number < 0 else ""
