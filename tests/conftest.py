@@ -34,24 +34,34 @@ TIERS = ("unit", "spark", "airflow", "e2e", "faults", "browser", "kafka", "clust
 
 
 LONGEST_FIRST = (
-    "airflow/test_scheduler_run.py",
-    "faults/test_random_faults.py",
-    "cluster/test_cluster_cycle.py",
-    "e2e/test_handoff.py",
-    "cluster/test_cluster_kafka.py",
-    "airflow/test_warm_engine.py",
-    "faults/test_job_crashes.py",
     "kafka/test_kafka_pipeline.py",
-    "airflow/test_backfill_run.py",
-    "airflow/test_pipeline_run.py",
+    "faults/test_random_faults.py",
+    "faults/test_job_crashes.py",
+    "airflow/test_scheduler_run.py",
+    "cluster/test_cluster_cycle.py",
+    "spark/test_user_delta_commands.py",
     "browser/test_operator_page.py",
-    "e2e/test_new_buckets.py",
-    "e2e/test_rewind_pipeline.py",
-    "e2e/test_run_engine.py",
+    "e2e/test_handoff.py",
+    "airflow/test_warm_engine.py",
+    "kafka/test_broker_faults.py",
+    "airflow/test_backfill_run.py",
+    "spark/test_three_readers.py",
+    "cluster/test_cluster_kafka.py",
+    "spark/test_bucketlog_source.py",
     "airflow/test_stream_retry.py",
+    "spark/test_delta_sink.py",
+    "spark/test_arrow_parse.py",
+    "kafka/test_kafka_cli.py",
+    "e2e/test_rewind_pipeline.py",
+    "spark/test_maintenance_beside_stream.py",
+    "unit/test_state_concurrency.py",
+    "unit/test_maintenance.py",
+    "e2e/test_new_buckets.py",
+    "spark/test_transforms.py",
 )
-"""Test files that take minutes, longest first: with two workers (pytest-xdist hands out files
-in collection order) they start first, so the short ones fill the end instead of one worker
+"""Test files that take half a minute or more, longest first (their wall time under two
+workers, measured in a whole run): with two workers (pytest-xdist hands out files in
+collection order) they start first, so the short ones fill the end instead of one worker
 running a long file alone while the other has finished."""
 
 
