@@ -11,6 +11,7 @@ jars of jvm/kafka-broker/pom.xml, started and stopped by this module through
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -68,6 +69,17 @@ class Transactions:
         self.producer.flush(30)
 
 
+def _settles_at(log: KafkaLog, end: dict[int, int], timeout: float = 30) -> None:
+    """Wait until the topic's end (its last stable offset, under read_committed) is ``end``: a
+    producer's commit or abort returns before the broker has written the transaction's markers,
+    and the end moves only once they are written (seen here: 22 right after a commit that
+    takes it to 26, on a broker whose transaction coordinator was still loading)."""
+    deadline = time.monotonic() + timeout
+    while (latest := log.latest_offsets()) != end:
+        assert time.monotonic() < deadline, f"the end stayed at {latest}, not {end}"
+        time.sleep(0.1)
+
+
 def _numbers(log: KafkaLog, start: int, end: int) -> list[int]:
     values = [v for b in log.read(0, start, end) for v in b.column("value").to_pylist()]
     return [json.loads(v)["n"] for v in values]
@@ -85,11 +97,13 @@ def test_aborted_records_are_hidden_and_an_open_transaction_holds_the_end(
         more = writer.write(4, then="commit")  # 17-20, marker 21
         writer.write(3, then="open")  # 22-24: not yet decided
         # read_committed: the end is the last stable offset, the open transaction's first.
-        assert log.latest_offsets() == {0: 22}
+        _settles_at(log, {0: 22})
+        time.sleep(1)
+        assert log.latest_offsets() == {0: 22}  # and stays there while it is open
         assert _numbers(log, 0, 22) == committed + more
         assert log.held_offsets(0, 0, 22).tolist() == [*range(10), *range(17, 21)]
         writer.producer.commit_transaction(60)  # decided: the end moves past its marker
-        assert log.latest_offsets() == {0: 26}
+        _settles_at(log, {0: 26})
         assert _numbers(log, 22, 26) == [19, 20, 21]
     finally:
         writer.close()
@@ -127,6 +141,8 @@ def test_sparks_kafka_source_reads_an_exact_range_of_committed_records(
         writer.write(4, then="abort")  # 7-10, marker 11
         second = writer.write(5, then="commit")  # 12-16, marker 17
         writer.write(2, then="open")  # 18-19
+        with contextlib.closing(KafkaLog(f"{SCHEME}tx-spark", broker.config)) as log:
+            _settles_at(log, {0: 18, 1: 0})  # the second commit's marker is written
         assign = {"tx-spark": [0, 1]}
         frame = (
             spark.read.format("kafka")
