@@ -134,6 +134,9 @@ class KafkaBroker:
             # No retention by time: tests and demos write records stamped in the past (a
             # week-old timestamp would be deleted at the next retention check otherwise).
             "log.retention.ms": "-1",
+            # The cleaner of compacted topics looks for work every second (15 s by default):
+            # a compacted topic's rolled segments are compacted within seconds.
+            "log.cleaner.backoff.ms": "1000",
             **self.settings,
         }
         path = self.directory / "server.properties"

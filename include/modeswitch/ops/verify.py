@@ -15,6 +15,10 @@ are reprocessed) every offset of the range is again present exactly once. The au
 checks invariant 3 over the commits: committed offsets never decrease except by a rewind
 (:func:`~modeswitch.sinks.commits.offset_regressions`), reported as problems.
 
+On a compacted Kafka topic the cleaner removes records after the pipeline has read them: the
+sink's and the quarantine's rows in the range count as held beside what the topic holds now
+(:func:`_held_offsets`).
+
 A bucket that no commit covers has an empty range. Every row of either table, identified by
 ``(bucket, offset)``, then falls in one of these:
 
@@ -508,7 +512,12 @@ def _held_offsets(
 ) -> dict[int, np.ndarray]:
     """Per committed bucket, the offsets of ``[start, committed)`` that hold a record in a log
     with gaps (read from the log). Below the log's retention nothing can be read: there the
-    tables' own positions are taken as held (what retention dropped cannot be checked)."""
+    tables' own positions are taken as held (what retention dropped cannot be checked). A
+    compacting log (:attr:`~modeswitch.sources.base.BucketedLog.compacting`) may since have
+    removed records the pipeline read anywhere in the range: there the tables' positions are
+    taken as held too, beside what the log holds now (a row at an offset the cleaner removed
+    cannot be told from one the log never held; every offset the log holds is still checked,
+    and every copy beyond the first)."""
     earliest, latest = source.earliest_offsets(), source.latest_offsets()
     held = {}
     for bucket, end in committed.items():
@@ -516,11 +525,10 @@ def _held_offsets(
             continue  # reported by _source_problems
         start = starts.get(bucket, 0)
         first = min(max(start, earliest[bucket]), end)
-        parts = [source.held_offsets(bucket, first, end)]
-        if start < first:
-            below = [o[(b == bucket) & (o >= start) & (o < first)] for b, o in tables]
-            parts.insert(0, np.unique(np.concatenate(below)).astype(np.int64))
-        held[bucket] = np.concatenate(parts)
+        bound = end if source.compacting else first
+        taken = [o[(b == bucket) & (o >= start) & (o < bound)] for b, o in tables]
+        parts = [source.held_offsets(bucket, first, end), *taken]
+        held[bucket] = np.unique(np.concatenate(parts)).astype(np.int64)
     return held
 
 

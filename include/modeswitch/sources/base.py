@@ -68,6 +68,12 @@ class BucketedLog(LogCapabilities, Protocol):
     log's time index holds another time (a Kafka topic whose event time is a JSON field: its
     index is the message timestamp), so a search by event time starts at the earliest offset."""
 
+    compacting: bool
+    """True when the log may later remove records below its latest offset that a reader has
+    already read (a Kafka topic whose ``cleanup.policy`` includes ``compact``: the cleaner
+    keeps the newest record of each key). What such a log holds now is a lower bound of what
+    was read from it; :func:`modeswitch.ops.verify.audit` counts accordingly."""
+
     def buckets(self) -> list[int]:
         """Bucket ids, ascending."""
         ...

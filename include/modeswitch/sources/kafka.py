@@ -132,6 +132,7 @@ class KafkaLog:
             )
         self._consumer: Any = None
         self._writer: Any = None
+        self._compacting: bool | None = None
 
     def __repr__(self) -> str:
         return f"KafkaLog({SCHEME}{self.topic} at {self.config['bootstrap.servers']})"
@@ -141,6 +142,25 @@ class KafkaLog:
         """Kafka's time index holds message timestamps: it indexes the event time only when
         that is the message timestamp (no ``event_time`` field in the source)."""
         return self.location.event_time_field is None
+
+    @property
+    def compacting(self) -> bool:
+        """True when the topic's ``cleanup.policy`` includes ``compact`` (asked once)."""
+        if self._compacting is None:
+            self._compacting = "compact" in self._topic_config("cleanup.policy").split(",")
+        return self._compacting
+
+    def _topic_config(self, name: str) -> str:
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        admin = AdminClient({**self.config, "logger": log})
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
+        try:
+            described = admin.describe_configs([resource], request_timeout=METADATA_TIMEOUT)
+            entries = described[resource].result(timeout=METADATA_TIMEOUT)
+        except Exception as exc:
+            raise self._unreachable(f"its config {name}", exc) from exc
+        return entries[name].value or ""
 
     @property
     def servers(self) -> str:

@@ -132,6 +132,7 @@ class SegmentLog:
     parquet_files = True  # segments are Parquet files: Spark's reader reads them natively
     spark_source = "bucketlog"  # the Python data source (modeswitch.sources.spark)
     event_time_indexed = True  # offset_at searches the records' event times
+    compacting = False  # records leave only with whole segments, by retention (below earliest)
 
     def __init__(
         self,
