@@ -60,9 +60,9 @@ LONGEST_FIRST = (
     "spark/test_transforms.py",
 )
 """Test files that take half a minute or more, longest first (their wall time under two
-workers, measured in a whole run): with two workers (pytest-xdist hands out files in
-collection order) they start first, so the short ones fill the end instead of one worker
-running a long file alone while the other has finished."""
+workers, measured in a whole run). In one process they run first. Two workers take files in
+this order only among files of as many tests: pytest-xdist hands out the files with the most
+tests first unless given ``--no-loadscope-reorder`` (tried on 2026-11-26, not measured whole)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
