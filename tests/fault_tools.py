@@ -151,3 +151,13 @@ def commit_to_sink(
         ),
     )
     return replace(commit, table_version=DeltaTable(uri).version())
+
+
+def wait_for(condition, what: str, timeout: float, poll: float = 0.5) -> None:
+    """Wait until ``condition()`` holds, asking every ``poll`` seconds; fail naming ``what``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 from deltalake import DeltaTable
-from fault_tools import assert_exactly_once
+from fault_tools import assert_exactly_once, wait_for
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
@@ -61,12 +61,8 @@ def _positions(held: dict[int, list[int]]) -> set[tuple[int, int]]:
     return {(b, o) for b, offsets in held.items() for o in offsets}
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    wait_for(condition, what, timeout=120)
 
 
 def test_a_compacted_topic_is_read_once_and_verified_after_the_cleaner_ran(

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from fault_tools import wait_for
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
@@ -45,11 +46,7 @@ GENERATOR = EventGenerator(seed=21, buckets=2, malformed_fraction=0.02)
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
+    wait_for(condition, what, timeout=timeout, poll=0.3)
 
 
 def _as_a_user_would(spark, statement: str) -> list:
