@@ -67,6 +67,19 @@ METADATA_TIMEOUT = 10.0
 """Seconds a metadata or offsets request may take before the broker counts as unreachable."""
 READ_IDLE_TIMEOUT = 30.0
 """Seconds a range read may go without a message before it gives up."""
+LEADER_RETRY_PAUSE = 0.2
+"""Seconds between asks while a partition has no leader."""
+_NO_LEADER_CODES = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE")
+
+
+def _between_leaders(exc: BaseException) -> bool:
+    """Whether a client error says the partition has no leader right now: an answer the
+    broker changes within seconds, unlike an unreachable broker or a missing topic."""
+    error = exc.args[0] if exc.args else None
+    kafka = _confluent()
+    codes = {getattr(kafka.KafkaError, name) for name in _NO_LEADER_CODES}
+    return isinstance(error, kafka.KafkaError) and error.code() in codes
+
 
 _config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "modeswitch_kafka_config", default=None
@@ -229,13 +242,20 @@ class KafkaLog:
         return {partition: self._watermark(partition) for partition in self.buckets()}
 
     def _watermark(self, partition: int) -> tuple[int, int]:
-        """``(earliest, latest)`` of one partition: one request to its leader."""
+        """``(earliest, latest)`` of one partition: a request to its leader, asked again
+        within :data:`METADATA_TIMEOUT` while the partition has none (a topic just created,
+        a leader moving or restarting)."""
         kafka = _confluent()
         tp = kafka.TopicPartition(self.topic, partition)
-        try:
-            return self._metadata_consumer().get_watermark_offsets(tp, timeout=METADATA_TIMEOUT)
-        except kafka.KafkaException as exc:
-            raise self._unreachable(f"offsets of partition {partition}", exc) from exc
+        deadline = time.monotonic() + METADATA_TIMEOUT
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._metadata_consumer().get_watermark_offsets(tp, timeout=max(left, 0.1))
+            except kafka.KafkaException as exc:
+                if not (_between_leaders(exc) and left > LEADER_RETRY_PAUSE):
+                    raise self._unreachable(f"offsets of partition {partition}", exc) from exc
+            time.sleep(LEADER_RETRY_PAUSE)
 
     def earliest_offsets(self) -> OffsetsMap:
         return {b: low for b, (low, _) in self._watermarks().items()}
