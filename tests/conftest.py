@@ -124,19 +124,20 @@ def _machine_busy_seconds() -> float:
 def _cpu_record(item: pytest.Item) -> Iterator[None]:
     """With MODESWITCH_TEST_CPU=FILE, append each test's wall seconds and the machine's busy
     CPU seconds over it (serial runs on an otherwise idle machine: what the test costs, its
-    JVMs included) as a tab-separated line to FILE: where the suite's time goes, waiting or
-    working."""
+    JVMs included), its start (Unix time) and its xdist worker as a tab-separated line to
+    FILE: where the suite's time goes, waiting or working, and when."""
     record = os.environ.get("MODESWITCH_TEST_CPU")
     if not record:
         yield
         return
-    began, busy = time.monotonic(), _machine_busy_seconds()
+    began, busy, at = time.monotonic(), _machine_busy_seconds(), time.time()
     try:
         yield
     finally:
         wall, cpu = time.monotonic() - began, _machine_busy_seconds() - busy
         with open(record, "a") as out:
-            out.write(f"{item.nodeid}\t{wall:.1f}\t{cpu:.1f}\n")
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+            out.write(f"{item.nodeid}\t{wall:.1f}\t{cpu:.1f}\t{at:.0f}\t{worker}\n")
 
 
 @pytest.hookimpl(wrapper=True)

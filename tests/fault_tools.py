@@ -65,17 +65,25 @@ def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, marke
 
 
 @contextlib.contextmanager
-def pause_when_caught_up(settings: PipelineSettings, target: dict[int, int]) -> Iterator[None]:
+def pause_when_caught_up(
+    settings: PipelineSettings, target: dict[int, int], *, again: bool = False
+) -> Iterator[None]:
     """Submit a pause command once the sink holds ``target``: the stream then stops at its
-    next micro-batch boundary, however slow the machine (no fixed runtime to outlast)."""
+    next micro-batch boundary, however slow the machine (no fixed runtime to outlast). With
+    ``again``, submit another whenever none is pending until the block ends: for a stream that
+    may run twice in the block (the warm engine's own handoff starts it before the DAG run
+    that attaches to it and runs it again)."""
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     done = threading.Event()
 
     def watch() -> None:
         while not done.wait(0.5):
-            if committed_offsets(settings.sink, settings.pipeline) == target:
+            if committed_offsets(settings.sink, settings.pipeline) != target:
+                continue
+            if not again or not store.commands("pending"):
                 store.submit_command("pause", {"note": "caught up"}, issuer="test")
-                return
+                if not again:
+                    return
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

@@ -135,8 +135,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stop_group(leader: subprocess.Popen) -> None:
-    """SIGTERM the whole group, then SIGKILL whatever is left (Spark JVMs, task runners)."""
+def _stop_group(leader: subprocess.Popen, home: Path) -> None:
+    """SIGTERM the whole group, then SIGKILL whatever is left (Spark JVMs, task runners), and
+    then every process still running under this Airflow's home: Airflow 3's task supervisor
+    (``airflow worker -- <task instance>``) starts a session of its own, out of the group."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(leader.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -144,6 +146,24 @@ def _stop_group(leader: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(leader.pid, signal.SIGKILL)
     leader.wait()
+    for pid in _processes_with_environment("AIRFLOW_HOME", str(home)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # its group: the task's spark-submit and JVM too
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _processes_with_environment(name: str, value: str) -> list[int]:
+    """The processes (of this user) whose environment sets ``name=value``."""
+    wanted = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return found
 
 
 @pytest.fixture
@@ -171,9 +191,9 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
 @pytest.fixture
 def airflow_on_postgres(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
     """The same four components on a throwaway PostgreSQL server (LocalExecutor); each stream
-    epoch runs up to two minutes, so that a command stops it."""
+    epoch may run ten minutes, so that only the command stops it within the test's time."""
     with throwaway_postgres() as database:
-        yield from _airflow(sources, database, max_stream_runtime="120s")
+        yield from _airflow(sources, database, max_stream_runtime="10m")
 
 
 def _airflow(
@@ -238,7 +258,7 @@ def _airflow(
     try:
         yield RunningAirflow(home, env, port, leader, database)
     finally:
-        _stop_group(leader)
+        _stop_group(leader, home)
 
 
 def _healthy(port: int) -> bool:
@@ -255,7 +275,6 @@ def _healthy(port: int) -> bool:
     )
 
 
-@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     airflow_processes: RunningAirflow, sources: dict[str, Path]
 ) -> None:
@@ -442,7 +461,6 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     )
 
 
-@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     airflow_on_postgres: RunningAirflow,
 ) -> None:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fault_tools import pause_when_caught_up
 
 from modeswitch.airflow.local import airflow_environment, migrate
 from modeswitch.control.settings import PipelineSettings
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.cluster
 PIPELINE = "onthecluster"
 
 
-@pytest.mark.exclusive  # its timing is part of what it proves (tests/conftest.py)
 def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     cluster: StandaloneCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,7 +51,7 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         "max_split_records": "20000",
         "trigger_interval": "500ms",
         "max_records_per_trigger": "20000",
-        "max_stream_runtime": "25s",
+        "max_stream_runtime": "10m",  # each stream is paused once it has caught up
         "min_time_in_stream": "0s",
         "exit_threshold": "1h",
         "enter_threshold": "2h",
@@ -85,7 +85,8 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     try:
         dag_run({"force_mode": "batch"})  # the default: waves in the executors' Python workers
         produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=10**6)
-        dag_run({"force_mode": "stream"})
+        with pause_when_caught_up(settings, log.latest_offsets()):
+            dag_run({"force_mode": "stream"})
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=60_000, first=2 * 10**6)
         # Spark's own reader and writer, and Spark's from_json, on the warm engine.
         spark_io = {
@@ -97,7 +98,9 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         }
         dag_run({"force_mode": "batch", "settings": spark_io})
         produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
-        dag_run({"force_mode": "stream", "settings": {"engine": "warm"}})
+        # The engine hands off to this stream itself, before the run attaches to it.
+        with pause_when_caught_up(settings, log.latest_offsets(), again=True):
+            dag_run({"force_mode": "stream", "settings": {"engine": "warm"}})
     finally:
         stopped = stop_engine(settings)
     assert stopped, "the batch task started the engine, and it outlived the runs"
