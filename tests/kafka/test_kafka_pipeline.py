@@ -53,6 +53,12 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
             "pipeline": "kafka_e2e",
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
+            # Half the demo's thresholds: each batch here leaves a lag of ~9-12 s (6 s for
+            # the 500 000 records, then the stream's start), and the stream after the burst
+            # crosses 30 s half a minute sooner than 60 s.
+            "watermark_lag_threshold": "30s",
+            "enter_threshold": "30s",
+            "exit_threshold": "25s",
         }
     )
     console = Console(file=(tmp_path / "cycle.txt").open("w"), width=120)
@@ -68,7 +74,7 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
             transactions=60,
             base_ms=int(time.time() * 1000) - 15 * 60_000,  # in the past: no future event times
         )
-        demo_cycle(settings, log, PARTITIONS, console)
+        demo_cycle(settings, log, PARTITIONS, console, burst_after=10)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epochs = store.epochs()
     assert [e.mode for e in epochs][:4] == ["batch", "stream", "batch", "stream"]

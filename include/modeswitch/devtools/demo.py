@@ -218,12 +218,21 @@ def _epoch(
     console.print(f"  closed {status} at {sum(end.values()):,} records committed{how}{where}")
 
 
-def demo_cycle(settings: PipelineSettings, log: EventLog, buckets: int, console: Console) -> None:
+def demo_cycle(
+    settings: PipelineSettings,
+    log: EventLog,
+    buckets: int,
+    console: Console,
+    *,
+    burst_after: float = BURST_AFTER_SECONDS,
+) -> None:
+    """Batch, stream (a burst ``burst_after`` seconds in holds it back), batch, and a last
+    20-second stream: four epochs, each decided by the policy and closed."""
     console.rule("2. the pipeline: decide, run, close, decide again")
     logs = Path(settings.warehouse).parent / "logs"
     with open_runner(settings, log_dir=logs, timeout=900) as runner:
         _epoch(runner, settings, console, "drains the backlog up to its boundary")
-        with burst_later(log, buckets, console):
+        with burst_later(log, buckets, console, after=burst_after):
             _epoch(runner, settings, console, "from the batch's end offsets, until it falls behind")
         _epoch(runner, settings, console, "drains what the burst left")
         short = PipelineSettings.from_mapping(
