@@ -1,12 +1,13 @@
 """The whole cycle on the embedded default: batch -> stream -> (burst) -> batch -> stream.
 
 Real parts only: the segment log, the Spark jobs as child processes (each its own driver and
-JVM, stopped by process group), Delta tables on disk, a live producer thread. The policy's
-thresholds are scaled to this machine: a batch epoch of 1 M records takes ~20 s (Spark start
-included; 34 s once beside a standby), so the exit threshold (45 s) must exceed the lag it
-leaves, and the enter threshold (60 s) must leave the stream room to start; the stream reads
-at most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of 400 000 records
-holds it back for well over a minute, longer than the enter threshold plus the dwell. The live
+JVM, stopped by process group), Delta tables on disk, a live producer thread. The demo's
+settings, with its thresholds halved and scaled to this machine: a batch epoch of 1 M records
+takes ~5-6 s of its job's log here (ci15, 2026-11-26), so the exit threshold (25 s) must
+exceed the lag it leaves, and the enter threshold (30 s) must leave the stream room to start;
+the stream reads at most 2 000 records per micro-batch (~5-6 k records/s here), so a burst of
+400 000 records holds it back for over a minute, longer than the enter threshold plus the
+dwell. The live
 producer appends 250 records/s: the stream must catch up with the ~30 s of them the batch epoch
 leaves behind and then keep up, which it does with room to spare even on a loaded machine (at
 500 records/s a slow CI run once fell further behind until the policy sent it back to batch).
@@ -40,13 +41,17 @@ BUCKETS = 16
 
 @pytest.fixture
 def settings(tmp_path: Path) -> PipelineSettings:
-    # The demo's scenario and settings: this test is what `make demo` shows, with asserts.
+    # The demo's scenario and settings: this test is what `make demo` shows, with asserts, and
+    # its thresholds halved (the stream after the burst crosses 30 s half a minute sooner).
     return PipelineSettings.from_mapping(
         {
             **DEMO_SETTINGS,
             "pipeline": "e2e",
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
+            "watermark_lag_threshold": "30s",
+            "enter_threshold": "30s",
+            "exit_threshold": "25s",
         }
     )
 
