@@ -85,10 +85,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --- two workers, and tests that run alone ------------------------------------------------------
 # `make test` runs the suite in two pytest-xdist workers, a test file to a worker. A test marked
 # `exclusive` (its timing is part of what it proves: a latency, a liveness bound, a policy
-# threshold scaled to this machine) runs alone: around its whole protocol (setup, call,
-# teardown, so the module and session fixtures it starts or stops too) it holds an exclusive
-# lock that every other test holds shared. A gate in front of the lock keeps the exclusive test
-# from waiting behind an endless line of shared ones. Without xdist nothing is locked.
+# threshold scaled to this machine) runs alone, unit tests aside: around its whole protocol
+# (setup, call, teardown, so the module and session fixtures it starts or stops too) it holds an
+# exclusive lock that every other test but the unit tests holds shared. A gate in front of the
+# lock keeps the exclusive test from waiting behind an endless line of shared ones. Unit tests
+# take no lock: no JVM, no Spark, no broker, a core at most, so an exclusive test beside one
+# still has a core and more to itself, and the other worker works through the unit files
+# instead of waiting. Without xdist nothing is locked.
 
 
 @contextlib.contextmanager
@@ -142,5 +145,9 @@ def _cpu_record(item: pytest.Item) -> Iterator[None]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    with _run_lock(item.get_closest_marker("exclusive") is not None), _cpu_record(item):
+    if item.get_closest_marker("unit") is not None:
+        lock = contextlib.nullcontext()
+    else:
+        lock = _run_lock(item.get_closest_marker("exclusive") is not None)
+    with lock, _cpu_record(item):
         return (yield)
