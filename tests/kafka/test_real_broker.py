@@ -189,8 +189,13 @@ def test_records_survive_a_killed_broker_started_again_on_its_data(tmp_path: Pat
         own.start()
         log = KafkaLog(f"{SCHEME}durable", own.config)
         try:
-            assert log.latest_offsets() == {0: 31}
-            assert _numbers(log, 0, 31) == written
+            # 31: the records and the commit marker. 32 when the transaction coordinator had
+            # written the markers but not yet logged the transaction complete when it was
+            # killed: it then writes the marker again once it is back (seen once, in a whole
+            # run). Either way the records are there, once.
+            [end] = log.latest_offsets().values()
+            assert end in (31, 32), end
+            assert _numbers(log, 0, end) == written
         finally:
             log.close()
     assert own.process is None
