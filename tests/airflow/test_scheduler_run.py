@@ -49,6 +49,7 @@ from postgres_tools import throwaway_postgres
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.backfill import backfill_commits
 from modeswitch.ops.verify import audit
+from modeswitch.runners.processes import stop_group
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -139,13 +140,7 @@ def _stop_group(leader: subprocess.Popen, home: Path) -> None:
     """SIGTERM the whole group, then SIGKILL whatever is left (Spark JVMs, task runners), and
     then every process still running under this Airflow's home: Airflow 3's task supervisor
     (``airflow worker -- <task instance>``) starts a session of its own, out of the group."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(leader.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        leader.wait(timeout=20)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(leader.pid, signal.SIGKILL)
-    leader.wait()
+    stop_group(leader, grace=20)
     for pid in _processes_with_environment("AIRFLOW_HOME", str(home)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)  # its group: the task's spark-submit and JVM too
