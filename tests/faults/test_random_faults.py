@@ -14,8 +14,10 @@ bounded time, a closed stream epoch that has caught up with the log (liveness); 
 hold every record exactly once, each ``(epoch, sequence)`` once, with committed offsets that
 never go back, and each epoch must start where the one before it ended (safety).
 
-Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three); faults per seed ``MODESWITCH_FAULTS_PER_SEED``
-(default 5). ``make soak-faults`` runs more of both. A failure names its seed: rerun with
+Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three; every third runs its streams with the
+``delta_spark`` stream writer, :func:`stream_writer_of`); faults per seed
+``MODESWITCH_FAULTS_PER_SEED`` (default 5). ``make soak-faults`` runs more of both. A failure
+names its seed: rerun with
 ``MODESWITCH_FAULT_SEEDS=<seed> make test PYTEST_ARGS=tests/faults/test_random_faults.py``
 (the fault schedule replays; the moments a job reaches depend on the machine).
 """
@@ -47,6 +49,15 @@ from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
 SEEDS = [int(s) for s in os.environ.get("MODESWITCH_FAULT_SEEDS", "1,2,3").split(",") if s]
+
+
+def stream_writer_of(seed: int) -> str:
+    """Every third seed's streams write with delta-spark (``stream_writer = delta_spark``), the
+    others with the default writer: seed 3 of ``make test``'s three, 4 of ``make soak-faults``'
+    twelve."""
+    return "delta_spark" if seed % 3 == 0 else "python"
+
+
 FAULTS = int(os.environ.get("MODESWITCH_FAULTS_PER_SEED", "5"))
 BUCKETS = 4
 BACKLOG = 60_000
@@ -170,10 +181,11 @@ class Producer:
         self.live.join(timeout=30)
 
 
-def chaos_settings(tmp_path: Path) -> PipelineSettings:
+def chaos_settings(tmp_path: Path, stream_writer: str = "python") -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
             "pipeline": "chaos",
+            "stream_writer": stream_writer,
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             # Offset lag alone switches: a burst puts a stream 50 000 records behind, and at
@@ -231,11 +243,16 @@ def run_epochs(
 
 # Not `exclusive`: the offset-lag policy does not depend on how fast this machine is, and the
 # liveness bound (minutes) holds beside another test's Spark job.
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed) -> None:
+@pytest.mark.parametrize(
+    ("seed", "writer"),
+    [(seed, stream_writer_of(seed)) for seed in SEEDS],
+    ids=[f"{seed}-{stream_writer_of(seed)}" for seed in SEEDS],
+)
+def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed, writer) -> None:
     rng = random.Random(seed)
     journal = Journal(seed)
-    settings = chaos_settings(tmp_path)
+    journal.note(f"streams write with the {writer} stream writer")
+    settings = chaos_settings(tmp_path, writer)
     log = SegmentLog.create(settings.source, buckets=BUCKETS)
     produce_backlog(
         log,
@@ -271,7 +288,8 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, see
         print(f"seed {seed}:\n{journal}")  # shown with -rP: what a passing run went through
     except BaseException as exc:
         raise AssertionError(
-            f"random faults, seed {seed} (replay: MODESWITCH_FAULT_SEEDS={seed}): {exc}\n"
+            f"random faults, seed {seed}, stream writer {writer} (replay: "
+            f"MODESWITCH_FAULT_SEEDS={seed}): {exc}\n"
             f"what happened:\n{journal}\njob logs: {tmp_path / 'logs'}"
         ) from exc
     finally:

@@ -308,11 +308,13 @@ class PolicySettings:
 
 StreamTrigger = Literal["processing_time", "available_now"]
 BatchWriter = Literal["native", "python"]
+StreamWriter = Literal["python", "delta_spark"]
 BatchReader = Literal["arrow", "bucketlog", "native"]
 StartFrom = Literal["earliest", "latest"]
 Engine = Literal["submit", "warm"]
 STREAM_TRIGGERS: tuple[str, ...] = get_args(StreamTrigger)
 BATCH_WRITERS: tuple[str, ...] = get_args(BatchWriter)
+STREAM_WRITERS: tuple[str, ...] = get_args(StreamWriter)
 BATCH_READERS: tuple[str, ...] = get_args(BatchReader)
 START_FROM: tuple[str, ...] = get_args(StartFrom)
 ENGINES: tuple[str, ...] = get_args(Engine)
@@ -461,6 +463,13 @@ class PipelineSettings:
         doc="for `native` and `bucketlog` reads: Spark's Parquet writer + the sink's commit, "
         "or `python` (the `modeswitch_delta` data source writer, which streaming always "
         "uses; [SINK.md](SINK.md))",
+    )
+    stream_writer: StreamWriter = setting(
+        "python",
+        parse=parse_choice,
+        doc="how a stream epoch writes each micro-batch: `python` (the `modeswitch_delta` data "
+        "source writer: pyarrow files, one delta-rs commit) or `delta_spark` (delta-spark's "
+        "own writer in `foreachBatch`, with `txnAppId`/`txnVersion`; [SINK.md](SINK.md))",
     )
     # The readers: modeswitch.sinks.arrow_wave (arrow), modeswitch.modes.wave_path.
     batch_reader: BatchReader = setting(

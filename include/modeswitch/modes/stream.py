@@ -300,12 +300,15 @@ def sink_stream(
     *,
     source: str,
     start_json: str,
+    sink: str,
     options: Mapping[str, str],
     checkpoint: str,
 ):
     """The query an epoch runs, and the warm-up too: the log's stream source from
-    ``start_json`` (with the read limit), the pipeline's transform with its watermark, the
-    ``modeswitch_delta`` sink with ``options``; a writer without its trigger, not started.
+    ``start_json`` (with the read limit), the pipeline's transform with its watermark, and the
+    sink table ``sink`` written with ``options`` by the ``stream_writer`` (the
+    ``modeswitch_delta`` sink, or delta-spark's writer in ``foreachBatch``:
+    :mod:`modeswitch.sinks.delta_spark`); a writer without its trigger, not started.
 
     The source is the one the log names (``spark_source``): Spark's own Kafka source for a
     topic (:mod:`modeswitch.sources.spark_kafka`), the transform's Spark form on its rows; the
@@ -326,13 +329,19 @@ def sink_stream(
         else:
             frame = transform(reader.load(source))
     lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
-    return (
-        frame.withWatermark("event_time", f"{lateness} milliseconds")
-        .writeStream.format("modeswitch_delta")
-        .options(**options)
-        .option("offsetsStart", start_json)
-        .option("checkpointLocation", checkpoint)
-    )
+    stream = frame.withWatermark("event_time", f"{lateness} milliseconds").writeStream
+    options = {
+        **options,
+        "path": sink,
+        "offsetsStart": start_json,
+        "checkpointLocation": checkpoint,
+    }
+    if settings.stream_writer == "delta_spark":
+        from modeswitch.sinks.delta_spark import stream_writer
+
+        writer = stream_writer(options)  # checked here, before the query starts
+        return stream.foreachBatch(writer).option("checkpointLocation", checkpoint)
+    return stream.format("modeswitch_delta").options(**options)
 
 
 def run_stream_epoch(
@@ -364,6 +373,7 @@ def run_stream_epoch(
         settings,
         source=settings.source,
         start_json=start_json,
+        sink=settings.sink,
         options=options,
         checkpoint=point.checkpoint,
     ).queryName(f"{settings.pipeline}-epoch-{epoch_id}")
@@ -380,7 +390,7 @@ def run_stream_epoch(
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
     for key, value in checkpoint_conf(point.checkpoint).items():
         spark.conf.set(key, value)
-    query = writer.start(settings.sink)
+    query = writer.start()
     log.info(
         "stream epoch %d: query started from %s (sequence %d on)",
         epoch_id,

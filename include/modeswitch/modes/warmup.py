@@ -138,6 +138,7 @@ def warm_up(
             settings,
             source=source.root,
             start_json=offsets_to_json(source.earliest_offsets()),
+            sink=f"{work}/sink",
             options={
                 "pipeline": "warm-up",
                 "epoch": "1",
@@ -147,7 +148,7 @@ def warm_up(
             checkpoint=f"{work}/checkpoint",
         )
         with session_conf(spark, checkpoint_conf(work)):
-            query = writer.trigger(availableNow=True).start(f"{work}/sink")
+            query = writer.trigger(availableNow=True).start()
             deadline = started + WARM_UP_TIMEOUT.total_seconds()
             try:
                 while not query.awaitTermination(WARM_UP_POLL.total_seconds()):

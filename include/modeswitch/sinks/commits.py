@@ -183,8 +183,13 @@ class SinkCommit:
     def from_commit_info(cls, info: Mapping[str, Any]) -> SinkCommit | None:
         """Parse a ``DeltaTable.history()`` entry; None if it is not a modeswitch commit."""
         raw = info.get(METADATA_KEY)
+        quarantine = info.get(QUARANTINE_METADATA_KEY)
         if raw is None:
-            return None
+            # Delta's own writers (the ``delta_spark`` stream writer) can set nothing in a
+            # commit's ``commitInfo`` but ``userMetadata``: the full record is nested there.
+            raw, quarantine = _record_in_user_metadata(info.get(USER_METADATA_KEY))
+            if raw is None:
+                return None
         try:
             body = json.loads(raw) if isinstance(raw, str) else dict(raw)
             return cls(
@@ -204,13 +209,52 @@ class SinkCommit:
                 rewound_from=None
                 if body.get("rewound_from") is None
                 else offsets_from_dict(body["rewound_from"], source="sink commit rewound_from"),
-                **_quarantine_of(info.get(QUARANTINE_METADATA_KEY)),
+                **_quarantine_of(quarantine),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ModeswitchError(
                 f"sink commit at version {info.get('version')} has malformed "
                 f"{METADATA_KEY!r} metadata: {raw!r}"
             ) from exc
+
+
+def _record_in_user_metadata(raw: Any) -> tuple[Any, Any]:
+    """``(record, quarantine)`` nested in a commit's ``userMetadata`` by a writer that has no
+    other field of ``commitInfo`` to put them in (:func:`user_metadata_record`); ``(None,
+    None)`` for any other user metadata (a user's own, or the summary of our other commits)."""
+    if not isinstance(raw, str) or METADATA_KEY not in raw:
+        return None, None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(body, dict) or body.get("writer") != "modeswitch":
+        return None, None
+    return body.get(METADATA_KEY), body.get(QUARANTINE_METADATA_KEY)
+
+
+def user_metadata_record(commit: SinkCommit, quarantine: Mapping[str, Any] | None = None) -> str:
+    """The ``userMetadata`` of a sink commit made by Delta's own writer: the summary every
+    commit of ours shows (:func:`user_metadata`), with the full record (and the quarantine's,
+    if any) nested under :data:`METADATA_KEY` / :data:`QUARANTINE_METADATA_KEY`, which
+    :meth:`SinkCommit.from_commit_info` reads back."""
+    metadata = commit.to_metadata()
+    body = json.loads(metadata[USER_METADATA_KEY])
+    body[METADATA_KEY] = json.loads(metadata[METADATA_KEY])
+    if quarantine is not None:
+        body[QUARANTINE_METADATA_KEY] = dict(quarantine)
+    return json.dumps(body, separators=(",", ":"))
+
+
+def quarantine_record(info: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A sink commit's quarantine record (``records``, ``reasons``, ``files``) from its
+    ``commitInfo``, wherever its writer put it; None if it quarantined nothing."""
+    raw = info.get(QUARANTINE_METADATA_KEY)
+    if raw is None:
+        raw = _record_in_user_metadata(info.get(USER_METADATA_KEY))[1]
+    if raw is None:
+        return None
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
 
 
 def _quarantine_of(raw: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from modeswitch.sinks.commits import (
     SinkCommit,
     add_reasons,
     newest_commit_in,
+    quarantine_record,
     split_txn_version,
     txn_version,
     user_metadata,
@@ -237,10 +238,11 @@ def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
             storage_options=options.storage_options,
         )
         return int(rewound)
-    if found is None or QUARANTINE_METADATA_KEY not in found[1]:
+    record = quarantine_record(found[1]) if found is not None else None
+    if found is None or record is None:
         return 0
-    commit, info = found
-    files = [WrittenFile(**f) for f in json.loads(info[QUARANTINE_METADATA_KEY])["files"]]
+    commit = found[0]
+    files = [WrittenFile(**f) for f in record["files"]]
     return commit_quarantine(options, files, commit.txn_version)
 
 

@@ -102,6 +102,27 @@ def micro_batch_offsets(checkpoint: str, batch_id: int) -> tuple[OffsetsMap | No
     return (offsets_log_entry(checkpoint, batch_id - 1) if batch_id > 0 else None, end)
 
 
+def stream_commit_range(
+    options: DeltaSinkOptions, batch_id: int
+) -> tuple[OffsetsMap | None, OffsetsMap | None]:
+    """``(start, end)`` a streaming write's micro-batch ``batch_id`` commits: from the offsets
+    log (:func:`micro_batch_offsets`), the first micro-batch starting at ``offsetsStart``;
+    ``(None, None)`` without a pipeline."""
+    if options.pipeline is None:
+        return None, None
+    if options.checkpoint_location is None:
+        raise ValueError("option checkpointLocation: required for streaming writes with a pipeline")
+    start, end = micro_batch_offsets(options.checkpoint_location, batch_id)
+    if start is None:
+        start = options.offsets_start
+    if start is not None:
+        # A bucket the previous end lacks (a Kafka partition added since) was read from its
+        # first offset: the sources start new buckets at their earliest, and Spark's Kafka
+        # source fails the query (failOnDataLoss) if that is not 0.
+        start = {**dict.fromkeys(end, 0), **start}
+    return start, end
+
+
 # -- the PySpark data source ------------------------------------------------------------------
 class DeltaSinkWriter(DataSourceArrowWriter):
     """Batch writes: one Delta commit for the whole write."""
@@ -140,21 +161,7 @@ class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
         return write_files(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        start: OffsetsMap | None = None
-        end: OffsetsMap | None = None
-        if self.options.pipeline is not None:
-            if self.options.checkpoint_location is None:
-                raise ValueError(
-                    "option checkpointLocation: required for streaming writes with a pipeline"
-                )
-            start, end = micro_batch_offsets(self.options.checkpoint_location, batchId)
-            if start is None:
-                start = self.options.offsets_start
-            if start is not None:
-                # A bucket the previous end lacks (a Kafka partition added since) was read
-                # from its first offset: the sources start new buckets at their earliest,
-                # and Spark's Kafka source fails the query (failOnDataLoss) if that is not 0.
-                start = {**dict.fromkeys(end, 0), **start}
+        start, end = stream_commit_range(self.options, batchId)
         sequence = (self.options.sequence or 0) + batchId
         commit_files(self.options, self.schema, messages, sequence=sequence, start=start, end=end)
 
@@ -268,6 +275,7 @@ __all__ = [
     "micro_batch_offsets",
     "prepare_write",
     "register",
+    "stream_commit_range",
     "sync_quarantine",
     "vacuum",
     "write_files",

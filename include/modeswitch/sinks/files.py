@@ -268,11 +268,15 @@ def _partition_text(value: Any) -> str | None:
     return str(value)
 
 
-def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+def write_files(
+    options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch], *, write_data: bool = True
+) -> DeltaCommitMessage:
     """Write a task's batches as Parquet files in the table folder; describe them.
 
     Rows whose ``_quarantine_reason`` is set go to files in the quarantine table's folder
-    instead (see :data:`QUARANTINE_SCHEMA`); nothing is dropped.
+    instead (see :data:`QUARANTINE_SCHEMA`); nothing is dropped. With ``write_data`` False the
+    good rows are only counted (and their event times tracked), for a writer that writes them
+    itself (:mod:`modeswitch.sinks.delta_spark`).
     """
     freeze_imports()
     message = DeltaCommitMessage()
@@ -295,6 +299,9 @@ def write_files(options: DeltaSinkOptions, batches: Iterator[pa.RecordBatch]) ->
                     count_reasons(message, bad)
                 if batch.num_rows == 0:
                     continue
+            if not write_data:
+                message.records += batch.num_rows
+                continue
             for values, part in _split_by_partition(batch, options.partition_by):
                 key = tuple(values.items())
                 writer = open_files.get(key)
