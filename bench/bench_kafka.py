@@ -276,10 +276,10 @@ def run_latency(scratch: Path, source: str, seconds: float) -> dict:
     runner = LocalRunner(log_dir=modes.LOGS or scratch / "job-logs", timeout=3600)
     try:
         batch = decide(settings, force_mode="batch", decided_by="bench")
-        runner("batch", settings, batch.epoch)
+        runner.run("batch", settings, batch.epoch)
         close_epoch(settings, batch.epoch)
         stream = decide(settings, force_mode="stream", decided_by="bench")
-        job = threading.Thread(target=runner, args=("stream", settings, stream.epoch))
+        job = threading.Thread(target=runner.run, args=("stream", settings, stream.epoch))
         job.start()
         measure_from = time.time() + modes.WARM_UP_SECONDS
         time.sleep(modes.WARM_UP_SECONDS + seconds)

@@ -195,6 +195,12 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
                 if os.environ.get("BENCH_BATCH_READER")
                 else {}
             ),
+            # BENCH_STREAM_WRITER: the stream epochs' writer (bench/bench_stream_writers.py).
+            **(
+                {"stream_writer": os.environ["BENCH_STREAM_WRITER"]}
+                if os.environ.get("BENCH_STREAM_WRITER")
+                else {}
+            ),
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
             # BENCH_TRANSFORM: the transform setting (default: the Arrow parse of the demo's
@@ -301,7 +307,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     try:
         batch = decide(settings, force_mode="batch", decided_by="bench")
         batch_began = time.perf_counter()
-        runner("batch", settings, batch.epoch)
+        runner.run("batch", settings, batch.epoch)
         batch_seconds = time.perf_counter() - batch_began
         close_epoch(settings, batch.epoch)
         stream = decide(settings, force_mode="stream", decided_by="bench")
@@ -309,7 +315,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
 
         def run_stream_epoch() -> None:
             try:
-                runner("stream", settings, stream.epoch)
+                runner.run("stream", settings, stream.epoch)
             except BaseException as exc:  # reported by the main thread below
                 failure.append(exc)
 

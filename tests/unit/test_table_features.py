@@ -90,6 +90,18 @@ def test_a_check_constraint_is_refused_and_the_change_data_feed_is_not(sink: str
         check_tables({"sink table": sink})
 
 
+def test_a_transaction_retention_is_refused_naming_the_property(sink: str) -> None:
+    """Delta drops an app transaction older than delta.setTransactionRetentionDuration: the
+    pipeline's fence would expire while it is paused."""
+    DeltaTable(sink).alter.set_table_properties(
+        {"delta.setTransactionRetentionDuration": "interval 1 days"}
+    )
+    with pytest.raises(UnsupportedTableFeatureError) as refused:
+        check_tables({"sink table": sink})
+    assert "delta.setTransactionRetentionDuration = 'interval 1 days'" in str(refused.value)
+    assert "zombie" in str(refused.value) and "Nothing was written" in str(refused.value)
+
+
 def test_decide_refuses_before_it_opens_an_epoch_or_writes_a_control_table(
     tmp_path: Path,
 ) -> None:

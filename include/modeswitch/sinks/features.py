@@ -92,11 +92,29 @@ IN_USE: dict[str, Callable[[Mapping[str, str], Sequence[Mapping[str, Any]]], boo
 }
 
 
+REFUSED_PROPERTIES = {
+    "delta.setTransactionRetentionDuration": (
+        "the pipeline's fencing and replay checks read its Delta application transaction, "
+        "which Delta drops from the table's state once it is older than this retention: a "
+        "pipeline paused for longer would then let a zombie's commit through"
+    ),
+}
+"""Table properties the pipeline refuses to write beside, with why."""
+
+
 def check_table_features(table: Any, what: str) -> None:
     """Refuse to write to an open delta-rs table (``what`` names it, e.g. ``sink table
-    /data/events``) whose protocol has a feature the pipeline cannot write beside."""
+    /data/events``) whose protocol has a feature the pipeline cannot write beside, or that
+    sets a property of :data:`REFUSED_PROPERTIES`."""
+    configuration = table.metadata().configuration
+    for name, why in REFUSED_PROPERTIES.items():
+        if configuration.get(name) is not None:
+            raise UnsupportedTableFeatureError(
+                f"{what} sets {name} = {configuration[name]!r}: {why}. Nothing was written. "
+                f"Unset it (ALTER TABLE ... UNSET TBLPROPERTIES ('{name}'))"
+            )
     fields = [dict(f.metadata or {}) for f in table.schema().fields]
-    found = unsupported_features(table.protocol(), table.metadata().configuration, fields)
+    found = unsupported_features(table.protocol(), configuration, fields)
     if not found:
         return
     named = "; ".join(f"{f} (enabled by {ENABLED_BY.get(f, 'delta.feature.' + f)})" for f in found)
