@@ -169,3 +169,26 @@ def wait_for(condition, what: str, timeout: float, poll: float = 0.5) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
+
+
+def processes_with_environment(name: str, value: str) -> list[int]:
+    """The processes (of this user) whose environment sets ``name=value``."""
+    wanted = f"{name}={value}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+    return found
+
+
+def kill_processes_with_environment(name: str, value: str) -> list[int]:
+    """SIGKILL every process whose environment sets ``name=value`` (what a command under test
+    started, however deep and in whatever process group); returns their ids."""
+    found = processes_with_environment(name, value)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return found

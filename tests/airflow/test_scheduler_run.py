@@ -43,7 +43,7 @@ from pathlib import Path
 import pendulum
 import pyarrow as pa
 import pytest
-from fault_tools import records_in_window
+from fault_tools import processes_with_environment, records_in_window
 from postgres_tools import throwaway_postgres
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
@@ -141,24 +141,11 @@ def _stop_group(leader: subprocess.Popen, home: Path) -> None:
     then every process still running under this Airflow's home: Airflow 3's task supervisor
     (``airflow worker -- <task instance>``) starts a session of its own, out of the group."""
     stop_group(leader, grace=20)
-    for pid in _processes_with_environment("AIRFLOW_HOME", str(home)):
+    for pid in processes_with_environment("AIRFLOW_HOME", str(home)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)  # its group: the task's spark-submit and JVM too
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _processes_with_environment(name: str, value: str) -> list[int]:
-    """The processes (of this user) whose environment sets ``name=value``."""
-    wanted = f"{name}={value}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if wanted in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
