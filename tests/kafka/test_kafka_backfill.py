@@ -1,15 +1,17 @@
 """A backfill on a Kafka topic: the window's first offsets come from Kafka's time index
 (``offsets_for_times``), the read goes through the ``bucketlog`` data source (a topic has no
-files), aborted transactions and their markers leave gaps, and the window is still replaced
-exactly once."""
+files) or, with ``batch_reader = native``, Spark's own Kafka source; aborted transactions and
+their markers leave gaps, and the window is still replaced exactly once."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 import pendulum
+import pytest
 from deltalake import DeltaTable
 from fault_tools import records_in_window
 
@@ -32,13 +34,26 @@ def _rows(uri: str) -> list[dict]:
     return table.sort_by([("bucket", "ascending"), ("offset", "ascending")]).to_pylist()
 
 
+@pytest.mark.parametrize(
+    ("batch_reader", "read_by"),
+    [("arrow", "bucketlog"), ("native", "kafka")],
+    ids=["python-consumer", "sparks-kafka-source"],
+)
 def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
-    spark, new_topic: Callable[[int], str], transactions, tmp_path: Path
+    spark,
+    new_topic: Callable[[int], str],
+    transactions,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+    batch_reader: str,
+    read_by: str,
 ) -> None:
     source = new_topic(4)
     settings = PipelineSettings.from_mapping(
         {
             "pipeline": "kafka_backfill",
+            "batch_reader": batch_reader,
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
             "watermark_lag_threshold": "1h",
@@ -48,6 +63,7 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
         }
     )
     log = open_log(source)
+    request.addfinalizer(log.close)  # its producer, before the session's broker stops
     produce_backlog(
         log,
         EventGenerator(seed=4, buckets=4, late_fraction=0.05, malformed_fraction=0.01),
@@ -70,7 +86,9 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
     claimed = plan_backfill(settings, window, "reprocess", run_id="kafka-1", issuer="test")
     # The time index bounds the read below: no bucket is read from its first offset.
     assert all(lo > 0 for lo, _ in claimed.ranges.values())
-    report = run_backfill(spark, settings, claimed.command)
+    with caplog.at_level(logging.INFO, logger="modeswitch.modes.backfill_job"):
+        report = run_backfill(spark, settings, claimed.command)
+    assert f"read by {read_by} (" in caplog.text
 
     in_window = records_in_window(log, window.start, window.end, log.latest_offsets())
     assert report.records + report.quarantined == in_window > 0

@@ -112,7 +112,7 @@ def test_a_backfill_reads_the_segment_log_natively_whatever_the_writer(writer: s
 
 @pytest.mark.parametrize(
     ("capabilities", "reader"),
-    [(SEGMENTS, "arrow"), (SEGMENTS, "bucketlog"), (KAFKA, "arrow"), (KAFKA, "native")],
+    [(SEGMENTS, "arrow"), (SEGMENTS, "bucketlog"), (KAFKA, "arrow"), (KAFKA, "bucketlog")],
 )
 def test_a_backfill_otherwise_runs_the_arrow_form_inside_bucketlog(capabilities, reader) -> None:
     found = path(capabilities, reader, job="backfill")
@@ -123,3 +123,12 @@ def test_a_backfill_otherwise_runs_the_arrow_form_inside_bucketlog(capabilities,
 def test_a_backfill_runs_a_spark_only_transform_on_what_bucketlog_read(reader: str) -> None:
     found = path(KAFKA, reader, transform=SPARK_ONLY, job="backfill")  # no Arrow waves: no refusal
     assert shape(found) == ("bucketlog", "replace_where", "spark", False)
+
+
+@pytest.mark.parametrize("transform", [ARROW, SPARK_ONLY])
+def test_a_backfill_of_a_topic_with_batch_reader_native_reads_through_sparks_kafka_source(
+    transform,
+) -> None:
+    found = path(KAFKA, "native", transform=transform, job="backfill")
+    assert shape(found) == ("kafka", "replace_where", "spark", False)
+    assert "Spark's Kafka source" in found.reason

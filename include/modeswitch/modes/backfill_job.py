@@ -176,6 +176,17 @@ def _read_window(
     if path.reader == "native":
         splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
         return transformed(read_segments(spark, settings.source, splits, scratch=scratch))
+    if path.reader == "kafka":
+        from modeswitch.sources.spark_kafka import read_batch
+
+        records = read_batch(
+            spark,
+            settings.source,
+            {b: lo for b, (lo, _) in plan.ranges.items()},
+            {b: hi for b, (_, hi) in plan.ranges.items()},
+            min_partitions=settings.planner.parallelism,
+        )
+        return transformed(records)
     waves = plan_batch(
         {b: lo for b, (lo, _) in plan.ranges.items()},
         {b: hi for b, (_, hi) in plan.ranges.items()},

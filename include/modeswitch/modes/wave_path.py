@@ -34,6 +34,7 @@ check a count (the window's event-time filter keeps fewer records than the range
 batch_reader  log                     transform   reader     transform runs
 ============  ======================  ==========  =========  ================================
 native        Parquet files           any         native     Spark form on the read DataFrame
+native        Spark source (Kafka)    any         kafka      Spark form on the read DataFrame
 any other     any                     Arrow form  bucketlog  Arrow form inside the reader
 any other     any                     Spark only  bucketlog  Spark form on the read DataFrame
 ============  ======================  ==========  =========  ================================
@@ -120,6 +121,14 @@ def choose_wave_path(
     if job == "backfill":
         if native:
             return WavePath("native", "replace_where", "spark", False, "backfill: native read")
+        if batch_reader == "native" and capabilities.spark_source == "kafka":
+            return WavePath(
+                "kafka",
+                "replace_where",
+                "spark",
+                False,
+                f"backfill: batch_reader='native' on a Kafka topic ({on}): Spark's Kafka source",
+            )
         why = no_files if batch_reader == "native" else "backfills read through bucketlog"
         if has_arrow:
             return WavePath(
