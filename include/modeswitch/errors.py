@@ -99,3 +99,8 @@ class SinkLogCleanedError(ModeswitchError):
     """The sink's log no longer holds the pipeline's newest commit (a writer outside the
     pipeline cleaned it up): its committed offsets are unknown, and guessing would lose or
     repeat records."""
+
+
+class StorageWriteError(ModeswitchError, OSError):
+    """Writing a table's data file failed (no space left on the device, a read-only
+    filesystem, ...): the message names the file and the cause. Nothing of it was committed."""

@@ -24,6 +24,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import WriterCommitMessage
 
+from modeswitch.errors import StorageWriteError
 from modeswitch.sinks.commits import add_reasons, event_time_to_micros
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.transforms import QUARANTINE_REASON
@@ -197,16 +198,16 @@ class _FileWriter:
         self.values = values
         prefix = "".join(f"{k}={_partition_text(v)}/" for k, v in values.items())
         self.relative = f"{prefix}part-{uuid.uuid4().hex}-c000.snappy.parquet"
-        full = f"{self.root}/{self.relative}"
-        self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        self.writer = pq.ParquetWriter(
-            full,
-            schema,
-            filesystem=self.fs,
-            compression="snappy",
-            use_dictionary=_dictionary_columns(first),
-        )
-        self.full = full
+        full = self.full = f"{self.root}/{self.relative}"
+        with naming_the_file(full):
+            self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+            self.writer = pq.ParquetWriter(
+                full,
+                schema,
+                filesystem=self.fs,
+                compression="snappy",
+                use_dictionary=_dictionary_columns(first),
+            )
         self.stats = {f.name: _ColumnStats(f.type) for f in schema}
         self.records = 0
         self.pending: list[pa.RecordBatch] = []
@@ -225,12 +226,14 @@ class _FileWriter:
     def _flush(self) -> None:
         if self.pending:
             table = pa.Table.from_batches(self.pending)
-            self.writer.write_table(table, row_group_size=max(ROW_GROUP_ROWS, table.num_rows))
+            with naming_the_file(self.full):
+                self.writer.write_table(table, row_group_size=max(ROW_GROUP_ROWS, table.num_rows))
             self.pending, self.pending_rows = [], 0
 
     def close(self) -> WrittenFile:
         self._flush()
-        self.writer.close()
+        with naming_the_file(self.full):
+            self.writer.close()
         fold_footer(self.stats, self.writer.writer.metadata)
         info = self.fs.get_file_info(self.full)
         return WrittenFile(
@@ -242,8 +245,24 @@ class _FileWriter:
         )
 
     def discard(self) -> None:
-        self.writer.close()
-        self.fs.delete_file(self.full)
+        """Close and remove the file; a full or read-only disk may refuse the close (its
+        buffered rows), never the removal of what is there."""
+        with contextlib.suppress(OSError):
+            self.writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.full)
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str) -> Iterator[None]:
+    """Turn an I/O error (no space left, a read-only filesystem) into a
+    :class:`~modeswitch.errors.StorageWriteError` naming the file: pyarrow's names neither."""
+    try:
+        yield
+    except StorageWriteError:
+        raise
+    except OSError as exc:
+        raise StorageWriteError(f"writing the data file {path} failed: {exc}") from exc
 
 
 def _dictionary_columns(sample: pa.RecordBatch) -> list[str]:
