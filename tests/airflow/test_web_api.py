@@ -12,6 +12,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.runners.lifecycle import decide
@@ -149,3 +151,139 @@ def test_commands_go_through_the_control_dags_checks(client, pipeline) -> None:
     (command,) = store.commands()
     assert queued.json()["command"] == command.id
     assert (command.kind, command.issuer, command.args) == ("pause", "page user-op", {"note": "n"})
+
+
+# -- hostile input --------------------------------------------------------------------------
+PIPELINES = ("orders", "refunds")
+"""The pipelines of the ``pipeline`` fixture's warehouse."""
+FUZZ_EXAMPLES = 120
+"""Requests per route: bounded, so the fuzz takes seconds (a longer run: raise it)."""
+ANY_TEXT = st.text(max_size=40) | st.sampled_from(["", "../..", "orders", "%00", "1e309", "-1"])
+QUERY_VALUE = ANY_TEXT | st.integers(-(10**15), 10**15).map(str) | st.floats().map(str)
+JSON_VALUE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+COMMAND_BODY = st.fixed_dictionaries(
+    {},
+    optional={
+        "command": st.sampled_from(["pause", "resume", "rewind", "switch_to_batch", "x", ""])
+        | JSON_VALUE,
+        "offsets": st.dictionaries(ANY_TEXT, st.integers() | JSON_VALUE, max_size=3) | JSON_VALUE,
+        "event_time": st.sampled_from(
+            ["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "tomorrow"]
+        )
+        | JSON_VALUE,
+        "note": JSON_VALUE,
+        "pipeline": ANY_TEXT | JSON_VALUE,
+    },
+)
+
+WELL_TYPED_BODY = st.fixed_dictionaries(
+    {"command": st.sampled_from(["pause", "resume", "rewind", "switch_to_batch", "backfill"])},
+    optional={
+        "offsets": st.dictionaries(
+            st.sampled_from(["0", "1", "7", "-1", "x"]), st.integers(-5, 10**6), max_size=3
+        ),
+        "event_time": st.sampled_from(
+            ["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "tomorrow"]
+        ),
+        "note": st.text(max_size=20),
+        "pipeline": st.sampled_from(["orders", "refunds", "nope", "../orders"]),
+    },
+)
+"""Bodies of the right types: they reach the command's own checks (the control DAG's)."""
+
+
+def _refused_properly(response) -> None:
+    """Never a server error; every refusal says what is wrong."""
+    assert response.status_code < 500, (response.status_code, response.text[:500])
+    if response.status_code >= 400:
+        detail = response.json().get("detail")
+        assert detail, response.text[:500]
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    route=st.sampled_from(["status", "history", "decisions", "pipelines"]),
+    params=st.dictionaries(
+        st.sampled_from(["pipeline", "rows", "hours", "offset", "limit", "other"]),
+        QUERY_VALUE,
+        max_size=4,
+    ),
+)
+def test_hostile_queries_get_a_4xx_with_a_message_never_a_server_error(
+    client, pipeline, route: str, params: dict[str, str]
+) -> None:
+    http, token = client
+    with mock.patch.dict(os.environ, _variables(pipeline)):
+        response = http.get(f"/modeswitch/api/{route}", params=params, headers=token("viewer"))
+    _refused_properly(response)
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    body=WELL_TYPED_BODY | COMMAND_BODY | JSON_VALUE,
+    raw=st.none() | st.none() | st.none() | st.binary(max_size=40),
+)
+def test_hostile_commands_are_refused_and_queue_nothing(client, pipeline, body, raw) -> None:
+    from modeswitch.airflow.settings import settings_from_airflow
+    from modeswitch.state import StateStore
+
+    http, token = client
+    with mock.patch.dict(os.environ, _variables(pipeline)):
+        # Both pipelines of the warehouse: a body may name either.
+        stores = [
+            StateStore.from_settings(settings_from_airflow({"pipeline": p})) for p in PIPELINES
+        ]
+        before = sum(len(store.commands()) for store in stores)
+        if raw is None:
+            response = http.post("/modeswitch/api/commands", json=body, headers=token("op"))
+        else:  # not JSON at all
+            headers = {**token("op"), "Content-Type": "application/json"}
+            response = http.post("/modeswitch/api/commands", content=raw, headers=headers)
+        after = [c for store in stores for c in store.commands()]
+    _refused_properly(response)
+    if response.status_code != 200:
+        assert len(after) == before  # nothing queued from a refused request
+    else:
+        assert len(after) == before + 1
+        assert response.json()["kind"] in ("pause", "resume", "rewind", "switch_to_batch")
+
+
+@pytest.mark.parametrize(
+    ("method", "route", "role", "status"),
+    [
+        *[("get", r, None, 401) for r in ROUTES],
+        *[("get", r, "viewer", 200) for r in ROUTES],
+        ("post", "/modeswitch/api/commands", None, 401),
+        ("post", "/modeswitch/api/commands", "viewer", 403),
+        ("post", "/modeswitch/api/commands", "op", 200),
+    ],
+)
+def test_every_route_asks_for_the_right_user(client, pipeline, method, route, role, status):
+    http, token = client
+    headers = token(role) if role else {}
+    with mock.patch.dict(os.environ, _variables(pipeline)):
+        if method == "get":
+            response = http.get(route, headers=headers)
+        else:
+            response = http.post(route, json={"command": "pause"}, headers=headers)
+    assert response.status_code == status, response.text[:300]
+
+
+def _variables(values: dict[str, str]) -> dict[str, str]:
+    return {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in values.items()}
