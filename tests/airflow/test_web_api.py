@@ -287,3 +287,43 @@ def test_every_route_asks_for_the_right_user(client, pipeline, method, route, ro
 
 def _variables(values: dict[str, str]) -> dict[str, str]:
     return {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in values.items()}
+
+
+def test_a_cross_site_form_post_cannot_queue_a_command(client, pipeline) -> None:
+    """CSRF. The page calls the API with Airflow's session cookie (``_token``: HttpOnly,
+    SameSite=Lax, so a browser leaves it off another site's POSTs). A page of another origin
+    can still send, without a CORS preflight, only a "simple" request: a form's content types
+    or text/plain, never application/json. The command route reads JSON only: such a request
+    is refused before anything is queued, even with the cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    from modeswitch.airflow.settings import settings_from_airflow
+    from modeswitch.state import StateStore
+
+    http, token = client
+    cookie = token("op")["Authorization"].removeprefix("Bearer ")
+    body = '{"command": "pause", "note": "from another site"}'
+    with mock.patch.dict(os.environ, _variables(pipeline)):
+        store = StateStore.from_settings(settings_from_airflow())
+        http.cookies.set(COOKIE_NAME_JWT_TOKEN, cookie)
+        try:
+            for simple in (
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "multipart/form-data",
+            ):
+                sent = http.post(
+                    "/modeswitch/api/commands", content=body, headers={"Content-Type": simple}
+                )
+                assert sent.status_code == 422, (simple, sent.status_code, sent.text[:300])
+            assert store.commands() == []
+            # The page's own same-origin call, with the cookie alone, works.
+            same_site = http.post(
+                "/modeswitch/api/commands",
+                content=body,
+                headers={"Content-Type": "application/json"},
+            )
+            assert same_site.status_code == 200, same_site.text[:300]
+        finally:
+            http.cookies.clear()
+    assert [c.kind for c in store.commands()] == ["pause"]
