@@ -68,18 +68,13 @@ from modeswitch.sinks.committer import (
 from modeswitch.sinks.delta import stream_commit_range
 from modeswitch.sinks.features import check_table_features
 from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, delete_files, write_files
+from modeswitch.sinks.native import WRITE_CONF  # int64 timestamps, as pyarrow writes them
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.spark_conf import session_conf
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)
 
-WRITE_CONF: dict[str, str] = {
-    # int64 microseconds, as pyarrow writes them; Spark's default is INT96.
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    # Proleptic Gregorian as pyarrow, instead of failing on dates before 1582.
-    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
-}
 DESCRIPTION_SCHEMA = "message string"
 
 
