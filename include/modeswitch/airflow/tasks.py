@@ -18,6 +18,7 @@ from typing import Any
 
 import pendulum
 
+from modeswitch.airflow.metrics import send_command, send_decision, send_epoch_closed
 from modeswitch.airflow.settings import (
     VariableGetter,
     connection_storage_options,
@@ -83,6 +84,8 @@ def decide_task(
         _offsets_json(plan.start),
         _offsets_json(plan.boundary),
     )
+    if not dry_run:
+        send_decision(settings.pipeline, plan)
     if plan.epoch is None and not dry_run and idle_wait > 0:
         log.info("no epoch to run (%s); waiting %.0f s before the next run", plan.mode, idle_wait)
         time.sleep(idle_wait)
@@ -119,7 +122,9 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
     options = connection_storage_options(settings)
     with source_credentials(settings):
         status, end = close_epoch(settings, epoch_id, storage_options=options)
-    epoch = StateStore.from_settings(settings, storage_options=options).epoch(epoch_id)
+    store = StateStore.from_settings(settings, storage_options=options)
+    epoch = store.epoch(epoch_id)
+    _send_epoch_metrics(settings.pipeline, store, epoch)
     log.info(
         "epoch %d (%s) closed %s at %s: %s",
         epoch_id,
@@ -135,6 +140,22 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
         "end": _offsets_json(end),
         "reason": epoch.end_reason,
     }
+
+
+def _send_epoch_metrics(pipeline: str, store: StateStore, epoch: Any) -> None:
+    """The closed epoch's figures as metrics (:mod:`modeswitch.airflow.metrics`), the handoff
+    before it from the previous epoch's last sink commit to its first."""
+    summaries = store.epoch_summaries(max(1, epoch.id - 1))
+    mine, before = summaries.get(epoch.id, {}), summaries.get(epoch.id - 1, {})
+    first, last = mine.get("first_commit_at"), before.get("last_commit_at")
+    send_epoch_closed(
+        pipeline,
+        records=int(mine.get("records", 0)),
+        quarantined=int(mine.get("quarantined", 0)),
+        started_at=epoch.started_at,
+        ended_at=epoch.ended_at,
+        handoff_seconds=(first - last).total_seconds() if first and last else None,
+    )
 
 
 # --- control commands --------------------------------------------------------------------------
@@ -220,6 +241,7 @@ def submit_control_command(
     except ValueError as exc:
         raise ConfigError(f"command {kind}: {exc}") from exc
     log.info("pipeline %s: queued command %d %s %s", settings.pipeline, command_id, kind, args)
+    send_command(settings.pipeline, kind)
     return {"pipeline": settings.pipeline, "command": command_id, "kind": kind, "args": args}
 
 
