@@ -6,6 +6,7 @@ does not let read the pipeline DAG 403."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,20 @@ def test_commands_go_through_the_control_dags_checks(client, pipeline) -> None:
     (command,) = store.commands()
     assert queued.json()["command"] == command.id
     assert (command.kind, command.issuer, command.args) == ("pause", "page user-op", {"note": "n"})
+    # Also in Airflow's own Audit Log, under the control DAG: who, when, which command.
+    entry = _audit_log_entries()[-1]
+    assert (entry.event, entry.owner, entry.dag_id) == (
+        "modeswitch_command",
+        "user-op",
+        "modeswitch_control",
+    )
+    assert json.loads(entry.extra) == {
+        "pipeline": "orders",
+        "command": command.id,
+        "kind": "pause",
+        "args": {"note": "n"},
+        "method": "POST",
+    }
 
 
 # -- hostile input --------------------------------------------------------------------------
@@ -327,3 +342,14 @@ def test_a_cross_site_form_post_cannot_queue_a_command(client, pipeline) -> None
         finally:
             http.cookies.clear()
     assert [c.kind for c in store.commands()] == ["pause"]
+
+
+def _audit_log_entries() -> list:
+    """The page's commands in Airflow's Audit Log (its ``log`` table), oldest first."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(Log).where(Log.event == "modeswitch_command").order_by(Log.id)
+        return list(session.scalars(query))

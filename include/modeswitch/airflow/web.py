@@ -205,7 +205,9 @@ def create_app(
             settings, _ = settings_of(body.pipeline)  # an unknown pipeline is refused (404)
             # The control DAG's own task function: the same checks, the same messages; the
             # settings resolved here, so that the Variables are read once per request.
-            return submit_control_command(params, settings=settings, issuer=f"page {user}")
+            queued = submit_control_command(params, settings=settings, issuer=f"page {user}")
+            audit_command(user, queued)
+            return queued
 
         return await run_in_threadpool(_answer, submit)
 
@@ -224,6 +226,38 @@ class CommandRequest(BaseModel):
     event_time: str | None = None
     note: str = ""
     pipeline: str | None = None
+
+
+AUDIT_EVENT = "modeswitch_command"
+"""The event of a command queued from the page in Airflow's Audit Log."""
+
+
+def audit_command(user: str, queued: dict[str, Any]) -> None:
+    """Record a command queued from the page in Airflow's Audit Log (its ``log`` table: who,
+    when, and in ``extra`` the pipeline, the command's id, kind and args), under the control
+    DAG, where an operator finds every other action taken in Airflow."""
+    import json
+
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+
+    extra = {
+        "pipeline": queued["pipeline"],
+        "command": queued["command"],
+        "kind": queued["kind"],
+        "args": queued["args"],
+        "method": "POST",
+    }
+    with create_session() as session:
+        session.add(
+            Log(
+                event=AUDIT_EVENT,
+                owner=user,
+                owner_display_name=user,
+                dag_id=CONTROL_DAG_ID,
+                extra=json.dumps(extra, default=str),
+            )
+        )
 
 
 PAGE = Path(__file__).with_name("page.html")
