@@ -1,38 +1,48 @@
 """Benchmark: reading Kafka, from Python alone, through Spark, batch and stream; live latency.
 
-    .venv/bin/python bench/bench_kafka.py [--records 2000000]
-        [--only k1,reader,read,warm,handover,k2,k3,latency]
+    .venv/bin/python bench/bench_kafka.py [--records 10000000]
+        [--only k1,k4,k2,k3,latency] [--latency-seconds 60] [--logs FOLDER]
 
-A topic of 8 partitions in a broker on loopback (librdkafka's mock cluster, started and
-stopped here). The broker keeps 5 MB of record batches per partition and drops older ones as
-retention would: the backlog is produced at zstd level 9 (the producer's default level keeps
-~230 000 of these records per partition, level 9 ~255 000), and the benchmark checks that
-nothing was dropped. Each Spark figure is a real job process (driver + JVM + Python workers);
-CPU is the CPU time of the whole process tree (bench_modes.PeakMemory). The broker's own CPU
-is in this process and counts in no figure (it is small: 0.02 s while (k1) read 1.6 M).
+A topic of 16 partitions (the demo's skew, Zipf 1.1; the demo's JSON events, an hour of event
+time) on an Apache Kafka broker on loopback (one KRaft node,
+:class:`~modeswitch.devtools.kafka_broker.KafkaBroker`, started and stopped here). The topic
+keeps everything (``retention.ms`` and ``retention.bytes`` -1), the backlog is produced with
+the producer's normal settings (zstd, 20 ms linger), and the benchmark checks that every
+partition still starts at offset 0 and that the offsets add up to the records produced. Each
+Spark figure is a real job process (driver + JVM + Python workers); CPU is the CPU time of
+its whole process tree (bench_modes.PeakMemory). The broker is a process of its own: its CPU
+counts in no figure and is shown beside each (the whole case's, for a job of several reads).
 
 (k1) a plain confluent-kafka consumer reading every partition into Arrow arrays, in a process
-     of its own: the floor for reading Kafka from Python here;
-(reader) ``KafkaLog.read`` of every partition, in a process of its own: what each Spark
-     task runs;
-(read) a Spark job reading the topic through ``bucketlog`` to the ``noop`` sink: the Spark
-     read alone, cold; also less the same job on an empty topic (Spark's start and stop);
-(warm) the same read three more times in the job's session, after the first: the read's
-     steady cost, without the start, the JIT's warm-up or the workers' imports; target:
-     records per CPU-second >= 0.8 x (k1)'s;
-(handover) the same, from a data source that yields the same batches from memory: what
-     Spark's hand-over of the batches costs without Kafka;
-(k2) the batch path, Kafka to the Delta sink (jobs/backlog_batch.py on a batch epoch);
-(k3) the stream job catching up at the live trigger (100 ms, maxRecordsPerTrigger 100 000);
-     target (k2) >= 2.5 x (k3);
-``latency``: a live producer at 5 000 records/s, the stream job live (100 ms trigger); a
-record's latency is its sink commit's time minus its message timestamp (stamped when
-produced), after a 60 s warm-up.
+     of its own (its CPU from its first call on): the floor for reading Kafka from Python;
+(k4) Spark's own Kafka source (``format("kafka")``, ``kafka.isolation.level=read_committed``,
+     ``startingOffsets`` earliest, ``endingOffsets`` latest) reading the whole topic to the
+     ``noop`` sink, in a job of its own: the job, and the read inside it (its start and stop
+     left out, as (k1)'s imports are); target: records per CPU-second >= 1.0 x (k1)'s;
+(k2) the batch path, Kafka to the Delta sink (jobs/backlog_batch.py on a batch epoch, waves of
+     2 M), with ``batch_reader = arrow`` (the default: ``KafkaLog.read`` in the Python
+     workers) and with ``batch_reader = native`` (Spark's Kafka source);
+(k3) the stream job catching up with ``stream_trigger = available_now`` and no read limit;
+     target (k2) >= 2.5 x (k3), by records per second of wall time (Spark's start in both);
+``latency``: after a batch epoch over 200 000 records, a live producer at 5 000 records/s and
+the stream job live (100 ms trigger); a record's latency is its sink commit's time minus its
+message timestamp (stamped when produced), after a 60 s warm-up; targets p50 <= 400 ms,
+p99 <= 800 ms.
+
+Also, with ``--only``: ``reader``, ``KafkaLog.read`` of every partition in a process of its
+own (what each task of an Arrow wave reads); ``read``, a Spark job reading the topic through
+``bucketlog`` to ``noop``, cold, and less the same job on an empty topic; ``warm``, that read
+three more times in its session; ``handover``, the same from a data source that yields the
+same batches from memory (Spark's hand-over without Kafka); ``k3live``, the stream catching up
+at the live trigger (100 ms, 100 000 records per micro-batch).
+
+Figures and what they say: docs/BENCHMARKS.md, "Kafka".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -51,17 +62,21 @@ import psutil
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from modeswitch.devtools.kafka_mock import MockKafkaCluster
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.runners.lifecycle import close_epoch, decide
-from modeswitch.runners.local import LocalRunner
+from modeswitch.runners.local import LocalRunner, job_command
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_environment
 from modeswitch.state import StateStore
 
-PARTITIONS = 8
+PARTITIONS = modes.BUCKETS
+SKEW = "zipf:1.1"
+KEEP_EVERYTHING = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""Topic settings: no record is deleted, by age or by size, while the benchmark runs."""
 
 
 def plain_consumer(bootstrap: str, topic: str, latest: dict[int, int]) -> modes.Run:
@@ -106,14 +121,15 @@ def plain_consumer(bootstrap: str, topic: str, latest: dict[int, int]) -> modes.
 
 
 def log_reader(log: Any, latest: dict[int, int]) -> modes.Run:
-    """What each Spark task runs, without Spark: ``KafkaLog.read`` of every partition."""
+    """What each task of an Arrow wave reads, without Spark: ``KafkaLog.read`` of every
+    partition."""
     me = psutil.Process()
     cpu_before = sum(me.cpu_times()[:2])
     began = time.perf_counter()
     records = sum(batch.num_rows for p in latest for batch in log.read(p, 0, latest[p]))
     seconds = time.perf_counter() - began
     cpu = sum(me.cpu_times()[:2]) - cpu_before
-    return modes.Run("KafkaLog.read of every partition, one process", records, seconds, 0, cpu)
+    return modes.Run("KafkaLog.read of every partition", records, seconds, 0, cpu)
 
 
 IN_OWN_PROCESS = """
@@ -133,8 +149,7 @@ print(json.dumps([run.name, run.records, run.seconds, run.cpu_seconds]))
 
 
 def in_own_process(what: str, source: str) -> modes.Run:
-    """(k1) or (reader) in a process of its own: like a Spark job's, its CPU leaves the
-    broker's out."""
+    """(k1) or (reader) in a process of its own, like a Spark job's."""
     done = subprocess.run(
         [sys.executable, "-c", IN_OWN_PROCESS, str(Path(__file__).parent), what, source],
         check=True,
@@ -142,7 +157,7 @@ def in_own_process(what: str, source: str) -> modes.Run:
         text=True,
     )
     name, records, seconds, cpu = json.loads(done.stdout.strip().splitlines()[-1])
-    return modes.Run(name, records, seconds, 0, cpu)
+    return modes.Run(f"{name}, own process", records, seconds, 0, cpu)
 
 
 READ_ONLY = """
@@ -168,7 +183,20 @@ def tree_cpu():
 
 
 source, reads, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if kind == "memory":
+if kind == "kafka":
+    # Spark's own Kafka source, its raw rows; java_options() holds the broker's address and
+    # kafka.isolation.level=read_committed.
+    from modeswitch.sources.kafka import KafkaLocation
+    from modeswitch.sources.spark_kafka import java_options
+    frame = (
+        spark.read.format("kafka")
+        .options(**java_options())
+        .option("subscribe", KafkaLocation.parse(source).topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load
+    )
+elif kind == "memory":
     from bench_kafka import MemorySource
     spark.dataSource.register(MemorySource)
     frame = lambda: spark.read.format("memory").load(source)
@@ -219,11 +247,12 @@ class MemoryReader(DataSourceReader):
 
 
 def spark_read(
-    source: str, records: int, reads: int = 1, kind: str = "bucketlog"
-) -> tuple[modes.Run, list[modes.Run]]:
-    """A job reading ``source`` (``kind`` ``memory``: :class:`MemorySource` made from it)
-    ``reads`` times in one session: the whole job, and each read after the first (wall and CPU
-    of the job's process tree from the read's start to its end)."""
+    source: str, records: int, name: str, *, reads: int = 1, kind: str = "bucketlog"
+) -> tuple[modes.Run, list[tuple[float, float]]]:
+    """A job reading ``source`` to ``noop`` ``reads`` times in one session (``kind``:
+    ``kafka``, Spark's Kafka source; ``bucketlog``; ``memory``, :class:`MemorySource` made
+    from it): the whole job as ``name``, and each read's wall and CPU seconds (the job's
+    process tree from the read's start to its end)."""
     began = time.perf_counter()
     here = str(Path(__file__).parent)
     command = [sys.executable, "-c", READ_ONLY, source, str(reads), kind]
@@ -232,36 +261,156 @@ def spark_read(
     process = modes.start_piped(command, env={"PYTHONPATH": path})
     memory = modes.PeakMemory(process.pid)
     output = process.communicate()[0].decode()
-    seconds = time.perf_counter() - began
-    run = memory.result("Spark read alone (bucketlog -> noop)", records, seconds)
-    assert process.returncode == 0, f"read job exited {process.returncode}: {output[-3000:]}"
+    run = memory.result(name, records, time.perf_counter() - began)
+    if process.returncode != 0:
+        raise RuntimeError(f"read job ({kind}) exited {process.returncode}: {output[-3000:]}")
     measured = [json.loads(line[5:]) for line in output.splitlines() if line.startswith("READ ")]
+    return run, [(wall, cpu) for wall, cpu in measured]
+
+
+def spark_kafka_read(source: str, records: int) -> list[modes.Run]:
+    """(k4): the job, and the read inside it."""
+    job, [(wall, cpu)] = spark_read(
+        source, records, "(k4) Spark's Kafka source -> noop, a job of its own", kind="kafka"
+    )
+    alone = "(k4) the same read inside the job (Spark's start and stop left out)"
+    return [job, modes.Run(alone, records, wall, 0, cpu)]
+
+
+def bucketlog_read(broker: KafkaBroker, source: str, records: int) -> list[modes.Run]:
+    """``read``: the ``bucketlog`` read, a job of its own, and less the same job on an empty
+    topic (Spark's start and stop, paid once per job)."""
+    broker.create_topic("empty", PARTITIONS)
+    fixed, _ = spark_read(f"{SCHEME}empty", 0, "the same job on an empty topic")
+    read, _ = spark_read(source, records, "Spark read (bucketlog -> noop), a job of its own")
+    net = modes.Run(
+        "Spark read (bucketlog), less the same job on an empty topic",
+        records,
+        read.seconds - fixed.seconds,
+        read.peak_mb,
+        read.cpu_seconds - fixed.cpu_seconds,
+    )
+    return [read, net]
+
+
+def warm_reads(source: str, records: int, kind: str) -> list[modes.Run]:
+    """``warm`` (``bucketlog``) or ``handover`` (``memory``): each read of a job after its
+    first, without the start, the JIT's warm-up or the workers' imports."""
     label = {
-        "bucketlog": "the same read, warm: each read after the first",
+        "bucketlog": "the same bucketlog read, warm: each read after the first",
         "memory": "the same batches from memory, no Kafka (Spark's hand-over alone), warm",
     }[kind]
-    warm = [modes.Run(label, records, wall, 0, cpu) for wall, cpu in measured[1:]]
-    return run, warm
+    _, reads = spark_read(source, records, label, reads=1 + WARM_READS, kind=kind)
+    return [modes.Run(label, records, wall, 0, cpu) for wall, cpu in reads[1:]]
 
 
-def run_latency(scratch: Path, source: str, seconds: float) -> dict:
-    """The stream job live on the topic at 5 000 records/s after a short batch epoch."""
-    log = open_log(source)
-    produce_backlog(log, EventGenerator(seed=2, buckets=PARTITIONS), records=200_000)
+def run_batch(scratch: Path, source: str, batch_reader: str) -> modes.Run:
+    """(k2): :func:`bench_modes.run_batch` with ``batch_reader`` set."""
     settings = modes.settings_for(
-        scratch,
-        "kafka_live",
-        source,
-        trigger_interval="100ms",
-        max_records_per_trigger="100000",
-        max_stream_runtime="1h",
-        wave_records="100000",
-        max_split_records="50000",
+        scratch, f"kafka_batch_{batch_reader}", source, batch_reader=batch_reader
     )
+    plan = decide(settings, force_mode="batch", decided_by="bench")
+    began = time.perf_counter()
+    process = modes.start(job_command("batch", settings, plan.epoch))
+    memory = modes.PeakMemory(process.pid)
+    code = modes.finish(process)
+    label = {"arrow": "the default; KafkaLog.read in the workers", "native": "Spark's Kafka source"}
+    run = memory.result(
+        f"(k2) batch path, batch_reader = {batch_reader} ({label[batch_reader]})",
+        sum(plan.boundary.values()),
+        time.perf_counter() - began,
+    )
+    if code != 0:
+        raise RuntimeError(f"batch job (batch_reader = {batch_reader}) exited {code}")
+    close_epoch(settings, plan.epoch)
+    return run
+
+
+def catch_up(scratch: Path, source: str, live_trigger: bool = False) -> modes.Run:
+    """(k3): the stream job from the topic's start until it has committed everything, with
+    availableNow and no read limit, or (``live_trigger``) at the live trigger."""
+    if live_trigger:
+        return modes.run_stream(
+            scratch,
+            "kafka_stream_live",
+            source,
+            "stream catching up, 100 ms trigger, 100 000 per micro-batch",
+            trigger_interval="100ms",
+            max_records_per_trigger="100000",
+        )
+    return modes.run_stream(
+        scratch,
+        "kafka_stream",
+        source,
+        "(k3) stream catching up, availableNow, no read limit",
+        stream_trigger="available_now",
+        max_records_per_trigger="none",
+    )
+
+
+def run_latency(broker: KafkaBroker, scratch: Path, seconds: float) -> dict:
+    """The stream job live on a topic of its own at 5 000 records/s after a short batch
+    epoch."""
+    broker.create_topic("live", PARTITIONS, **KEEP_EVERYTHING)
+    source = f"{SCHEME}live"
+    with contextlib.closing(KafkaLog(source)) as log:
+        generator = EventGenerator(seed=2, buckets=PARTITIONS, skew=SKEW)
+        produce_backlog(log, generator, records=200_000)
+        settings = modes.settings_for(
+            scratch,
+            "kafka_live",
+            source,
+            trigger_interval="100ms",
+            max_records_per_trigger="100000",
+            max_stream_runtime="1h",
+            wave_records="100000",
+            max_split_records="50000",
+        )
+        measure_from, batch, stream = live_epochs(settings, seconds)
+        commits = sorted(
+            sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version
+        )
+        latencies = record_latencies(log, [c for c in commits if c.epoch == stream], measure_from)
+    if not latencies:
+        raise RuntimeError("no stream commit after the warm-up")
+    last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch)
+    first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream)
+    return {**modes.latency_summary(latencies), "handoff": (first_stream - last_batch) / 1000}
+
+
+def record_latencies(log: KafkaLog, commits: list, measure_from: float) -> list[float]:
+    """Sorted latencies of the records produced from ``measure_from`` on: from a record's
+    message timestamp (stamped when produced) to the time the sink commit that wrote it
+    landed. Each partition is read once, over the span of the commits' ranges."""
+    latencies: list[float] = []
+    for bucket in sorted({bucket for commit in commits for bucket in commit.end}):
+        ranges = [
+            (c.start.get(bucket, c.end[bucket]), c.end[bucket], c.committed_at_ms / 1000)
+            for c in commits
+            if bucket in c.end
+        ]
+        parts = list(log.read(bucket, min(r[0] for r in ranges), max(r[1] for r in ranges)))
+        if not parts:
+            continue
+        offsets = np.concatenate([part.column("offset").to_numpy() for part in parts])
+        produced = np.concatenate(
+            [part.column("event_time").cast(pa.int64()).to_numpy() / 1e6 for part in parts]
+        )
+        for start, end, visible in ranges:
+            first, last = np.searchsorted(offsets, [start, end])
+            kept = produced[first:last]
+            latencies.extend((visible - kept[kept >= measure_from]).tolist())
+    return sorted(latencies)
+
+
+def live_epochs(settings: PipelineSettings, seconds: float) -> tuple[float, int, int]:
+    """A batch epoch, then the stream epoch live for the warm-up and ``seconds``, beside a
+    producer of 5 000 records/s: when the measure starts (epoch seconds), the two epochs."""
     stop = threading.Event()
+    live = KafkaLog(settings.source)
     producer = threading.Thread(
         target=produce_live,
-        args=(log, EventGenerator(seed=3, buckets=PARTITIONS)),
+        args=(live, EventGenerator(seed=3, buckets=PARTITIONS, skew=SKEW)),
         kwargs={
             "rate": 5000.0,
             "duration": timedelta(hours=1),
@@ -273,119 +422,170 @@ def run_latency(scratch: Path, source: str, seconds: float) -> dict:
     )
     producer.start()
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    runner = LocalRunner(log_dir=modes.LOGS or scratch / "job-logs", timeout=3600)
+    runner = LocalRunner(log_dir=modes.LOGS or Path(settings.warehouse) / "job-logs", timeout=3600)
     try:
         batch = decide(settings, force_mode="batch", decided_by="bench")
         runner.run("batch", settings, batch.epoch)
         close_epoch(settings, batch.epoch)
         stream = decide(settings, force_mode="stream", decided_by="bench")
-        job = threading.Thread(target=runner.run, args=("stream", settings, stream.epoch))
+        failure: list[BaseException] = []
+
+        def run_stream_epoch() -> None:
+            try:
+                runner.run("stream", settings, stream.epoch)
+            except BaseException as exc:  # reported by the main thread below
+                failure.append(exc)
+
+        job = threading.Thread(target=run_stream_epoch)
         job.start()
         measure_from = time.time() + modes.WARM_UP_SECONDS
         time.sleep(modes.WARM_UP_SECONDS + seconds)
         store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
         job.join(timeout=180)
+        if job.is_alive() or failure:
+            raise RuntimeError(f"the stream job did not stop cleanly: {failure}")
         close_epoch(settings, stream.epoch)
     finally:
         runner.close()
         stop.set()
         producer.join()
-    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
-    last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
-    first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
-    latencies: list[float] = []
-    for commit in commits:
-        if commit.epoch != stream.epoch:
-            continue
-        visible = commit.committed_at_ms / 1000
-        for bucket, end in commit.end.items():
-            start = commit.start.get(bucket, end)
-            for part in log.read(bucket, start, end) if end > start else ():
-                produced = part.column("event_time").cast(pa.int64()).to_numpy() / 1e6
-                kept = produced[produced >= measure_from]
-                latencies.extend((visible - kept).tolist())
-    latencies.sort()
-    if not latencies:
-        raise RuntimeError("no stream commit after the warm-up")
+        live.close()
+    return measure_from, batch.epoch, stream.epoch
 
-    return {**modes.latency_summary(latencies), "handoff": (first_stream - last_batch) / 1000}
+
+def produce_topic(broker: KafkaBroker, topic: str, records: int) -> str:
+    """The topic, created to keep everything, with ``records`` of the demo's events (an hour
+    of event time) from one producer with its normal settings; raises if any record is
+    missing. Returns its source setting."""
+    broker.create_topic(topic, PARTITIONS, **KEEP_EVERYTHING)
+    source = f"{SCHEME}{topic}"
+    generator = EventGenerator(seed=1, buckets=PARTITIONS, skew=SKEW)
+    with contextlib.closing(KafkaLog(source)) as log:
+        report = produce_backlog(log, generator, records=records, span=timedelta(hours=1))
+        earliest, latest = log.earliest_offsets(), log.latest_offsets()
+    if any(earliest.values()) or sum(latest.values()) != records:
+        raise RuntimeError(
+            f"topic {topic!r} does not hold the {records:,} records produced: earliest "
+            f"{earliest}, latest {latest}"
+        )
+    print(
+        f"produced {records:,} records in {report.seconds:.1f} s "
+        f"({records / report.seconds:,.0f}/s; partition 0 holds {latest[0]:,})",
+        flush=True,
+    )
+    return source
+
+
+def broker_cpu(broker: KafkaBroker) -> float:
+    """The CPU seconds the broker's JVM has used so far."""
+    assert broker.process is not None
+    times = psutil.Process(broker.process.pid).cpu_times()
+    return times.user + times.system
+
+
+def print_table(rows: list[tuple[modes.Run, float]]) -> None:
+    """The runs as a Markdown table for docs/BENCHMARKS.md."""
+    print()
+    print(
+        "| run | records | wall | rate | CPU | records per CPU-second | peak PSS "
+        "| broker CPU during the case |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for run, broker in rows:
+        cores = run.cpu_seconds / run.seconds if run.seconds else 0
+        peak = f"{run.peak_mb:,.0f} MB" if run.peak_mb else "-"
+        print(
+            f"| {run.name} | {run.records:,} | {run.seconds:.1f} s | {run.rate:,.0f}/s "
+            f"| {run.cpu_seconds:.1f} s ({cores:.2f} cores) "
+            f"| {run.records / max(run.cpu_seconds, 1e-9):,.0f} | {peak} | {broker:.1f} s |",
+            flush=True,
+        )
+
+
+def print_ratios(runs: dict[str, modes.Run]) -> None:
+    """The issue's ratios among what ran."""
+
+    def per_cpu(run: modes.Run) -> float:
+        return run.records / max(run.cpu_seconds, 1e-9)
+
+    if "k1" in runs and "k4" in runs:
+        print(
+            "(k4) / (k1), records per CPU-second: "
+            f"{per_cpu(runs['k4 read']) / per_cpu(runs['k1']):.2f} the read inside the job, "
+            f"{per_cpu(runs['k4']) / per_cpu(runs['k1']):.2f} the whole job (target >= 1.0)"
+        )
+    for reader in ("arrow", "native"):
+        if f"k2 {reader}" in runs and "k3" in runs:
+            ratio = runs[f"k2 {reader}"].rate / runs["k3"].rate
+            print(f"(k2, {reader}) / (k3), records per second: {ratio:.2f} (target >= 2.5)")
+
+
+def cases(
+    broker: KafkaBroker, scratch: Path, source: str, records: int
+) -> list[tuple[str, tuple[str, ...], Callable[[], list[modes.Run]]]]:
+    """Each case of ``--only``, in the order they run: its name, the keys of its runs for
+    :func:`print_ratios`, and what measures it."""
+    return [
+        ("k1", ("k1",), lambda: [in_own_process("k1", source)]),
+        ("reader", ("reader",), lambda: [in_own_process("reader", source)]),
+        ("k4", ("k4", "k4 read"), lambda: spark_kafka_read(source, records)),
+        ("read", ("read", "read net"), lambda: bucketlog_read(broker, source, records)),
+        ("warm", (), lambda: warm_reads(source, records, "bucketlog")),
+        ("handover", (), lambda: warm_reads(source, records, "memory")),
+        ("k2", ("k2 arrow",), lambda: [run_batch(scratch, source, "arrow")]),
+        ("k2", ("k2 native",), lambda: [run_batch(scratch, source, "native")]),
+        ("k3", ("k3",), lambda: [catch_up(scratch, source)]),
+        ("k3live", ("k3 live",), lambda: [catch_up(scratch, source, live_trigger=True)]),
+    ]
+
+
+CASES = ("k1", "reader", "k4", "read", "warm", "handover", "k2", "k3", "k3live", "latency")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--only", default="k1,reader,read,warm,handover,k2,k3,latency")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--only", default="k1,k4,k2,k3,latency", help="among: " + ",".join(CASES))
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--logs", help="keep the job processes' output in this folder")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
+    if only - set(CASES):
+        parser.error(f"--only: {','.join(sorted(only - set(CASES)))} is not among {CASES}")
     modes.LOGS = Path(args.logs) if args.logs else None
     scratch = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
-    runs: list[modes.Run] = []
-    with MockKafkaCluster() as cluster:
-        os.environ.update(kafka_environment(cluster.config))  # the jobs inherit it
-        try:
-            cluster.create_topic("bench", PARTITIONS)
-            source = f"{SCHEME}bench"
-            # Level 9 so that the whole backlog fits the broker's retention (module docstring).
-            log = KafkaLog(source, {**cluster.config, "compression.level": 9})
-            generator = EventGenerator(seed=1, buckets=PARTITIONS, skew="uniform")
-            report = produce_backlog(log, generator, records=args.records)
-            latest = log.latest_offsets()
-            assert log.earliest_offsets() == dict.fromkeys(latest, 0), "the broker dropped records"
-            print(f"produced {report.records:,} records in {report.seconds:.1f} s", flush=True)
-            if "k1" in only:
-                runs.append(in_own_process("k1", source))
-            if "reader" in only:
-                runs.append(in_own_process("reader", source))
-            if "warm" in only:
-                runs.extend(spark_read(source, report.records, 1 + WARM_READS)[1])
-            if "handover" in only:
-                runs.extend(spark_read(source, report.records, 1 + WARM_READS, "memory")[1])
-            if "read" in only:
-                # The same job on an empty topic: Spark's start and stop, paid once per job.
-                cluster.create_topic("empty", PARTITIONS)
-                fixed, _ = spark_read(f"{SCHEME}empty", 0)
-                read, _ = spark_read(source, report.records)
-                runs.append(read)
-                net = modes.Run(
-                    "Spark read alone, less the same job on an empty topic",
-                    report.records,
-                    read.seconds - fixed.seconds,
-                    read.peak_mb,
-                    read.cpu_seconds - fixed.cpu_seconds,
-                )
-                runs.append(net)
-            if "k2" in only:
-                k2 = modes.run_batch(scratch, "kafka_batch", source)
-                k2.name = "(k2) batch path, Kafka -> Delta sink"
-                runs.append(k2)
-            if "k3" in only:
-                runs.append(
-                    modes.run_stream(
-                        scratch,
-                        "kafka_stream",
-                        source,
-                        "(k3) stream catching up, 100 ms trigger, 100 000 per micro-batch",
-                        trigger_interval="100ms",
-                        max_records_per_trigger="100000",
-                    )
-                )
-            for run in runs:
-                cores = run.cpu_seconds / run.seconds if run.seconds else 0
+    try:
+        with KafkaBroker(scratch / "broker") as broker:
+            os.environ.update(kafka_environment(broker.config))  # the jobs inherit it
+            print(f"Apache Kafka broker at {broker.bootstrap}", flush=True)
+            source = produce_topic(broker, "bench", args.records)
+            rows: list[tuple[modes.Run, float]] = []
+            named: dict[str, modes.Run] = {}
+            for case, keys, measure in cases(broker, scratch, source, args.records):
+                if case not in only:
+                    continue
+                before = broker_cpu(broker)
+                runs = measure()
+                spent = broker_cpu(broker) - before
+                rows.extend((run, spent) for run in runs)
+                named.update(zip(keys, runs, strict=False))
+                print(f"{case}: {runs[0].name}: {runs[0].rate:,.0f} records/s", flush=True)
+            print_table(rows)
+            print_ratios(named)
+            if "latency" in only:
+                result = run_latency(broker, scratch, args.latency_seconds)
                 print(
-                    f"| {run.name} | {run.records:,} | {run.seconds:.1f} s | {run.rate:,.0f}/s "
-                    f"| {run.cpu_seconds:.1f} s CPU ({cores:.2f} cores) | "
-                    f"{run.records / max(run.cpu_seconds, 1e-9):,.0f} per CPU-s | "
-                    f"{run.peak_mb:.0f} MB |",
+                    f"live at 5 000 records/s, 100 ms trigger, {result['records']:,} records: "
+                    f"p50 {result['p50'] * 1000:.0f} ms, p95 {result['p95'] * 1000:.0f} ms, "
+                    f"p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms "
+                    "(targets: p50 <= 400 ms, p99 <= 800 ms); handoff, the batch's last "
+                    f"commit -> the stream's first: {result['handoff']:.1f} s",
                     flush=True,
                 )
-            if "latency" in only:
-                cluster.create_topic("live", PARTITIONS)
-                result = run_latency(scratch, f"{SCHEME}live", args.latency_seconds)
-                print(json.dumps(result, indent=1), flush=True)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
