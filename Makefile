@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`: a test file to a worker (xdist hands out the files
 # with the most tests first; among equals, tests/conftest.py's longest-first order holds);
 # tests marked `exclusive` run alone, unit tests aside (tests/conftest.py). Two, one a core:
-# the whole suite passed here in two workers in 21:56-22:38 (854 tests, 2026-11-26).
+# the whole suite passed here in two workers in 24:27 (891 tests, 2026-11-27).
 # PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 2
 # Every run ends with its 40 slowest test phases (--durations), the record of where the time goes.
