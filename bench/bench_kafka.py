@@ -66,12 +66,11 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.runners.lifecycle import close_epoch, decide
-from modeswitch.runners.local import LocalRunner, job_command
+from modeswitch.runners.local import job_command
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.sources.kafka import SCHEME, KafkaLog, kafka_environment
-from modeswitch.state import StateStore
 
 PARTITIONS = modes.BUCKETS
 SKEW = "zipf:1.1"
@@ -421,36 +420,15 @@ def live_epochs(settings: PipelineSettings, seconds: float) -> tuple[float, int,
         daemon=True,
     )
     producer.start()
-    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    runner = LocalRunner(log_dir=modes.LOGS or Path(settings.warehouse) / "job-logs", timeout=3600)
     try:
-        batch = decide(settings, force_mode="batch", decided_by="bench")
-        runner.run("batch", settings, batch.epoch)
-        close_epoch(settings, batch.epoch)
-        stream = decide(settings, force_mode="stream", decided_by="bench")
-        failure: list[BaseException] = []
-
-        def run_stream_epoch() -> None:
-            try:
-                runner.run("stream", settings, stream.epoch)
-            except BaseException as exc:  # reported by the main thread below
-                failure.append(exc)
-
-        job = threading.Thread(target=run_stream_epoch)
-        job.start()
-        measure_from = time.time() + modes.WARM_UP_SECONDS
-        time.sleep(modes.WARM_UP_SECONDS + seconds)
-        store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
-        job.join(timeout=180)
-        if job.is_alive() or failure:
-            raise RuntimeError(f"the stream job did not stop cleanly: {failure}")
-        close_epoch(settings, stream.epoch)
+        run = modes.batch_then_live(
+            settings, seconds, log_dir=modes.LOGS or Path(settings.warehouse) / "job-logs"
+        )
     finally:
-        runner.close()
         stop.set()
         producer.join()
         live.close()
-    return measure_from, batch.epoch, stream.epoch
+    return run.measure_from, run.batch, run.stream
 
 
 def produce_topic(broker: KafkaBroker, topic: str, records: int) -> str:

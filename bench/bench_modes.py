@@ -301,9 +301,49 @@ def run_latency(scratch: Path, seconds: float) -> dict:
     appended: list[tuple[int, int, int, float]] = []  # (bucket, start, end, published at)
     producer = live_producer(log, appended, stop)
     producer.start()
+    try:
+        # The jobs' output goes to --logs, else to a folder of the scratch space (not stdout).
+        live = batch_then_live(settings, seconds, log_dir=LOGS or scratch / "job-logs")
+    finally:
+        stop.set()
+        producer.join()
+    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
+    last_batch = max(c.committed_at_ms for c in commits if c.epoch == live.batch)
+    first_stream = min(c.committed_at_ms for c in commits if c.epoch == live.stream)
+    latencies = record_latencies(
+        [c for c in commits if c.epoch == live.stream], appended, live.measure_from
+    )
+    if not latencies:
+        raise RuntimeError(
+            f"no stream commit after the warm-up: {len(commits)} commits, stream epoch "
+            f"{live.stream}: {[(c.epoch, c.sequence, c.records) for c in commits][-5:]}"
+        )
+
+    return {
+        **latency_summary(latencies),
+        "handoff": (first_stream - last_batch) / 1000,
+        "standby": settings.stream_standby,
+        "batch_epoch_seconds": live.batch_seconds,
+    }
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """The epochs of :func:`batch_then_live`, and when its measure starts."""
+
+    batch: int
+    stream: int
+    measure_from: float
+    """Epoch seconds: past the warm-up."""
+    batch_seconds: float
+
+
+def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path) -> LiveRun:
+    """A batch epoch, then the stream epoch live for :data:`WARM_UP_SECONDS` and ``seconds``
+    (a ``pause`` command ends it), each run as the local runner runs them (the standby as the
+    settings say), beside whatever producer the caller runs."""
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    # The jobs' output goes to --logs, else to a folder of the scratch space (not stdout).
-    runner = LocalRunner(log_dir=LOGS or scratch / "job-logs", timeout=3600)
+    runner = LocalRunner(log_dir=log_dir, timeout=3600)
     try:
         batch = decide(settings, force_mode="batch", decided_by="bench")
         batch_began = time.perf_counter()
@@ -321,8 +361,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
 
         job = threading.Thread(target=run_stream_epoch)
         job.start()
-        # Past Spark's start and the catch-up of what arrived during the batch epoch (many
-        # small segments: the live producer publishes one per bucket every 50 ms).
+        # Past Spark's start and the catch-up of what arrived during the batch epoch.
         measure_from = time.time() + WARM_UP_SECONDS
         time.sleep(WARM_UP_SECONDS + seconds)
         store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
@@ -332,26 +371,7 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         close_epoch(settings, stream.epoch)
     finally:
         runner.close()
-        stop.set()
-        producer.join()
-    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
-    last_batch = max(c.committed_at_ms for c in commits if c.epoch == batch.epoch)
-    first_stream = min(c.committed_at_ms for c in commits if c.epoch == stream.epoch)
-    latencies = record_latencies(
-        [c for c in commits if c.epoch == stream.epoch], appended, measure_from
-    )
-    if not latencies:
-        raise RuntimeError(
-            f"no stream commit after the warm-up: {len(commits)} commits, stream epoch "
-            f"{stream.epoch}: {[(c.epoch, c.sequence, c.records) for c in commits][-5:]}"
-        )
-
-    return {
-        **latency_summary(latencies),
-        "handoff": (first_stream - last_batch) / 1000,
-        "standby": settings.stream_standby,
-        "batch_epoch_seconds": batch_seconds,
-    }
+    return LiveRun(batch.epoch, stream.epoch, measure_from, batch_seconds)
 
 
 def live_producer(
