@@ -57,6 +57,10 @@ def test_produce_then_run_until_caught_up_then_verify(
     assert main([*audit, "--pipeline", "cli"]) == 0
 
 
+MARKER = "MODESWITCH_TEST_COMMAND"
+"""Set in the command's environment: its job processes inherit it."""
+
+
 def _run_command(args: list[str]) -> subprocess.CompletedProcess[str]:
     """``modeswitch ARGS`` in a process of its own (the broker's address in its environment);
     whatever it started is killed after, even if it overran: its job processes lead process
@@ -73,9 +77,6 @@ def _run_command(args: list[str]) -> subprocess.CompletedProcess[str]:
         )
     finally:
         kill_processes_with_environment(MARKER, marker)
-
-
-MARKER = "MODESWITCH_TEST_COMMAND"
 
 
 def test_bad_produce_arguments_are_refused(kafka_cluster: KafkaBroker, capsys) -> None:

@@ -14,7 +14,7 @@ import pyarrow as pa
 from confluent_kafka import Producer
 
 from modeswitch.devtools.kafka_broker import KafkaBroker
-from modeswitch.sinks.commits import offsets_log_entry
+from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
 from modeswitch.sources.spark_kafka import read_batch, read_stream
 

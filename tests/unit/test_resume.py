@@ -13,7 +13,8 @@ from modeswitch.modes.resume import (
     plan_resume,
     read_checkpoints,
 )
-from modeswitch.sinks.commits import SinkCommit, offsets_log_entry
+from modeswitch.sinks.commits import SinkCommit
+from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.storage import remove_tree
 
 ROOT = "/ckpt/epoch-7"

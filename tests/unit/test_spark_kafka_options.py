@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.sinks.commits import offsets_log_entry
+from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources import log_type
 from modeswitch.sources.spark_kafka import java_options, topic_offsets_json
 

@@ -33,7 +33,8 @@ from typing import Any
 
 from modeswitch.errors import ModeswitchError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap, offsets_to_json
-from modeswitch.sinks.commits import SinkCommit, commit_entries, offsets_log_entry
+from modeswitch.sinks.commits import SinkCommit, commit_entries
+from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.storage import filesystem
 
 FRESH_CHECKPOINT_SUFFIX = "-from-"

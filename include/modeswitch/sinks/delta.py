@@ -62,7 +62,7 @@ from pyspark.sql.datasource import (
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap
-from modeswitch.sinks.commits import METADATA_KEY, offsets_log_entry
+from modeswitch.sinks.commits import METADATA_KEY
 from modeswitch.sinks.committer import (
     COMMIT_ATTEMPTS,
     QUARANTINE_METADATA_KEY,
@@ -80,6 +80,7 @@ from modeswitch.sinks.files import (
 )
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.sinks.schema import check_schema_before_write
+from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ offset), a batch read takes exact ranges with ``assign``; both under
 ``isolation.level=read_committed``: aborted transactions are never read, and "latest" is each
 partition's last stable offset, where an open transaction holds the end (the planner's boundary
 for a batch is the same). Spark's offsets log holds ``{"<topic>": {"<partition>": offset}}``;
-:func:`modeswitch.sinks.commits.offsets_log_entry` reads it for the sink's fenced commits.
+:func:`modeswitch.sinks.stream_offsets.offsets_log_entry` reads it for the sink's fenced commits.
 
 **Client configuration.** :func:`java_options` turns the librdkafka settings
 (``MODESWITCH_KAFKA_CONFIG``, or the Airflow Connection's extras) into the Java client's
