@@ -79,18 +79,9 @@ def commit_files(
     from deltalake.transaction import AddAction
 
     parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
-    files = [f for m in parts for f in m.files]
-    quarantine_files = [f for m in parts for f in m.quarantine_files]
-    quarantined = sum(m.quarantined for m in parts)
-    reasons: dict[str, int] = {}
-    for m in parts:
-        add_reasons(reasons, m.quarantine_reasons)
-    top_reasons = dict(sorted(reasons.items(), key=lambda r: (-r[1], r[0]))[:REASONS_KEPT])
-    records = sum(m.records for m in parts)
-    max_event: dict[int, int] = {}
-    for m in parts:
-        for bucket, micros in m.max_event_time_us.items():
-            max_event[bucket] = max(micros, max_event.get(bucket, micros))
+    merged = merged_message(parts)
+    files, quarantine_files = merged.files, merged.quarantine_files
+    quarantine = quarantine_metadata(merged)
     actions = [
         AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
         for f in files
@@ -121,23 +112,24 @@ def commit_files(
                     delete_message_files(options, parts)
                     version = table.version() if table is not None else None
                     return CommitOutcome("replayed", version, None)
-                commit = dataclasses.replace(
+                commit = with_quarantine(
                     _sink_commit(
-                        options, sequence, start, end, records, max_event, previous, table
+                        options,
+                        sequence,
+                        start,
+                        end,
+                        merged.records,
+                        merged.max_event_time_us,
+                        previous,
+                        table,
                     ),
-                    quarantined=quarantined if quarantine_files else 0,
-                    quarantine_reasons=top_reasons if quarantine_files else {},
+                    quarantine,
                 )
                 properties["app_transactions"] = [Transaction(options.pipeline, commit.txn_version)]
                 properties["custom_metadata"] = commit.to_metadata()
-                if quarantine_files:
+                if quarantine is not None:
                     properties["custom_metadata"][QUARANTINE_METADATA_KEY] = json.dumps(
-                        {
-                            "records": quarantined,
-                            "reasons": top_reasons,
-                            "files": [dataclasses.asdict(f) for f in quarantine_files],
-                        },
-                        separators=(",", ":"),
+                        quarantine, separators=(",", ":")
                     )
             elif not actions:
                 return CommitOutcome("empty", table.version() if table else None, None)
@@ -161,7 +153,7 @@ def commit_files(
             log.info(
                 "sink commit %s: %d records in %d files, table version %d",
                 commit.txn_version if commit else "(no pipeline)",
-                records,
+                merged.records,
                 len(files),
                 version,
             )
@@ -172,6 +164,45 @@ def commit_files(
         if not landed:
             delete_message_files(options, parts)
         raise
+
+
+def merged_message(parts: Sequence[DeltaCommitMessage]) -> DeltaCommitMessage:
+    """The tasks' messages of one write as one: their files, records, quarantine files and
+    reasons (:func:`~modeswitch.sinks.commits.add_reasons`), and max event time per bucket."""
+    merged = DeltaCommitMessage()
+    for part in parts:
+        merged.files.extend(part.files)
+        merged.records += part.records
+        merged.quarantine_files.extend(part.quarantine_files)
+        merged.quarantined += part.quarantined
+        add_reasons(merged.quarantine_reasons, part.quarantine_reasons)
+        for bucket, micros in part.max_event_time_us.items():
+            known = merged.max_event_time_us.get(bucket, micros)
+            merged.max_event_time_us[bucket] = max(micros, known)
+    return merged
+
+
+def quarantine_metadata(message: DeltaCommitMessage) -> dict[str, Any] | None:
+    """The quarantine record a sink commit carries for a write's ``message``: ``records``,
+    the :data:`~modeswitch.sinks.commits.REASONS_KEPT` most common ``reasons`` and the
+    ``files`` the quarantine table's commit adds; None if nothing was quarantined."""
+    if not message.quarantine_files:
+        return None
+    ranked = sorted(message.quarantine_reasons.items(), key=lambda r: (-r[1], r[0]))
+    return {
+        "records": message.quarantined,
+        "reasons": dict(ranked[:REASONS_KEPT]),
+        "files": [dataclasses.asdict(f) for f in message.quarantine_files],
+    }
+
+
+def with_quarantine(commit: SinkCommit, quarantine: dict[str, Any] | None) -> SinkCommit:
+    """``commit`` with the counts of its :func:`quarantine_metadata` (none: nothing)."""
+    if quarantine is None:
+        return commit
+    return dataclasses.replace(
+        commit, quarantined=quarantine["records"], quarantine_reasons=quarantine["reasons"]
+    )
 
 
 def _open_table(options: DeltaSinkOptions) -> Any:

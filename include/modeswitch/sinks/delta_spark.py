@@ -52,7 +52,6 @@ import pyarrow as pa
 from modeswitch.errors import FencedError
 from modeswitch.faults import pause_point
 from modeswitch.sinks.commits import (
-    REASONS_KEPT,
     SinkCommit,
     newest_commit_in,
     user_metadata_record,
@@ -63,7 +62,10 @@ from modeswitch.sinks.committer import (
     _check_replay,
     _open_table,
     _sink_commit,
+    merged_message,
+    quarantine_metadata,
     sync_quarantine,
+    with_quarantine,
 )
 from modeswitch.sinks.delta import stream_commit_range
 from modeswitch.sinks.features import check_table_features
@@ -120,15 +122,8 @@ def write_micro_batch(frame: Any, batch_id: int, options: DeltaSinkOptions) -> C
     commit = None
     try:
         message = describe_micro_batch(cached, options)
-        quarantine = None
-        if message.quarantine_files:
-            reasons = sorted(message.quarantine_reasons.items(), key=lambda r: (-r[1], r[0]))
-            quarantine = {
-                "records": message.quarantined,
-                "reasons": dict(reasons[:REASONS_KEPT]),
-                "files": [dataclasses.asdict(f) for f in message.quarantine_files],
-            }
-        commit = dataclasses.replace(
+        quarantine = quarantine_metadata(message)
+        commit = with_quarantine(
             _sink_commit(
                 options,
                 sequence,
@@ -139,8 +134,7 @@ def write_micro_batch(frame: Any, batch_id: int, options: DeltaSinkOptions) -> C
                 previous,
                 table,
             ),
-            quarantined=message.quarantined if quarantine else 0,
-            quarantine_reasons=quarantine["reasons"] if quarantine else {},
+            quarantine,
         )
         data = cached
         if QUARANTINE_REASON in cached.columns:
@@ -195,18 +189,14 @@ def describe_micro_batch(frame: Any, options: DeltaSinkOptions) -> DeltaCommitMe
     rows = frame.mapInArrow(
         functools.partial(_describe_task, options), DESCRIPTION_SCHEMA
     ).collect()
-    merged = DeltaCommitMessage()
+    parts = []
     for row in rows:
         part = json.loads(row.message)
-        merged.records += part["records"]
-        merged.quarantined += part["quarantined"]
-        merged.quarantine_files.extend(WrittenFile(**f) for f in part["quarantine_files"])
-        for reason, count in part["quarantine_reasons"].items():
-            merged.quarantine_reasons[reason] = merged.quarantine_reasons.get(reason, 0) + count
-        for bucket, micros in part["max_event_time_us"].items():
-            key = int(bucket)
-            merged.max_event_time_us[key] = max(micros, merged.max_event_time_us.get(key, micros))
-    return merged
+        for files in ("files", "quarantine_files"):
+            part[files] = [WrittenFile(**f) for f in part[files]]
+        part["max_event_time_us"] = {int(b): t for b, t in part["max_event_time_us"].items()}
+        parts.append(DeltaCommitMessage(**part))
+    return merged_message(parts)
 
 
 def _describe_task(
