@@ -114,18 +114,31 @@ def test_a_stream_reads_from_exact_offsets_with_a_limit_per_micro_batch(
         pa.Table.from_batches([x for b in end for x in log.read(b, start[b], end[b])])
     )
     log.close()
+    frame = read_stream(spark, source, start, max_records_per_trigger=25, tasks=2)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        frame.explain(extended=True)
+    # A live micro-batch never waits at the broker for records it does not read.
+    assert "kafka.fetch.max.wait.ms=0" in printed.getvalue()
+    batches: list[pa.Table] = []
+    tasks: list[int] = []
+
+    def keep(batch, _batch_id: int) -> None:
+        tasks.append(batch.rdd.getNumPartitions())
+        batches.append(batch.toArrow())
+
     query = (
-        read_stream(spark, source, start, max_records_per_trigger=25)
-        .writeStream.format("memory")
-        .queryName("kafka_exact")
+        frame.writeStream.foreachBatch(keep)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination(120)
     assert query.exception() is None
-    got = _records(spark.table("kafka_exact").toArrow())
+    got = _records(pa.concat_tables(batches))
     assert got == expected
+    # Three partitions, read in two tasks a micro-batch.
+    assert tasks and max(tasks) == 2, tasks
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     assert len(progress) > 1  # the limit cut the range into micro-batches
     # The offsets log, as the sink reads it: the topic's partitions, ending where the log ends.

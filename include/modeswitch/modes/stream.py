@@ -311,7 +311,8 @@ def sink_stream(
     :mod:`modeswitch.sinks.delta_spark`); a writer without its trigger, not started.
 
     The source is the one the log names (``spark_source``): Spark's own Kafka source for a
-    topic (:mod:`modeswitch.sources.spark_kafka`), the transform's Spark form on its rows; the
+    topic (:mod:`modeswitch.sources.spark_kafka`; each micro-batch in ``parallelism`` tasks at
+    most), the transform's Spark form on its rows; the
     ``bucketlog`` source otherwise, where a transform with an Arrow form runs inside the
     source's reader (its ``transform`` option): the rows reach the JVM parsed, with no second
     trip to Python for the parse."""
@@ -319,7 +320,15 @@ def sink_stream(
     limit = settings.max_records_per_trigger
     if log_type(source).spark_source == "kafka":
         start = offsets_from_json(start_json, source="the stream's start")
-        frame = transform(read_stream(spark, source, start, max_records_per_trigger=limit))
+        frame = transform(
+            read_stream(
+                spark,
+                source,
+                start,
+                max_records_per_trigger=limit,
+                tasks=settings.planner.parallelism,
+            )
+        )
     else:
         reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
         if limit is not None:

@@ -165,19 +165,38 @@ def topic_offsets_json(topic: str, offsets: OffsetsMap) -> str:
     return json.dumps({topic: {str(b): int(offsets[b]) for b in sorted(offsets)}})
 
 
+STREAM_FETCH_MAX_WAIT_MS = 0
+"""The stream's ``kafka.fetch.max.wait.ms`` (the Java client's default: 500). A consumer sends
+the next fetch of its partition before it hands back what it has; when a micro-batch ends at
+the partition's end, that fetch waits at the broker for new records. Spark keeps the consumer
+for the next micro-batch, whose first read of the partition waits for that pending fetch: up to
+the whole 500 ms, partition after partition. A micro-batch reads only offsets that exist, so
+the broker need never wait. Measured here (a Spark session reading a topic of 16 partitions at
+5 000 records/s, 100 ms trigger, a ``count()`` per micro-batch, medians over 25 s): 464 ms a
+micro-batch with the default, 254 ms with 0."""
+
+
 def read_stream(
     spark,
     source: str,
     start: OffsetsMap,
     *,
     max_records_per_trigger: int | None = None,
+    tasks: int | None = None,
     config: Mapping[str, Any] | None = None,
 ):
     """A streaming DataFrame of the topic ``source`` (``kafka://...``) from exactly ``start``
     (each partition's next offset), in the record schema; see the module docstring. The query
     subscribes to the topic: a partition added while it runs is read from its earliest offset.
     ``max_records_per_trigger`` caps the offsets a micro-batch spans (``maxOffsetsPerTrigger``:
-    an upper bound on its records, as offsets have gaps)."""
+    an upper bound on its records, as offsets have gaps).
+
+    ``tasks``: read (and transform and write) each micro-batch in at most this many tasks, each
+    reading several partitions one after the other (``coalesce``, no shuffle), where the topic
+    has more partitions. Spark's Kafka source makes a task of every partition, and a live
+    micro-batch of a few thousand records over 16 partitions spends its time starting tasks
+    (and writing 16 small files): the same measure as :data:`STREAM_FETCH_MAX_WAIT_MS`'s, 254 ms
+    in 16 tasks, 155 ms in 2."""
     location = KafkaLocation.parse(source)
     # Spark wants a start for every partition the topic has when the query starts; one added
     # since the epoch's plan starts at its earliest offset (-2), as those added later do.
@@ -190,9 +209,13 @@ def read_stream(
     reader = _options(spark.readStream, location.topic, begin, config).option(
         "subscribe", location.topic
     )
+    reader = reader.option("kafka.fetch.max.wait.ms", str(STREAM_FETCH_MAX_WAIT_MS))
     if max_records_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
-    return as_records(reader.load(), location)
+    frame = reader.load()
+    if tasks is not None and len(partitions) > tasks:
+        frame = frame.coalesce(tasks)
+    return as_records(frame, location)
 
 
 def read_batch(
@@ -288,6 +311,7 @@ def _json_path_key(field: str) -> str:
 
 
 __all__ = [
+    "STREAM_FETCH_MAX_WAIT_MS",
     "SPARK_FORMAT",
     "as_records",
     "java_options",
