@@ -1,7 +1,7 @@
 """The broker SIGKILLed under the pipeline and started again on its data: mid-batch (the waves
 read with Spark's Kafka source) and mid-stream (Spark's Kafka source). The jobs ride it out:
 their Kafka clients reconnect to the broker on the same address, the stream's policy decides
-on the last offsets it saw meanwhile (``SOURCE_OUTAGE_GRACE``), and both jobs end by
+on the last offsets it saw meanwhile (``source_outage_grace``), and both jobs end by
 themselves with every record once in the sink.
 
 A broker of this test's own (not the tier's: the others would see it go), with its address in
@@ -9,6 +9,7 @@ the environment the jobs inherit."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from fault_tools import HELD_IN_STREAM, assert_exactly_once, pause_when_caught_u
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.errors import ModeswitchError
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import sink_commits
@@ -99,3 +101,69 @@ def test_a_broker_killed_mid_batch_and_mid_stream_and_restarted_converges(
         assert_exactly_once(settings)
         print(f"stream: broker {done[-1]}")
         log.close()
+
+
+def test_a_broker_that_stays_down_fails_the_stream_in_bounded_time_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Down for longer than ``source_outage_grace``: the stream job fails by itself, saying
+    which broker did not answer, instead of waiting for it, and what it committed is there once;
+    ``decide`` refuses to open the next epoch on it, as quickly."""
+    with KafkaBroker(tmp_path / "broker") as broker:
+        broker.create_topic("down", PARTITIONS)
+        monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
+        source = f"{SCHEME}down"
+        log = KafkaLog(source, broker.config)
+        produce_backlog(log, EventGenerator(seed=13, buckets=PARTITIONS), records=20_000)
+        log.close()
+        settings = PipelineSettings.from_mapping(
+            {
+                "pipeline": "broker_down",
+                "source": source,
+                "warehouse": str(tmp_path / "warehouse"),
+                "max_records_per_trigger": "2000",
+                "source_outage_grace": "10s",
+                **HELD_IN_STREAM,
+            }
+        )
+        stream = decide(settings, force_mode="stream")
+        stopped_at: list[float] = []
+
+        def stop_after_first_commit() -> None:
+            deadline = time.monotonic() + 300
+            while not any(
+                c.epoch == stream.epoch for c in sink_commits(settings.sink, "broker_down")
+            ):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.2)
+            broker.kill()
+            stopped_at.append(time.monotonic())
+
+        stopper = threading.Thread(target=stop_after_first_commit, daemon=True)
+        stopper.start()
+        job_log = tmp_path / "stream.log"
+        with pytest.raises(ModeswitchError, match="exited with status"):
+            run_job_process("stream", settings, stream.epoch, timeout=600, log_file=job_log)
+        failed_after = time.monotonic() - stopped_at[0]
+        stopper.join()
+        output = job_log.read_text(errors="replace")
+        assert broker.bootstrap in output, output[-3000:]
+        assert "source_outage_grace" in output, output[-3000:]
+        # The grace, one failed look at the source (its timeout), the query's stop.
+        assert failed_after < 90, failed_after
+
+        # The failed epoch is closed where the sink ends; no next one opens on a broker that
+        # does not answer.
+        status, _ = close_epoch(settings, stream.epoch)
+        assert status == "completed"
+        began = time.monotonic()
+        with pytest.raises(ModeswitchError, match=re.escape(broker.bootstrap)):
+            decide(settings, force_mode="stream")
+        assert time.monotonic() - began < 60
+
+        # What the failed epoch committed is there once (read back from the broker, started
+        # again; the pipeline's convergence once it is back: the test above).
+        broker.start()
+        assert_exactly_once(settings)
+        print(f"stream failed {failed_after:.0f} s after the broker went down")

@@ -437,6 +437,15 @@ class PipelineSettings:
         rule=greater_than_zero,
         doc="a stream epoch ends after this at the latest",
     )
+    # A Kafka broker restarting answers again in ~15 s here (tests/kafka/test_broker_faults.py).
+    source_outage_grace: timedelta = setting(
+        timedelta(minutes=2),
+        parse=parse_duration,
+        rule=greater_than_zero,
+        doc="while the source cannot tell its latest offsets (a Kafka broker restarting), a "
+        "stream epoch decides on those it saw last for this long, then fails naming the "
+        "source (Airflow's retry runs it again)",
+    )
     # The standby: modeswitch.runners.local.StreamStandby.
     stream_standby: bool = setting(
         True,

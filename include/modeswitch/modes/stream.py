@@ -87,9 +87,6 @@ aside and rename into place, refusing to replace an existing entry."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
-SOURCE_OUTAGE_GRACE = timedelta(minutes=2)
-"""How long the stream's policy decides on the last latest offsets it saw while the source
-cannot answer (a Kafka broker restarting: ~15 s here), before the job fails naming it."""
 
 
 @dataclass(frozen=True)
@@ -205,20 +202,26 @@ class StreamSupervisor:
             latest = self.log.latest_offsets()
         except ModeswitchError as exc:
             # The query's own source rides out a broker restart; the policy's view of the
-            # log waits for it too, on what it saw last, for a bounded time.
-            if not self.last_latest or now - self.last_seen_at > SOURCE_OUTAGE_GRACE:
-                raise
+            # log waits for it too, on what it saw last (before it saw anything: on what the
+            # sink holds), for a bounded time.
+            grace = self.settings.source_outage_grace
+            if now - self.last_seen_at > grace:
+                silent = (now - self.last_seen_at).total_seconds()
+                raise ModeswitchError(
+                    f"stream epoch {self.epoch_id}: the source has not answered for "
+                    f"{silent:.0f} s (source_outage_grace {grace}): {exc}"
+                ) from exc
             if not self.outage_warned:
                 log.warning(
                     "stream epoch %d: the source's latest offsets are unavailable; deciding on "
                     "those of %s for up to %s: %s",
                     self.epoch_id,
                     self.last_seen_at,
-                    SOURCE_OUTAGE_GRACE,
+                    grace,
                     exc,
                 )
                 self.outage_warned = True
-            latest = self.last_latest
+            latest = self.last_latest or dict(self.committed)
         else:
             self.last_seen_at, self.outage_warned = now, False
         for bucket, offset in latest.items():
