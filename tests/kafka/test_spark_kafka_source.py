@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from confluent_kafka import Producer
 
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.modes.warmup import kafka_tail, warm_up
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
 from modeswitch.sources.spark_kafka import read_batch, read_stream
@@ -164,3 +166,27 @@ def test_the_sasl_password_never_shows_in_a_plan(
         assert marker not in plan, kind
         if kind == "stream":  # its plan lists the options: the login is there, redacted
             assert "kafka.sasl.jaas.config=*********(redacted)" in plan
+
+
+def test_the_warm_up_of_a_topic_reads_its_tail_through_the_kafka_source(
+    spark, kafka_cluster: KafkaBroker, new_topic: Callable[[int], str], tmp_path
+) -> None:
+    source = new_topic(3)
+    topic = KafkaLocation.parse(source).topic
+    settings = PipelineSettings.from_mapping(
+        {"source": source, "warehouse": str(tmp_path / "warehouse")}
+    )
+    # An empty topic: the generated events, as for the embedded log.
+    assert kafka_tail(source, 60) is None
+    warmed = warm_up(spark, settings, records=60)
+    assert warmed is not None and warmed.records == 60
+    producer = Producer(kafka_cluster.config)
+    for partition, count in enumerate((5, 40, 40)):
+        for i in range(count):
+            producer.produce(topic, json.dumps({"event_id": i}).encode(), partition=partition)
+    producer.flush(30)
+    # Each partition's share of 60 (20), never below its earliest offset: 5 + 20 + 20.
+    assert kafka_tail(source, 60) == {0: 0, 1: 20, 2: 20}
+    warmed = warm_up(spark, settings, records=60)
+    assert warmed is not None and warmed.records == 45
+    assert list((tmp_path / "warehouse").rglob("warm-up/*")) == []  # nothing left behind

@@ -20,8 +20,9 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import PayloadField, parse_value_schema
 from modeswitch.errors import StreamQueryError
 from modeswitch.modes.stream import checkpoint_conf, sink_stream
-from modeswitch.offsets import offsets_to_json
+from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks.commits import committed_offsets, sink_commits
+from modeswitch.sources import log_type, open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.spark_conf import session_conf
 from modeswitch.storage import remove_tree
@@ -94,6 +95,25 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
 }
 
 
+def _is_kafka(source: str) -> bool:
+    return log_type(source).spark_source == "kafka"
+
+
+def kafka_tail(source: str, records: int) -> OffsetsMap | None:
+    """Where a warm-up on the topic ``source`` starts: each partition's latest offset less its
+    share of ``records`` (never below its earliest), or None when the topic holds nothing."""
+    log_ = open_log(source)
+    try:
+        earliest, latest = log_.earliest_offsets(), log_.latest_offsets()
+    finally:
+        log_.close()
+    share = max(1, records // max(1, len(latest)))
+    start = {b: max(earliest.get(b, 0), end - share) for b, end in latest.items()}
+    if not any(latest[b] > start[b] for b in latest):
+        return None
+    return start
+
+
 def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any]:
     """A well-formed payload of ``value_schema``'s ``fields`` (every field set, of its type):
     what a warm-up's good records hold, so that they take the parse's path to the table."""
@@ -120,7 +140,10 @@ def warm_up(
     its own under ``<state_root>/warm-up/`` (where the executors of a cluster reach it, unlike
     the driver's disk), applies the pipeline's transform with its watermark, and writes them
     with the ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is
-    removed after.
+    removed after. On a Kafka topic it reads the topic's own last ``records`` (spread over its
+    partitions: :func:`kafka_tail`) with Spark's Kafka source, as the epoch will, so that the
+    Kafka source, its consumers and their connections are warm too; a topic with nothing in
+    it gets the generated events.
     Nothing of the pipeline's is touched, and the session's settings are put back. It stops
     early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
     it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
@@ -131,13 +154,18 @@ def warm_up(
     # the warm-up's log and write its sink.
     work = f"{settings.state_root}/warm-up/{uuid.uuid4().hex[:12]}"
     try:
-        source = SegmentLog.create(f"{work}/log", buckets=2)
-        append_warm_up_events(source, records, value_schema=settings.value_schema)
+        tail = kafka_tail(settings.source, records) if _is_kafka(settings.source) else None
+        if tail:
+            source, start = settings.source, tail
+        else:
+            log_ = SegmentLog.create(f"{work}/log", buckets=2)
+            append_warm_up_events(log_, records, value_schema=settings.value_schema)
+            source, start = log_.root, log_.earliest_offsets()
         writer = sink_stream(
             spark,
             settings,
-            source=source.root,
-            start_json=offsets_to_json(source.earliest_offsets()),
+            source=source,
+            start_json=offsets_to_json(start),
             sink=f"{work}/sink",
             options={
                 "pipeline": "warm-up",
@@ -159,8 +187,9 @@ def warm_up(
         error = query.exception()
         if error is not None:
             raise StreamQueryError(f"the warm-up query failed: {error}") from error
+        committed = committed_offsets(f"{work}/sink", "warm-up")
         done = WarmUp(
-            sum(committed_offsets(f"{work}/sink", "warm-up").values()),
+            sum(end - start.get(b, 0) for b, end in committed.items()),
             time.monotonic() - started,
             sum(c.quarantined for c in sink_commits(f"{work}/sink", "warm-up")),
         )
