@@ -311,8 +311,8 @@ def _json_path_key(field: str) -> str:
 
 
 __all__ = [
-    "STREAM_FETCH_MAX_WAIT_MS",
     "SPARK_FORMAT",
+    "STREAM_FETCH_MAX_WAIT_MS",
     "as_records",
     "java_options",
     "read_batch",
