@@ -12,6 +12,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from modeswitch.airflow.assets import sink_alias
 from modeswitch.airflow.backfill import (
     backfill_dag_options,
     finish_backfill_task,
@@ -43,8 +44,11 @@ Runs show on the [operator's page](/modeswitch/) as `backfill` commands.
 """
 
 
+DAG_ID = "modeswitch_backfill"
+
+
 @dag(
-    dag_id="modeswitch_backfill",
+    dag_id=DAG_ID,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["modeswitch", "backfill"],
@@ -75,9 +79,15 @@ def modeswitch_backfill():
         execution_timeout=timedelta(hours=3),
     )
 
-    @task(task_id="finish", trigger_rule="all_done", execution_timeout=timedelta(minutes=5))
-    def finish(plan):
-        return finish_backfill_task(plan)
+    @task(
+        task_id="finish",
+        trigger_rule="all_done",
+        execution_timeout=timedelta(minutes=5),
+        # A window that landed is an event on the sink's Asset, as a closed epoch is.
+        outlets=[sink_alias(DAG_ID, "sink"), sink_alias(DAG_ID, "quarantine")],
+    )
+    def finish(plan, outlet_events=None):
+        return finish_backfill_task(plan, outlet_events=outlet_events, dag_id=DAG_ID)
 
     planned = plan()
     planned >> job >> finish(planned)

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import Param, dag, task
 
+from modeswitch.airflow.assets import sink_alias
 from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.tasks import branch_for, close_task, decide_task
 
@@ -31,11 +32,20 @@ nothing) and `settings` (per-run overrides, e.g. `{"max_stream_runtime": "60s"}`
 
 **[What the pipeline is doing and why](/modeswitch/)**: mode, lag against the thresholds,
 every decision and command (also under *Modeswitch* in the navigation).
+
+**Assets**: each closed epoch is an event on the sink table's Asset (and on the quarantine's
+when it quarantined records), through the aliases `modeswitch_pipeline.sink` and
+`modeswitch_pipeline.quarantine`; its extra holds the epoch, mode, records and the Delta
+versions written. A DAG with `schedule=[AssetAlias("modeswitch_pipeline.sink")]` runs on them
+(see `modeswitch_example_consumer`).
 """
 
 
+DAG_ID = "modeswitch_pipeline"
+
+
 @dag(
-    dag_id="modeswitch_pipeline",
+    dag_id=DAG_ID,
     schedule="@continuous",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -73,9 +83,12 @@ def modeswitch_pipeline():
         task_id="close_epoch",
         trigger_rule="none_failed_min_one_success",
         execution_timeout=timedelta(minutes=5),
+        # Each closed epoch is an event on the sink's Asset (and the quarantine's): the tables
+        # are known at run time, so the events go through the DAG's aliases.
+        outlets=[sink_alias(DAG_ID, "sink"), sink_alias(DAG_ID, "quarantine")],
     )
-    def close(plan):
-        return close_task(plan)
+    def close(plan, outlet_events=None):
+        return close_task(plan, outlet_events=outlet_events, dag_id=DAG_ID)
 
     plan = decide()
     branch(plan) >> [backlog_batch, stream]

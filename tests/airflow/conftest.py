@@ -4,12 +4,15 @@ imported (this module is loaded before any test module of this folder)."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,24 @@ def airflow_db() -> Path:
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ)
     return AIRFLOW_HOME
+
+
+@pytest.fixture
+def asset_events(airflow_db: Path) -> Callable[[str], list[tuple[dict, str]]]:
+    """The events of the Asset with a URI in Airflow's metadata DB: each one's extra and the
+    alias it came through, oldest first."""
+
+    def events(uri: str) -> list[tuple[dict, str]]:
+        db = sqlite3.connect(airflow_db / "airflow.db")
+        try:
+            rows = db.execute(
+                "SELECT e.extra, al.name FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "JOIN asset_alias_asset_event ae ON ae.event_id = e.id "
+                "JOIN asset_alias al ON al.id = ae.alias_id WHERE a.uri = ? ORDER BY e.id",
+                (uri,),
+            ).fetchall()
+        finally:
+            db.close()
+        return [(json.loads(extra), alias) for extra, alias in rows]
+
+    return events

@@ -62,7 +62,9 @@ def test_the_dag_is_scheduled_by_time_and_refuses_a_schedule_without_windows(air
         backfill_dag_options({"MODESWITCH_BACKFILL_MAX_ACTIVE_RUNS": "0"})
 
 
-def test_a_window_is_filled_while_the_pipeline_streams(airflow_db, tmp_path: Path) -> None:
+def test_a_window_is_filled_while_the_pipeline_streams(
+    airflow_db, tmp_path: Path, asset_events
+) -> None:
     variables = {
         "pipeline": "afbackfill",
         "source": str(tmp_path / "log"),
@@ -135,6 +137,12 @@ def test_a_window_is_filled_while_the_pipeline_streams(airflow_db, tmp_path: Pat
     assert beside, "no live commit landed while the backfill ran"
     [ran] = [c for c in store.commands() if c.kind == "backfill"]
     assert (ran.status, ran.args["records"]) == ("applied", commit.records)
+    # The window that landed is an event on the sink's Asset, through the backfill DAG's alias.
+    [(extra, alias)] = asset_events(f"file://{settings.sink}")
+    assert alias == "modeswitch_backfill.sink"
+    assert (extra["backfill"], extra["mode"], extra["command"]) == (True, "fill", ran.id)
+    assert (extra["records"], extra["last_version"]) == (commit.records, commit.table_version)
+    assert extra["window_start"] == YESTERDAY.isoformat()
 
     before, version = _rows(settings), DeltaTable(settings.sink).version()
     # The target pipeline as a param, over a Variable that names another.

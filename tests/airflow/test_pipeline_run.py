@@ -61,7 +61,7 @@ def _states(run) -> dict[str, str]:
 
 
 def test_batch_then_stream_epoch_with_a_control_command(
-    pipeline_env: StateStore, tmp_path: Path
+    pipeline_env: StateStore, tmp_path: Path, asset_events
 ) -> None:
     store = pipeline_env
     pipeline = _dag("modeswitch_pipeline")
@@ -79,6 +79,13 @@ def test_batch_then_stream_epoch_with_a_control_command(
     [batch] = store.epochs()
     assert (batch.mode, batch.status) == ("batch", "completed")
     assert sum(batch.end.values()) == sum(batch.boundary.values()) == RECORDS
+    # The closed epoch is an event on the sink's Asset, through the pipeline DAG's alias.
+    sink = tmp_path / "warehouse" / "aftest"
+    [(extra, alias)] = asset_events(f"file://{sink}")
+    assert alias == "modeswitch_pipeline.sink"
+    assert (extra["epoch"], extra["mode"]) == (batch.id, "batch")
+    assert extra["records"] + extra["quarantined"] == RECORDS
+    assert extra["end_offsets"] == {str(b): o for b, o in batch.end.items()}
 
     log = SegmentLog(str(tmp_path / "log"))
     produce_backlog(log, EventGenerator(seed=4, buckets=4), records=2_000, first=10**6)
@@ -114,3 +121,8 @@ def test_batch_then_stream_epoch_with_a_control_command(
     [command] = store.commands()
     assert (command.kind, command.status) == ("switch_to_batch", "applied")
     assert command.applied_epoch == stream.id
+    events = [extra for extra, _ in asset_events(f"file://{sink}")]
+    assert [(e["epoch"], e["mode"]) for e in events] == [(batch.id, "batch"), (stream.id, "stream")]
+    assert events[1]["start_offsets"] == events[0]["end_offsets"]
+    landed = events[1]["records"] + events[1]["quarantined"]
+    assert landed == sum(stream.end.values()) - RECORDS > 0

@@ -5,7 +5,9 @@ ends.
 
 - The pipeline DAG (unpaused at creation, ``@continuous``) runs through the scheduler: its
   first run decides a batch epoch, ``spark-submit``s the backlog job on ``spark_default`` =
-  ``local[*]`` and closes the epoch at its boundary.
+  ``local[*]`` and closes the epoch at its boundary. The closed epoch is an event on the
+  sink's Asset, and the scheduler runs the example consumer DAG scheduled on it, which reads
+  the epoch's rows.
 - A run of a tiny test DAG (``scheduler_dags/``), triggered with ``airflow dags trigger``,
   defers the ``LagThresholdSensor`` to the triggerer (its task instance is ``deferred`` and
   holds no worker slot), and resumes when records appended to the log it watches push the
@@ -63,6 +65,7 @@ DAG_IDS = (
     "modeswitch_control",
     "modeswitch_backfill",
     "modeswitch_lag_watch",
+    "modeswitch_example_consumer",
 )
 RECORDS = 20_000
 TODAY = pendulum.now("UTC").start_of("day")
@@ -189,6 +192,7 @@ def _airflow(
         REPO / "dags" / "modeswitch_pipeline.py",
         REPO / "dags" / "modeswitch_control.py",
         REPO / "dags" / "modeswitch_backfill.py",
+        REPO / "dags" / "modeswitch_example_consumer.py",
         Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
     ):
         (dags / dag_file.name).symlink_to(dag_file)
@@ -381,6 +385,29 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     assert first.end == first.boundary
     assert sum(first.end.values()) == RECORDS
     epoch_done = time.monotonic() - started
+
+    # The closed epoch was an event on the sink's Asset: the scheduler ran the downstream DAG
+    # scheduled on it, which read exactly the epoch's rows from the sink.
+    def first_consumer_run() -> tuple | None:
+        rows = airflow.query(
+            "SELECT run_id, run_type, state FROM dag_run "
+            "WHERE dag_id = 'modeswitch_example_consumer' ORDER BY id LIMIT 1"
+        )
+        return rows[0] if rows and rows[0][2] in ("success", "failed") else None
+
+    consumer_run, run_type, state = airflow.wait_for(
+        "the consumer DAG's first run to end", first_consumer_run, 300
+    )
+    assert (run_type, state) == ("asset_triggered", "success"), airflow.logs()
+    [(value,)] = airflow.query(
+        "SELECT value FROM xcom WHERE dag_id = 'modeswitch_example_consumer' AND run_id = ? "
+        "AND key = 'return_value'",
+        consumer_run,
+    )
+    landed = json.loads(value)
+    assert landed["epochs"][0]["epoch"] == first.id
+    assert all(e["rows"] == e["records"] for e in landed["epochs"]), landed
+    assert landed["epochs"][0]["rows"] == store.epoch_summaries(first.id)[first.id]["records"]
 
     # Airflow's own backfill of three daily windows, reprocessed while the pipeline runs on.
     airflow.wait_for(

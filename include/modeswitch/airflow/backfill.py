@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from modeswitch.airflow.assets import backfill_extra, emit, table_asset
 from modeswitch.airflow.settings import (
     VariableGetter,
     connection_storage_options,
@@ -138,9 +139,14 @@ def require_backfill(plan: Mapping[str, Any]) -> None:
         raise ModeswitchError(f"the backfill job was asked to run plan {dict(plan)!r}")
 
 
-def finish_backfill_task(plan: Mapping[str, Any] | None) -> dict[str, Any]:
+def finish_backfill_task(
+    plan: Mapping[str, Any] | None, *, outlet_events: Any = None, dag_id: str | None = None
+) -> dict[str, Any]:
     """End the run's backfill command if its job left it running (the job records a success
-    itself); returns the command's outcome, and raises if the backfill did not land."""
+    itself); returns the command's outcome, and raises if the backfill did not land. With the
+    task's ``outlet_events``, a backfill that landed is an asset event on the sink (and the
+    quarantine, if it quarantined records) through ``dag_id``'s aliases
+    (:mod:`modeswitch.airflow.assets`)."""
     if not plan:
         raise ModeswitchError("no backfill was planned (the plan task failed)")
     settings = PipelineSettings.from_json(plan["settings"])
@@ -159,4 +165,10 @@ def finish_backfill_task(plan: Mapping[str, Any] | None) -> dict[str, Any]:
             f" ({command.reason})"
         )
     log.info("backfill command %d: %s", command.id, outcome)
+    if outlet_events is not None and dag_id is not None:
+        extra = backfill_extra(plan, command.args)
+        for table, location in (("sink", settings.sink), ("quarantine", settings.quarantine)):
+            if table == "sink" or extra["quarantined"]:
+                asset = table_asset(location, pipeline=settings.pipeline, table=table)
+                emit(outlet_events, dag_id, table, asset, extra)
     return outcome

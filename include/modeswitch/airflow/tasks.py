@@ -18,6 +18,7 @@ from typing import Any
 
 import pendulum
 
+from modeswitch.airflow.assets import emit, epoch_extra, table_asset
 from modeswitch.airflow.metrics import send_command, send_decision, send_epoch_closed
 from modeswitch.airflow.settings import (
     VariableGetter,
@@ -110,9 +111,13 @@ def branch_for(plan: Mapping[str, Any]) -> list[str]:
     return [BATCH_TASK if plan["mode"] == "batch" else STREAM_TASK]
 
 
-def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
+def close_task(
+    plan: Mapping[str, Any], *, outlet_events: Any = None, dag_id: str | None = None
+) -> dict[str, Any]:
     """Close the plan's epoch; a batch epoch below its boundary fails (ModeswitchError).
-    Without an epoch (dry run, paused) the task is skipped."""
+    Without an epoch (dry run, paused) the task is skipped. With the task's ``outlet_events``,
+    an asset event on the sink, and on the quarantine if the epoch quarantined records, through
+    ``dag_id``'s aliases (:mod:`modeswitch.airflow.assets`)."""
     if plan.get("dry_run") or plan.get("epoch") is None:
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -124,7 +129,10 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
         status, end = close_epoch(settings, epoch_id, storage_options=options)
     store = StateStore.from_settings(settings, storage_options=options)
     epoch = store.epoch(epoch_id)
-    _send_epoch_metrics(settings.pipeline, store, epoch)
+    summaries = store.epoch_summaries(max(1, epoch.id - 1))
+    _send_epoch_metrics(settings.pipeline, epoch, summaries)
+    if outlet_events is not None and dag_id is not None:
+        _emit_epoch_events(outlet_events, dag_id, settings, epoch, summaries, status)
     log.info(
         "epoch %d (%s) closed %s at %s: %s",
         epoch_id,
@@ -142,10 +150,31 @@ def close_task(plan: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _send_epoch_metrics(pipeline: str, store: StateStore, epoch: Any) -> None:
+def _emit_epoch_events(
+    outlet_events: Any,
+    dag_id: str,
+    settings: PipelineSettings,
+    epoch: Any,
+    summaries: Mapping[int, Mapping[str, Any]],
+    status: str,
+) -> None:
+    """The closed epoch's asset events: on the sink always (an epoch that landed nothing
+    still moved the offsets on), on the quarantine when it quarantined records."""
+    extra = epoch_extra(settings.pipeline, epoch, summaries.get(epoch.id, {}), status=status)
+    sink = table_asset(settings.sink, pipeline=settings.pipeline, table="sink")
+    emit(outlet_events, dag_id, "sink", sink, extra)
+    if extra["quarantined"]:
+        quarantine = table_asset(
+            settings.quarantine, pipeline=settings.pipeline, table="quarantine"
+        )
+        emit(outlet_events, dag_id, "quarantine", quarantine, extra)
+
+
+def _send_epoch_metrics(
+    pipeline: str, epoch: Any, summaries: Mapping[int, Mapping[str, Any]]
+) -> None:
     """The closed epoch's figures as metrics (:mod:`modeswitch.airflow.metrics`), the handoff
     before it from the previous epoch's last sink commit to its first."""
-    summaries = store.epoch_summaries(max(1, epoch.id - 1))
     mine, before = summaries.get(epoch.id, {}), summaries.get(epoch.id - 1, {})
     first, last = mine.get("first_commit_at"), before.get("last_commit_at")
     send_epoch_closed(

@@ -232,12 +232,13 @@ class ProgressState(ControlState):
 
     def epoch_summaries(self, first_epoch: int) -> dict[int, dict[str, Any]]:
         """Per epoch from ``first_epoch`` on: its sink commits (``commits``), ``records`` (in
-        the sink), ``quarantined`` (in the quarantine table), and its first and last commit
-        times. Reads five columns of the rows of those epochs only (older row groups are
-        skipped by their statistics)."""
+        the sink), ``quarantined`` (in the quarantine table), its first and last commit times,
+        and the first and last sink table versions it wrote (``first_version``,
+        ``last_version``; None where no row records one). Reads six columns of the rows of
+        those epochs only (older row groups are skipped by their statistics)."""
         rows = self._table("progress").read(
             pc.field("epoch") >= check_int(first_epoch, what="first_epoch"),
-            columns=["epoch", "records", "committed_at", "commits", "quarantined"],
+            columns=["epoch", "records", "committed_at", "commits", "quarantined", "sink_version"],
         )
         if rows.num_rows == 0:
             return {}
@@ -254,6 +255,8 @@ class ProgressState(ControlState):
                     ("quarantined", "sum"),
                     ("committed_at", "min"),
                     ("committed_at", "max"),
+                    ("sink_version", "min"),
+                    ("sink_version", "max"),
                 ]
             )
         )
@@ -264,6 +267,8 @@ class ProgressState(ControlState):
                 "quarantined": row["quarantined_sum"],
                 "first_commit_at": as_utc(row["committed_at_min"]),
                 "last_commit_at": as_utc(row["committed_at_max"]),
+                "first_version": row["sink_version_min"],
+                "last_version": row["sink_version_max"],
             }
             for row in grouped.to_pylist()
         }

@@ -1,0 +1,223 @@
+"""The sink and the quarantine as Airflow Assets: downstream DAGs run when new data lands.
+
+The tables are only known at run time (the settings come from Variables when a task runs, not
+when a DAG file is parsed), so the tasks that land data name **asset aliases** as their
+outlets, one per table and DAG (:func:`sink_alias`: ``<dag_id>.sink`` and
+``<dag_id>.quarantine``), and attach each event to the table's own Asset (:func:`table_asset`:
+the Delta table's URI, ``file:///...`` for a local folder, the object store's URI as it is).
+A downstream DAG schedules on the alias (``schedule=[sink_alias("modeswitch_pipeline")]``) or,
+where it knows the table, on its Asset (``schedule=[Asset(uri=...)]``); Airflow queues it on
+either. ``dags/modeswitch_example_consumer.py`` is one.
+
+What an event carries (:func:`epoch_extra`, the asset event's ``extra``): the pipeline, the
+epoch, its mode, status and end reason, the records it put in the sink and the quarantine, the
+sink's Delta table versions it wrote (``first_version`` and ``last_version``: a reader can read
+the table as of ``last_version``), the offsets it started and ended at per bucket (the sink's
+``bucket`` and ``offset`` columns select exactly its rows: :func:`epoch_rows`; past
+:data:`MAX_LISTED_BUCKETS` buckets only their count and sums) and when it started and ended.
+The close task emits one per epoch on the sink, and one on the quarantine when the epoch
+quarantined records; a backfill run emits one with its window and mode (:func:`backfill_extra`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, unquote
+
+from modeswitch.offsets import OffsetsMap
+from modeswitch.storage import absolute_location, is_local
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED_BUCKETS = 256
+"""Past this many buckets an event carries the offsets' count and sum, not each bucket's."""
+
+
+def sink_alias(dag_id: str, table: str = "sink"):
+    """The asset alias a DAG's events on its ``table`` (``sink`` or ``quarantine``) go through."""
+    from airflow.sdk import AssetAlias
+
+    if table not in ("sink", "quarantine"):
+        raise ValueError(f"table {table!r}: the aliases are for the sink and the quarantine")
+    return AssetAlias(name=f"{dag_id}.{table}", group="modeswitch")
+
+
+def table_uri(location: str) -> str:
+    """The URI naming the Delta table at ``location``: ``file://`` and the absolute path for a
+    local folder, the location itself for an object store's (``s3://...``, ``abfss://...``)."""
+    if is_local(location):
+        path = location[len("file:") :] if location.lower().startswith("file:") else location
+        if path.startswith("//"):
+            path = path[2:]
+        return "file://" + quote(absolute_location(path))
+    return location
+
+
+def table_asset(location: str, *, pipeline: str, table: str):
+    """The Asset of the Delta table at ``location``: named ``modeswitch.<pipeline>.<table>``,
+    its URI the table's (:func:`table_uri`)."""
+    from airflow.sdk import Asset
+
+    return Asset(
+        name=f"modeswitch.{pipeline}.{table}",
+        uri=table_uri(location),
+        group="modeswitch",
+        extra={"format": "delta"},
+    )
+
+
+def offsets_extra(start: OffsetsMap | None, end: OffsetsMap | None) -> dict[str, Any]:
+    """An epoch's offsets as an event's extra: where it started and ended per bucket
+    (``start_offsets``, ``end_offsets``; keys as text, as JSON has them), up to
+    :data:`MAX_LISTED_BUCKETS` buckets; past that their count and sums (``offsets_summary``)."""
+    start, end = dict(start or {}), dict(end or {})
+    if len(end) > MAX_LISTED_BUCKETS:
+        return {
+            "offsets_summary": {
+                "buckets": len(end),
+                "start_sum": int(sum(start.values())),
+                "end_sum": int(sum(end.values())),
+            }
+        }
+    return {
+        "start_offsets": {str(b): int(start[b]) for b in sorted(start)},
+        "end_offsets": {str(b): int(end[b]) for b in sorted(end)},
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def epoch_extra(
+    pipeline: str, epoch: Any, summary: Mapping[str, Any], *, status: str
+) -> dict[str, Any]:
+    """An asset event's extra for the closed ``epoch`` (a control-table epoch) from its
+    ``summary`` (:meth:`~modeswitch.state.StateStore.epoch_summaries`)."""
+    return {
+        "pipeline": pipeline,
+        "epoch": int(epoch.id),
+        "mode": epoch.mode,
+        "status": status,
+        "reason": epoch.end_reason,
+        "records": int(summary.get("records", 0)),
+        "quarantined": int(summary.get("quarantined", 0)),
+        "first_version": summary.get("first_version"),
+        "last_version": summary.get("last_version"),
+        "started_at": _iso(epoch.started_at),
+        "ended_at": _iso(epoch.ended_at),
+        **offsets_extra(epoch.start, epoch.end),
+    }
+
+
+def backfill_extra(plan: Mapping[str, Any], outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """An asset event's extra for a backfill run that landed: its pipeline, command, mode and
+    window (from the run's ``plan``), the records it put in the sink and the quarantine and
+    the sink version of its one commit (``last_version``; ``outcome``: the command's args)."""
+    window = list(plan.get("window") or [None, None])
+    return {
+        "pipeline": plan.get("pipeline"),
+        "backfill": True,
+        "command": plan.get("command"),
+        "mode": plan.get("mode"),
+        "window_start": window[0],
+        "window_end": window[1],
+        "records": outcome.get("records"),
+        "quarantined": outcome.get("quarantined") or 0,
+        "last_version": outcome.get("sink_version"),
+    }
+
+
+def epoch_rows(
+    uri: str, extra: Mapping[str, Any], *, storage_options: Mapping[str, str] | None = None
+):
+    """The rows of the sink table at ``uri`` that the epoch of an event's ``extra`` landed
+    (a ``pyarrow.Table``): per bucket, the offsets from its start to its end. The table as of
+    the event's ``last_version``, so that rows landed since are not taken. Raises
+    ``ValueError`` for an event without per-bucket offsets (:data:`MAX_LISTED_BUCKETS`)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from modeswitch.storage import delta_dataset
+
+    if "end_offsets" not in extra:
+        raise ValueError(
+            f"the event of epoch {extra.get('epoch')} lists no offsets per bucket (more than "
+            f"{MAX_LISTED_BUCKETS} buckets): read the table as of its last_version instead"
+        )
+    start, end = extra.get("start_offsets") or {}, extra["end_offsets"]
+    selected = None
+    for bucket, until in end.items():
+        since = int(start.get(bucket, 0))
+        if int(until) <= since:
+            continue
+        one = (
+            (pc.field("bucket") == int(bucket))
+            & (pc.field("offset") >= since)
+            & (pc.field("offset") < int(until))
+        )
+        selected = one if selected is None else selected | one
+    location = unquote(uri[len("file://") :]) if uri.startswith("file://") else uri
+    version = extra.get("last_version")
+    table = DeltaTable(
+        location,
+        version=int(version) if version is not None else None,
+        storage_options=dict(storage_options or {}) or None,
+    )
+    dataset = delta_dataset(table)
+    if selected is None:
+        return dataset.schema.empty_table()
+    return dataset.to_table(filter=selected)
+
+
+def rows_of_events(
+    events: Any, *, storage_options: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """What a downstream task does with the sink events that triggered its run (``events``:
+    the ``triggering_asset_events`` of an alias, or of the sink's Asset): each event's epoch,
+    mode and the rows :func:`epoch_rows` finds (logged beside the event's ``records``), in
+    epoch order; returns them and the total."""
+    epochs = []
+    for event in sorted(events, key=lambda e: (e.extra.get("epoch") or 0, e.timestamp)):
+        extra = dict(event.extra)
+        rows = epoch_rows(event.asset.uri, extra, storage_options=storage_options)
+        epochs.append(
+            {
+                "epoch": extra.get("epoch"),
+                "mode": extra.get("mode"),
+                "records": extra.get("records"),
+                "rows": rows.num_rows,
+            }
+        )
+        log.info(
+            "epoch %s (%s) landed %d rows in %s (the event says %s)",
+            extra.get("epoch"),
+            extra.get("mode"),
+            rows.num_rows,
+            event.asset.uri,
+            extra.get("records"),
+        )
+    return {"epochs": epochs, "rows": sum(e["rows"] for e in epochs)}
+
+
+def emit(outlet_events: Any, dag_id: str, table: str, asset: Any, extra: Mapping[str, Any]):
+    """Add an event on ``asset`` with ``extra`` through the DAG's alias for ``table``: Airflow
+    records it when the task succeeds."""
+    outlet_events[sink_alias(dag_id, table)].add(asset, extra=dict(extra))
+
+
+__all__ = [
+    "MAX_LISTED_BUCKETS",
+    "backfill_extra",
+    "emit",
+    "epoch_extra",
+    "epoch_rows",
+    "offsets_extra",
+    "rows_of_events",
+    "sink_alias",
+    "table_asset",
+    "table_uri",
+]
