@@ -192,3 +192,46 @@ def kill_processes_with_environment(name: str, value: str) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return found
+
+
+class CommandLineWatch:
+    """A thread that reads, twice a second, the command line of every process whose
+    environment sets ``name=value`` and keeps those that hold ``marker``: what a run under
+    test started must never carry a secret on its command line (``ps`` shows it to every
+    user). ``with`` starts and stops it; :attr:`seen` counts the processes read."""
+
+    def __init__(self, name: str, value: str, marker: str, every: float = 0.5) -> None:
+        self.name, self.value, self.marker, self.every = name, value, marker.encode(), every
+        self.holding: list[str] = []
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.every):
+            for pid in processes_with_environment(self.name, self.value):
+                with contextlib.suppress(OSError):
+                    line = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    self.seen.add(pid)
+                    if self.marker in line:
+                        self.holding.append(line.replace(b"\0", b" ").decode(errors="replace"))
+
+    def __enter__(self) -> CommandLineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def files_holding(root: Path, marker: str) -> list[str]:
+    """The files under ``root`` whose bytes hold ``marker`` (logs, tables, checkpoints, a
+    SQLite database's pages)."""
+    wanted = marker.encode()
+    holding = []
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and wanted in path.read_bytes():
+                holding.append(str(path))
+    return holding

@@ -45,7 +45,12 @@ from pathlib import Path
 import pendulum
 import pyarrow as pa
 import pytest
-from fault_tools import processes_with_environment, records_in_window
+from fault_tools import (
+    CommandLineWatch,
+    files_holding,
+    processes_with_environment,
+    records_in_window,
+)
 from postgres_tools import throwaway_postgres
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
@@ -69,6 +74,10 @@ DAG_IDS = (
 )
 RECORDS = 20_000
 TODAY = pendulum.now("UTC").start_of("day")
+STORAGE_SECRET = f"sweep-s3cr3t-{secrets.token_hex(4)}"
+"""In the storage Connection's extras (the tables' credentials, unused by local folders but
+handed to every task and job that opens a table): no file the run writes and no command line of
+its processes may hold it."""
 
 
 @dataclass
@@ -203,6 +212,7 @@ def _airflow(
         "warehouse": str(tmp / "warehouse"),
         "max_stream_runtime": "10s",
         "trigger_interval": "500ms",
+        "storage_connection": "lake",
         **settings,
     }
     env = {
@@ -230,6 +240,12 @@ def _airflow(
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',
+        "AIRFLOW_CONN_LAKE": json.dumps(
+            {
+                "conn_type": "generic",
+                "extra": {"AWS_REGION": "eu-west-1", "AWS_SECRET_ACCESS_KEY": STORAGE_SECRET},
+            }
+        ),
         "PATH": f"{AIRFLOW.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
         **{f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()},
@@ -266,6 +282,17 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
 ) -> None:
     airflow = airflow_processes
     started = time.monotonic()
+    with CommandLineWatch("AIRFLOW_HOME", str(airflow.home), STORAGE_SECRET) as command_lines:
+        _run_and_check(airflow, sources, started)
+    # The storage secret went to every task and job, and is in none of their command lines
+    # nor in any file the run wrote: task logs, the components' output, the metadata DB
+    # (XComs, rendered fields), the tables, Spark's checkpoints.
+    assert len(command_lines.seen) > 10 and command_lines.holding == []
+    assert files_holding(sources["tmp"], STORAGE_SECRET) == []
+    assert any((airflow.home / "logs").rglob("*.log")), "the task logs are among the files"
+
+
+def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: float) -> None:
     airflow.wait_for("the four components to be healthy", lambda: _healthy(airflow.port), 240)
     airflow.wait_for(
         "the DAGs to be parsed",
