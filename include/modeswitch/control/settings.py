@@ -566,6 +566,33 @@ class PipelineSettings:
         "common reason), `modeswitch status` and the page show it, and the next decision's "
         "reason mentions it; `0 < f <= 1` (`80%` also reads)",
     )
+    # Lag alerts (modeswitch.control.alerts, the modeswitch_lag_alerts DAG): apart from the
+    # switching thresholds above, which decide modes, not whom to tell.
+    alert_watermark_lag: timedelta | None = setting(
+        None,
+        parse=parse_threshold_duration,
+        rule=threshold_above_zero,
+        doc="alert while the watermark lag exceeds it (`none`: no watermark alert)",
+    )
+    alert_offset_lag: int | None = setting(
+        None,
+        parse=parse_threshold_count,
+        rule=threshold_above_zero,
+        doc="alert while the records behind the latest offsets exceed it (`none`: no offset alert)",
+    )
+    alert_after: timedelta = setting(
+        timedelta(minutes=5),
+        parse=parse_duration,
+        rule=not_negative,
+        doc="a lag must stay over an alert threshold this long before the notifiers are told",
+    )
+    alert_notifiers: str = setting(
+        "",
+        parse=parse_text,
+        doc="comma-separated `module:name` of Airflow notifiers (e.g. your own module's "
+        "`SmtpNotifier(...)` or `SlackNotifier(...)` instance): each called once when a breach "
+        "begins and once when it ends",
+    )
     # Only the id is a setting; the options travel in the environment (modeswitch.storage).
     storage_connection: str = setting(
         "",

@@ -1,0 +1,52 @@
+"""Lag alerts of the modeswitch pipeline: Airflow notifiers told once per breach and recovery.
+
+Wiring only: the task callable lives in ``modeswitch.airflow.alerts``; the schedule comes from
+the environment when the file is parsed, settings from Variables at run time.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag, task
+
+from modeswitch.airflow.alerts import TASK_ID, alerts_dag_options, lag_alert_task
+
+DOC = """
+### modeswitch lag alerts
+
+Each run measures the pipeline's watermark lag and offset lag (as `decide` does, without
+Spark). When one stays above its **alert** threshold (`alert_watermark_lag`,
+`alert_offset_lag`: apart from the switching thresholds) for `alert_after`, the notifiers
+named by `alert_notifiers` (`module:name` of Airflow notifiers, e.g. an `SmtpNotifier` or
+`SlackNotifier` of your own module) are called once; once the lag is back under, once more.
+A lag that flaps for less than `alert_after` tells no one. Each alert is also in the
+pipeline's decisions (`decided_by = alerts`), on the [operator's page](/modeswitch/). Runs
+apart from the pipeline DAG, so a pipeline whose own runs are stuck is still watched; every
+minute by default (`MODESWITCH_ALERTS_SCHEDULE`: `30s`, a cron expression, or `none`).
+Skipped while no alert threshold is set.
+"""
+
+
+@dag(
+    dag_id="modeswitch_lag_alerts",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["modeswitch", "alerts"],
+    doc_md=DOC,
+    default_args={"owner": "modeswitch", "retries": 0},
+    **alerts_dag_options(),
+)
+def modeswitch_lag_alerts():
+    @task(task_id=TASK_ID, execution_timeout=timedelta(minutes=2))
+    def check_lag(ti=None, **context):
+        # The state the last run returned (its XCom): the alert state machine's memory.
+        previous = ti.xcom_pull(task_ids=TASK_ID, include_prior_dates=True)
+        return lag_alert_task({"ti": ti, **context}, previous=previous)
+
+    check_lag()
+
+
+modeswitch_lag_alerts()

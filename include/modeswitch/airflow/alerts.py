@@ -1,0 +1,159 @@
+"""The ``modeswitch_lag_alerts`` DAG's task: measure the lag, step the alert state, tell the
+notifiers once per breach and once per recovery (:mod:`modeswitch.control.alerts`).
+
+The notifiers are Airflow's own (``BaseNotifier`` subclasses: the SMTP, Slack, ... providers' or
+a team's), instances named by the ``alert_notifiers`` setting as ``module:name``; each is called
+with the task's context plus ``modeswitch_alert`` (pipeline, event, reason, since, the lag
+reading), so a template such as ``"{{ modeswitch_alert.event }}: {{ modeswitch_alert.reason }}"``
+renders the alert. Each event is also a row of the pipeline's decisions (``decided_by`` =
+``alerts``), where the operator's page and ``modeswitch status`` show it.
+
+The alert state is the task's return value, read back by the next run (its XCom): the alerts
+run apart from the pipeline's own tasks, so that a pipeline whose runs are stuck is still
+watched. A notifier that fails fails the task after the others were called; the state it
+returned is then not kept, and the next run sends that event again.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from modeswitch.airflow.lag import measure_lag
+from modeswitch.airflow.settings import (
+    VariableGetter,
+    connection_storage_options,
+    settings_from_airflow,
+    source_credentials,
+)
+from modeswitch.control.alerts import AlertRules, AlertState, next_alert
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.values import parse_duration
+from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.state import StateStore
+
+log = logging.getLogger(__name__)
+
+TASK_ID = "check_lag"
+SCHEDULE_VARIABLE = "MODESWITCH_ALERTS_SCHEDULE"
+DEFAULT_SCHEDULE = timedelta(minutes=1)
+
+
+def alerts_dag_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``schedule`` of the alerts DAG from the environment (read when the DAG file is parsed):
+    a duration (``30s``, ``1m``: that often), a cron expression or preset, or ``none``;
+    every minute by default."""
+    environ = os.environ if environ is None else environ
+    value = (environ.get(SCHEDULE_VARIABLE) or "").strip()
+    if not value:
+        return {"schedule": DEFAULT_SCHEDULE}
+    if value.lower() == "none":
+        return {"schedule": None}
+    try:
+        return {"schedule": parse_duration(value, setting=SCHEDULE_VARIABLE)}
+    except ConfigError:
+        return {"schedule": value}  # a cron expression or preset: Airflow checks it
+
+
+def load_notifiers(setting: str) -> list[Callable[[Mapping[str, Any]], Any]]:
+    """The notifiers ``alert_notifiers`` names (comma-separated ``module:name``); a
+    :class:`ConfigError` naming the entry that does not import or is not callable."""
+    notifiers = []
+    for entry in (part.strip() for part in setting.split(",")):
+        if not entry:
+            continue
+        module_name, _, name = entry.partition(":")
+        if not module_name or not name:
+            raise ConfigError(f"alert_notifiers: {entry!r} is not module:name")
+        try:
+            found = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"alert_notifiers: {entry!r} cannot be imported: {exc}") from exc
+        if not callable(found):
+            raise ConfigError(f"alert_notifiers: {entry!r} is not a notifier (not callable)")
+        notifiers.append(found)
+    return notifiers
+
+
+def _record_alert(store: StateStore, alert: Mapping[str, Any], at: Any) -> None:
+    """The alert as a row of the decisions, under the newest decision's mode and with its inputs
+    (and the alert's): the policy reads its memory (time in mode, backlog dwell) and the page a
+    pause from the newest row, and an alert changes nothing of either. No epoch: an epoch's end
+    reason is its own decisions'."""
+    latest = store.latest_decision()
+    inputs: dict[str, Any] = {**(latest.inputs if latest else {}), "alert": dict(alert)}
+    if latest is not None:
+        mode = latest.mode
+    else:
+        epochs = store.epochs()
+        mode = epochs[-1].mode if epochs else "batch"
+    store.record_decision(
+        mode,
+        f"lag alert {alert['event']}: {alert['reason']}",
+        inputs,
+        at=at,
+        decided_by="alerts",
+    )
+
+
+def lag_alert_task(
+    context: Mapping[str, Any],
+    *,
+    previous: Any = None,
+    get_variable: VariableGetter | None = None,
+    settings: PipelineSettings | None = None,
+) -> dict[str, Any]:
+    """One look at the pipeline's lag (``previous``: what the last run returned); returns the
+    state for the next run, the reading and the event sent, if any. Skipped (Airflow's skip)
+    when no alert threshold is set."""
+    settings = settings or settings_from_airflow({}, get_variable=get_variable)
+    rules = AlertRules.from_settings(settings)
+    if not rules.enabled:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        raise AirflowSkipException("no lag alert: alert_watermark_lag, alert_offset_lag: none")
+    notifiers = load_notifiers(settings.alert_notifiers)  # a bad entry: before anything
+    options = connection_storage_options(settings)
+    with source_credentials(settings):
+        reading = measure_lag(settings, storage_options=options)
+    over = reading.crosses(
+        watermark_lag_threshold=rules.watermark_lag, offset_lag_threshold=rules.offset_lag
+    )
+    before = AlertState.from_json((previous or {}).get("state"))
+    state, event = next_alert(rules, before, reading.at, over)
+    result = {"state": state.to_json(), "event": event, "over": over, "lag": reading.to_event()}
+    if event is None:
+        return result
+    since = before.over_since or state.over_since
+    alert = {
+        "pipeline": settings.pipeline,
+        "event": event,
+        "reason": (state.reason if event == "breach" else f"recovered from {before.reason}"),
+        "since": since.isoformat() if since else None,
+        "at": reading.at.isoformat(),
+        "lag": reading.to_event(),
+    }
+    _record_alert(StateStore.from_settings(settings, storage_options=options), alert, reading.at)
+    log.warning("pipeline %s: lag alert %s: %s", settings.pipeline, event, alert["reason"])
+    failed = []
+    for notifier in notifiers:
+        try:
+            # A copy: Airflow's notifiers render their templates into themselves, once.
+            copy.copy(notifier)({**context, "modeswitch_alert": alert})
+        except Exception as exc:  # the others are still told; the task fails below
+            log.exception("lag alert notifier %r failed", notifier)
+            failed.append(f"{notifier!r}: {exc}")
+    if failed:
+        raise ModeswitchError(
+            f"lag alert {event} of pipeline {settings.pipeline}: {len(failed)} of "
+            f"{len(notifiers)} notifiers failed ({'; '.join(failed)}); the next run sends it again"
+        )
+    return result
+
+
+__all__ = ["TASK_ID", "alerts_dag_options", "lag_alert_task", "load_notifiers"]
