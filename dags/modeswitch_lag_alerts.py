@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 
 from modeswitch.airflow.alerts import TASK_ID, alerts_dag_options, lag_alert_task
 
@@ -25,7 +25,7 @@ A lag that flaps for less than `alert_after` tells no one. Each alert is also in
 pipeline's decisions (`decided_by = alerts`), on the [operator's page](/modeswitch/). Runs
 apart from the pipeline DAG, so a pipeline whose own runs are stuck is still watched; every
 minute by default (`MODESWITCH_ALERTS_SCHEDULE`: `30s`, a cron expression, or `none`).
-Skipped while no alert threshold is set.
+Skipped while no alert threshold is set. Param `settings`: setting overrides for the run.
 """
 
 
@@ -37,14 +37,15 @@ Skipped while no alert threshold is set.
     tags=["modeswitch", "alerts"],
     doc_md=DOC,
     default_args={"owner": "modeswitch", "retries": 0},
+    params={"settings": Param({}, type="object", description="setting overrides")},
     **alerts_dag_options(),
 )
 def modeswitch_lag_alerts():
     @task(task_id=TASK_ID, execution_timeout=timedelta(minutes=2))
-    def check_lag(ti=None, **context):
-        # The state the last run returned (its XCom): the alert state machine's memory.
-        previous = ti.xcom_pull(task_ids=TASK_ID, include_prior_dates=True)
-        return lag_alert_task({"ti": ti, **context}, previous=previous)
+    def check_lag(params=None, **context):
+        return lag_alert_task(
+            {"params": params, **context}, overrides=(params or {}).get("settings")
+        )
 
     check_lag()
 

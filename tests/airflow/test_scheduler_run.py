@@ -71,6 +71,7 @@ DAG_IDS = (
     "modeswitch_backfill",
     "modeswitch_lag_watch",
     "modeswitch_example_consumer",
+    "modeswitch_lag_alerts",
 )
 RECORDS = 20_000
 TODAY = pendulum.now("UTC").start_of("day")
@@ -202,7 +203,9 @@ def _airflow(
         REPO / "dags" / "modeswitch_control.py",
         REPO / "dags" / "modeswitch_backfill.py",
         REPO / "dags" / "modeswitch_example_consumer.py",
+        REPO / "dags" / "modeswitch_lag_alerts.py",
         Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
+        Path(__file__).parent / "scheduler_dags" / "recording_notifier.py",
     ):
         (dags / dag_file.name).symlink_to(dag_file)
     port = _free_port()
@@ -248,6 +251,9 @@ def _airflow(
         ),
         "PATH": f"{AIRFLOW.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYSPARK_PYTHON": sys.executable,
+        # The alerts DAG runs when the test triggers it; its notifier writes here.
+        "MODESWITCH_ALERTS_SCHEDULE": "none",
+        "MODESWITCH_TEST_ALERTS_FILE": str(tmp / "alerts.jsonl"),
         **{f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()},
     }
     subprocess.run(
@@ -290,6 +296,32 @@ def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     assert len(command_lines.seen) > 10 and command_lines.holding == []
     assert files_holding(sources["tmp"], STORAGE_SECRET) == []
     assert any((airflow.home / "logs").rglob("*.log")), "the task logs are among the files"
+
+
+def _trigger_alerts(
+    airflow: RunningAirflow, sources: dict[str, Path], run_id: str, **settings: str
+) -> None:
+    """A run of the lag alerts DAG on the watched log, as a pipeline of its own."""
+    overrides = {
+        "pipeline": "watch",
+        "source": str(sources["watched"]),
+        "warehouse": str(sources["tmp"] / "watch-warehouse"),
+        "alert_offset_lag": "500",
+        "alert_after": "0s",
+        "alert_notifiers": "recording_notifier:recorder",
+        **settings,
+    }
+    conf = json.dumps({"settings": overrides})
+    airflow.cli("dags", "trigger", "modeswitch_lag_alerts", "--run-id", run_id, "--conf", conf)
+
+
+def _alert_runs(airflow: RunningAirflow, count: int) -> list[tuple] | None:
+    """The alerts DAG's runs (id, state), once ``count`` of them have ended."""
+    rows = airflow.query(
+        "SELECT run_id, state FROM dag_run WHERE dag_id = 'modeswitch_lag_alerts' ORDER BY id"
+    )
+    ended = [row for row in rows if row[1] in ("success", "failed")]
+    return rows if len(ended) >= count else None
 
 
 def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: float) -> None:
@@ -355,6 +387,9 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
         ),
         120,
     )
+    # Lag alerts on the watched log (50 records, nothing committed): under 500, nothing said.
+    _trigger_alerts(airflow, sources, "alerts-1")
+    airflow.wait_for("the first alerts run", lambda: _alert_runs(airflow, 1), 180)
     deferred_at = time.monotonic()
     watched = SegmentLog(str(sources["watched"]))
     watched.append(
@@ -368,6 +403,11 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
         ),
     )
     airflow.wait_for("the sensor to resume and succeed", lambda: sensor_state() == "success", 180)
+    # 1 050 records behind: a breach, told once; still behind, nothing; the threshold raised
+    # over the lag: the recovery, told once.
+    _trigger_alerts(airflow, sources, "alerts-2")
+    _trigger_alerts(airflow, sources, "alerts-3")
+    _trigger_alerts(airflow, sources, "alerts-4", alert_offset_lag="5000")
     resumed_after = time.monotonic() - deferred_at
     [(value,)] = airflow.query(
         "SELECT value FROM xcom WHERE dag_id = 'modeswitch_lag_watch' AND key = 'return_value'"
@@ -467,6 +507,16 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
         return rows if done else None
 
     runs = airflow.wait_for("the backfill DAG's runs to end", backfill_runs, 900)
+    alert_runs = airflow.wait_for("the alerts runs", lambda: _alert_runs(airflow, 4), 300)
+    assert alert_runs == [(f"alerts-{i}", "success") for i in (1, 2, 3, 4)], airflow.logs()
+    told = [json.loads(line) for line in (sources["tmp"] / "alerts.jsonl").read_text().splitlines()]
+    assert told == [
+        {"message": "breach: offset lag 1050 records > 500", "run_id": "alerts-2"},
+        {
+            "message": "recovery: recovered from offset lag 1050 records > 500",
+            "run_id": "alerts-4",
+        },
+    ]
     assert [(kind, state) for kind, _, state in runs] == [("backfill", "success")] * 3 + [
         ("scheduled", "success")
     ], f"{runs}\n{airflow.logs()}"

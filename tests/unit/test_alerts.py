@@ -97,21 +97,29 @@ def test_the_task_tells_the_notifiers_once_per_breach_and_recovery(
         ),
     )
     store = StateStore.from_settings(settings)
-    first = lag_alert_task({}, settings=settings)  # 140 records behind, nothing committed
+    variables: dict[str, Any] = {}
+
+    def look() -> dict[str, Any]:
+        return lag_alert_task(
+            {}, settings=settings, load_state=variables.get, save_state=variables.__setitem__
+        )
+
+    first = look()  # 140 records behind, nothing committed
     assert (first["event"], first["over"]) == ("breach", "offset lag 140 records > 100")
-    second = lag_alert_task({}, previous=first, settings=settings)
+    assert variables["modeswitch_alert_state_orders"]["alerted"] is True
+    second = look()
     assert second["event"] is None
     assert RECORDER.sent == ["breach: offset lag 140 records > 100"]
 
     plan = decide(settings, force_mode="batch")
     policy = previous_state(store)
     commit(settings, plan.epoch, 0, {b: (0, n) for b, n in LATEST.items()})
-    third = lag_alert_task({}, previous=second, settings=settings)
+    third = look()
     # The alert is the newest decision now; the policy's memory is the same.
     assert store.latest_decision().decided_by == "alerts"
     assert previous_state(store) == policy is not None
     assert third["event"] == "recovery"
-    assert lag_alert_task({}, previous=third, settings=settings)["event"] is None
+    assert look()["event"] is None
     assert RECORDER.sent == [
         "breach: offset lag 140 records > 100",
         "recovery: recovered from offset lag 140 records > 100",

@@ -8,10 +8,10 @@ reading), so a template such as ``"{{ modeswitch_alert.event }}: {{ modeswitch_a
 renders the alert. Each event is also a row of the pipeline's decisions (``decided_by`` =
 ``alerts``), where the operator's page and ``modeswitch status`` show it.
 
-The alert state is the task's return value, read back by the next run (its XCom): the alerts
-run apart from the pipeline's own tasks, so that a pipeline whose runs are stuck is still
-watched. A notifier that fails fails the task after the others were called; the state it
-returned is then not kept, and the next run sends that event again.
+The alert state is kept in an Airflow Variable per pipeline (:func:`state_variable`), written
+by each run: the alerts run apart from the pipeline's own tasks, so that a pipeline whose runs
+are stuck is still watched. A notifier that fails fails the task after the others were called;
+the state is then left as it was, and the next run sends that event again.
 """
 
 from __future__ import annotations
@@ -101,17 +101,39 @@ def _record_alert(store: StateStore, alert: Mapping[str, Any], at: Any) -> None:
     )
 
 
+def state_variable(pipeline: str) -> str:
+    """The Airflow Variable that keeps a pipeline's alert state between runs."""
+    return f"modeswitch_alert_state_{pipeline}"
+
+
+def _load_state(key: str) -> Any:
+    from airflow.sdk import Variable
+
+    return Variable.get(key, default=None, deserialize_json=True)
+
+
+def _save_state(key: str, state: Mapping[str, Any]) -> None:
+    from airflow.sdk import Variable
+
+    Variable.set(key, dict(state), serialize_json=True)
+
+
 def lag_alert_task(
     context: Mapping[str, Any],
     *,
-    previous: Any = None,
+    overrides: Mapping[str, Any] | None = None,
     get_variable: VariableGetter | None = None,
     settings: PipelineSettings | None = None,
+    load_state: Callable[[str], Any] = _load_state,
+    save_state: Callable[[str, Mapping[str, Any]], None] = _save_state,
 ) -> dict[str, Any]:
-    """One look at the pipeline's lag (``previous``: what the last run returned); returns the
-    state for the next run, the reading and the event sent, if any. Skipped (Airflow's skip)
-    when no alert threshold is set."""
-    settings = settings or settings_from_airflow({}, get_variable=get_variable)
+    """One look at the pipeline's lag (``overrides``: the run's ``settings`` param over the
+    Variables); returns the reading, the state and the event sent, if any. The state is read
+    from and written back to the pipeline's :func:`state_variable` (``load_state``,
+    ``save_state``): one per pipeline, in the order the runs wrote it, whatever their kind
+    (Airflow orders a task's earlier XComs by logical date, and manual runs have none).
+    Skipped (Airflow's skip) when no alert threshold is set."""
+    settings = settings or settings_from_airflow(overrides, get_variable=get_variable)
     rules = AlertRules.from_settings(settings)
     if not rules.enabled:
         from airflow.sdk.exceptions import AirflowSkipException
@@ -124,10 +146,12 @@ def lag_alert_task(
     over = reading.crosses(
         watermark_lag_threshold=rules.watermark_lag, offset_lag_threshold=rules.offset_lag
     )
-    before = AlertState.from_json((previous or {}).get("state"))
+    key = state_variable(settings.pipeline)
+    before = AlertState.from_json(load_state(key))
     state, event = next_alert(rules, before, reading.at, over)
     result = {"state": state.to_json(), "event": event, "over": over, "lag": reading.to_event()}
     if event is None:
+        save_state(key, state.to_json())
         return result
     since = before.over_since or state.over_since
     alert = {
@@ -148,7 +172,9 @@ def lag_alert_task(
         except Exception as exc:  # the others are still told; the task fails below
             log.exception("lag alert notifier %r failed", notifier)
             failed.append(f"{notifier!r}: {exc}")
-    if failed:
+    if not failed:
+        save_state(key, state.to_json())
+    else:  # the state stays where it was: the next run sends this event again
         raise ModeswitchError(
             f"lag alert {event} of pipeline {settings.pipeline}: {len(failed)} of "
             f"{len(notifiers)} notifiers failed ({'; '.join(failed)}); the next run sends it again"
@@ -156,4 +182,4 @@ def lag_alert_task(
     return result
 
 
-__all__ = ["TASK_ID", "alerts_dag_options", "lag_alert_task", "load_notifiers"]
+__all__ = ["TASK_ID", "alerts_dag_options", "lag_alert_task", "load_notifiers", "state_variable"]
