@@ -176,6 +176,17 @@ the broker need never wait. Measured here (a Spark session reading a topic of 16
 micro-batch with the default, 254 ms with 0."""
 
 
+STREAM_API_TIMEOUT_MS = 20_000
+"""The stream's ``kafka.default.api.timeout.ms`` (the Java client's default: 60 000). Spark asks
+the broker for the latest offsets in the query's own thread, which ``stop()`` does not
+interrupt: with the broker down, a job that ends its stream (the policy, a command, or
+``source_outage_grace`` spent) waited up to the whole 60 s here (21 to 61 s from the broker's
+loss to the job's failure, ``tests/kafka/test_broker_faults.py``). Spark tries the request 3
+times (``fetchOffset.numRetries``), so a query still rides out a minute's restart. Each request
+times out after half of it (``kafka.request.timeout.ms``, unless the configuration sets it: the
+admin client refuses an API timeout below it)."""
+
+
 def read_stream(
     spark,
     source: str,
@@ -210,6 +221,11 @@ def read_stream(
         "subscribe", location.topic
     )
     reader = reader.option("kafka.fetch.max.wait.ms", str(STREAM_FETCH_MAX_WAIT_MS))
+    # The admin client refuses an API timeout below its request timeout (30 s by default).
+    request = int(java_options(config).get("kafka.request.timeout.ms", STREAM_API_TIMEOUT_MS // 2))
+    reader = reader.option("kafka.request.timeout.ms", str(request)).option(
+        "kafka.default.api.timeout.ms", str(max(STREAM_API_TIMEOUT_MS, request))
+    )
     if max_records_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
     frame = reader.load()
@@ -312,6 +328,7 @@ def _json_path_key(field: str) -> str:
 
 __all__ = [
     "SPARK_FORMAT",
+    "STREAM_API_TIMEOUT_MS",
     "STREAM_FETCH_MAX_WAIT_MS",
     "as_records",
     "java_options",
