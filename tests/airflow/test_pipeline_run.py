@@ -86,6 +86,7 @@ def test_batch_then_stream_epoch_with_a_control_command(
     assert (extra["epoch"], extra["mode"]) == (batch.id, "batch")
     assert extra["records"] + extra["quarantined"] == RECORDS
     assert extra["end_offsets"] == {str(b): o for b, o in batch.end.items()}
+    assert extra["max_event_time"] is not None
 
     log = SegmentLog(str(tmp_path / "log"))
     produce_backlog(log, EventGenerator(seed=4, buckets=4), records=2_000, first=10**6)

@@ -62,6 +62,7 @@ def test_an_epoch_event_says_what_the_epoch_landed() -> None:
         ended_at=datetime(2026, 11, 27, 2, tzinfo=UTC),
         start={0: 10},
         end={0: 25},
+        max_event_time_us={0: 1_764_212_400_000_000, 1: 1_764_212_460_000_000},
     )
     summary = {"records": 14, "quarantined": 1, "first_version": 7, "last_version": 9}
     assert epoch_extra("orders", epoch, summary, status="completed") == {
@@ -76,6 +77,7 @@ def test_an_epoch_event_says_what_the_epoch_landed() -> None:
         "last_version": 9,
         "started_at": "2026-11-27T01:00:00+00:00",
         "ended_at": "2026-11-27T02:00:00+00:00",
+        "max_event_time": "2025-11-27T03:01:00+00:00",
         "start_offsets": {"0": 10},
         "end_offsets": {"0": 25},
     }

@@ -12,9 +12,10 @@ either. ``dags/modeswitch_example_consumer.py`` is one.
 What an event carries (:func:`epoch_extra`, the asset event's ``extra``): the pipeline, the
 epoch, its mode, status and end reason, the records it put in the sink and the quarantine, the
 sink's Delta table versions it wrote (``first_version`` and ``last_version``: a reader can read
-the table as of ``last_version``), the offsets it started and ended at per bucket (the sink's
-``bucket`` and ``offset`` columns select exactly its rows: :func:`epoch_rows`; past
-:data:`MAX_LISTED_BUCKETS` buckets only their count and sums) and when it started and ended.
+the table as of ``last_version``), the newest event time it committed (``max_event_time``),
+the offsets it started and ended at per bucket (the sink's ``bucket`` and ``offset`` columns
+select exactly its rows: :func:`epoch_rows`; past :data:`MAX_LISTED_BUCKETS` buckets only
+their count and sums) and when it started and ended.
 The close task emits one per epoch on the sink, and one on the quarantine when the epoch
 quarantined records; a backfill run emits one with its window and mode (:func:`backfill_extra`).
 """
@@ -28,6 +29,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from modeswitch.offsets import OffsetsMap
+from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.storage import absolute_location, is_local
 
 log = logging.getLogger(__name__)
@@ -109,8 +111,17 @@ def epoch_extra(
         "last_version": summary.get("last_version"),
         "started_at": _iso(epoch.started_at),
         "ended_at": _iso(epoch.ended_at),
+        "max_event_time": _max_event_time(getattr(epoch, "max_event_time_us", None)),
         **offsets_extra(epoch.start, epoch.end),
     }
+
+
+def _max_event_time(per_bucket_us: Mapping[int, int] | None) -> str | None:
+    """The newest event time an epoch committed (ISO-8601), over its buckets; None when it
+    committed nothing or it was not recorded."""
+    if not per_bucket_us:
+        return None
+    return event_time_from_micros(max(per_bucket_us.values())).isoformat()
 
 
 def backfill_extra(plan: Mapping[str, Any], outcome: Mapping[str, Any]) -> dict[str, Any]:
