@@ -5,27 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 from unittest import mock
 
-from airflow.sdk import BaseNotifier
+from notifier_tools import RecordingNotifier
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.sources.segments import SegmentLog
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class RecordingNotifier(BaseNotifier):
-    template_fields = ("message",)
-
-    def __init__(self, message: str) -> None:
-        super().__init__()
-        self.message = message
-        self.sent: list[str] = []
-
-    def notify(self, context: dict[str, Any]) -> None:
-        self.sent.append(self.message)
 
 
 RECORDER = RecordingNotifier("{{ modeswitch_alert.pipeline }} {{ modeswitch_alert.event }}")

@@ -9,6 +9,7 @@ the environment the jobs inherit."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -57,15 +58,24 @@ def _kill_and_restart_once(
     return thread
 
 
+def _topic_with_backlog(
+    broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch, topic: str, *, seed: int, records: int
+) -> str:
+    """A topic of :data:`PARTITIONS` holding ``records`` of the demo's events, the broker's
+    address in the environment the jobs inherit; returns its source setting."""
+    broker.create_topic(topic, PARTITIONS)
+    monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
+    source = f"{SCHEME}{topic}"
+    with contextlib.closing(KafkaLog(source, broker.config)) as log:
+        produce_backlog(log, EventGenerator(seed=seed, buckets=PARTITIONS), records=records)
+    return source
+
+
 def test_a_broker_killed_mid_batch_and_mid_stream_and_restarted_converges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with KafkaBroker(tmp_path / "broker") as broker:
-        broker.create_topic("faulted", PARTITIONS)
-        monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
-        source = f"{SCHEME}faulted"
-        log = KafkaLog(source, broker.config)
-        produce_backlog(log, EventGenerator(seed=11, buckets=PARTITIONS), records=120_000)
+        source = _topic_with_backlog(broker, monkeypatch, "faulted", seed=11, records=120_000)
         settings = PipelineSettings.from_mapping(
             {
                 "pipeline": "broker_faults",
@@ -112,12 +122,7 @@ def test_a_broker_that_stays_down_fails_the_stream_in_bounded_time_naming_it(
     which broker did not answer, instead of waiting for it, and what it committed is there once;
     ``decide`` refuses to open the next epoch on it, as quickly."""
     with KafkaBroker(tmp_path / "broker") as broker:
-        broker.create_topic("down", PARTITIONS)
-        monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
-        source = f"{SCHEME}down"
-        log = KafkaLog(source, broker.config)
-        produce_backlog(log, EventGenerator(seed=13, buckets=PARTITIONS), records=20_000)
-        log.close()
+        source = _topic_with_backlog(broker, monkeypatch, "down", seed=13, records=20_000)
         settings = PipelineSettings.from_mapping(
             {
                 "pipeline": "broker_down",

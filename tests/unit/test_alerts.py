@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from airflow.sdk import BaseNotifier
 from airflow.sdk.exceptions import AirflowSkipException
+from notifier_tools import RecordingNotifier
 from test_status import LATEST, commit, layers  # noqa: F401 (layers: a fixture)
 
 from modeswitch.airflow.alerts import alerts_dag_options, lag_alert_task, load_notifiers
@@ -61,21 +61,6 @@ def test_the_state_a_run_keeps_reads_back_and_anything_else_is_fresh() -> None:
     state = AlertState(T, True, "why")
     assert AlertState.from_json(state.to_json()) == state
     assert AlertState.from_json(None) == AlertState() == AlertState.from_json("garbage")
-
-
-class RecordingNotifier(BaseNotifier):
-    """An Airflow notifier that keeps its rendered message: its template is rendered from the
-    context the task hands it, as Airflow's own notifiers' are."""
-
-    template_fields = ("message",)
-
-    def __init__(self, message: str) -> None:
-        super().__init__()
-        self.message = message
-        self.sent: list[str] = []
-
-    def notify(self, context: dict[str, Any]) -> None:
-        self.sent.append(self.message)
 
 
 RECORDER = RecordingNotifier("{{ modeswitch_alert.event }}: {{ modeswitch_alert.reason }}")

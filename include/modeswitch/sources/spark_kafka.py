@@ -217,14 +217,16 @@ def read_stream(
     finally:
         log.close()
     begin = {**dict.fromkeys(partitions, EARLIEST), **start}
-    reader = _options(spark.readStream, location.topic, begin, config).option(
-        "subscribe", location.topic
-    )
-    reader = reader.option("kafka.fetch.max.wait.ms", str(STREAM_FETCH_MAX_WAIT_MS))
+    client = java_options(config)
     # The admin client refuses an API timeout below its request timeout (30 s by default).
-    request = int(java_options(config).get("kafka.request.timeout.ms", STREAM_API_TIMEOUT_MS // 2))
-    reader = reader.option("kafka.request.timeout.ms", str(request)).option(
-        "kafka.default.api.timeout.ms", str(max(STREAM_API_TIMEOUT_MS, request))
+    request = int(client.get("kafka.request.timeout.ms", STREAM_API_TIMEOUT_MS // 2))
+    client |= {
+        "kafka.fetch.max.wait.ms": str(STREAM_FETCH_MAX_WAIT_MS),
+        "kafka.request.timeout.ms": str(request),
+        "kafka.default.api.timeout.ms": str(max(STREAM_API_TIMEOUT_MS, request)),
+    }
+    reader = _options(spark.readStream, location.topic, begin, client).option(
+        "subscribe", location.topic
     )
     if max_records_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
@@ -249,7 +251,7 @@ def read_batch(
     there are at least this many tasks (a skewed partition is read by several)."""
     location = KafkaLocation.parse(source)
     reader = (
-        _options(spark.read, location.topic, start, config)
+        _options(spark.read, location.topic, start, java_options(config))
         .option("assign", json.dumps({location.topic: sorted(start)}))
         .option("endingOffsets", topic_offsets_json(location.topic, end))
     )
@@ -258,12 +260,12 @@ def read_batch(
     return as_records(reader.load(), location)
 
 
-def _options(reader, topic: str, start: OffsetsMap, config: Mapping[str, Any] | None):
+def _options(reader, topic: str, start: OffsetsMap, client: Mapping[str, str]):
     """What every read of ours sets: the client options, the exact start, a failure (not a
     skip) where records the range needs are gone, no headers."""
     return (
         reader.format(SPARK_FORMAT)
-        .options(**java_options(config))
+        .options(**client)
         .option("startingOffsets", topic_offsets_json(topic, start))
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "false")
