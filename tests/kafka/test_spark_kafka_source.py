@@ -122,6 +122,8 @@ def test_a_stream_reads_from_exact_offsets_with_a_limit_per_micro_batch(
         frame.explain(extended=True)
     # A live micro-batch never waits at the broker for records it does not read.
     assert "kafka.fetch.max.wait.ms=0" in printed.getvalue()
+    # Nor does stopping it wait a minute for a request to a broker that is gone.
+    assert "kafka.default.api.timeout.ms=20000" in printed.getvalue()
     batches: list[pa.Table] = []
     tasks: list[int] = []
 
