@@ -71,9 +71,13 @@ DAG_IDS = (
     "modeswitch_backfill",
     "modeswitch_lag_watch",
     "modeswitch_example_consumer",
+    "modeswitch_example_live_consumer",
     "modeswitch_lag_alerts",
 )
 RECORDS = 20_000
+LIVE_RECORDS = 600
+"""Produced after the first epoch: a stream epoch commits them, and the sink's live Asset has
+them while it runs."""
 TODAY = pendulum.now("UTC").start_of("day")
 STORAGE_SECRET = f"sweep-s3cr3t-{secrets.token_hex(4)}"
 """In the storage Connection's extras (the tables' credentials, unused by local folders but
@@ -203,6 +207,7 @@ def _airflow(
         REPO / "dags" / "modeswitch_control.py",
         REPO / "dags" / "modeswitch_backfill.py",
         REPO / "dags" / "modeswitch_example_consumer.py",
+        REPO / "dags" / "modeswitch_example_live_consumer.py",
         REPO / "dags" / "modeswitch_lag_alerts.py",
         Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
         Path(__file__).parent / "scheduler_dags" / "recording_notifier.py",
@@ -216,6 +221,7 @@ def _airflow(
         "max_stream_runtime": "10s",
         "trigger_interval": "500ms",
         "storage_connection": "lake",
+        "asset_event_interval": "5s",
         **settings,
     }
     env = {
@@ -267,6 +273,19 @@ def _airflow(
         yield RunningAirflow(home, env, port, leader, database)
     finally:
         _stop_group(leader, home)
+
+
+def _live_reads(airflow: RunningAirflow) -> list[dict] | None:
+    """What the live consumer's successful runs read (their events, in order), once they hold
+    every fresh record (committed by stream epochs)."""
+    values = airflow.query(
+        "SELECT x.value FROM xcom x JOIN dag_run r ON r.run_id = x.run_id "
+        "AND r.dag_id = x.dag_id WHERE x.dag_id = 'modeswitch_example_live_consumer' "
+        "AND x.key = 'return_value' AND r.state = 'success' ORDER BY r.id"
+    )
+    events = [e for (value,) in values for e in json.loads(value)["epochs"]]
+    stream_rows = sum(e["rows"] for e in events if e["mode"] == "stream")
+    return events if stream_rows >= LIVE_RECORDS else None
 
 
 def _healthy(port: int) -> bool:
@@ -476,6 +495,12 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
     assert all(e["rows"] == e["records"] for e in landed["epochs"]), landed
     assert landed["epochs"][0]["rows"] == store.epoch_summaries(first.id)[first.id]["records"]
 
+    # Records that arrive now are committed by a stream epoch: the sink's live Asset, watched
+    # in the triggerer, has events for them, whether or not that epoch has closed.
+    produce_backlog(
+        SegmentLog(str(sources["log"])), EventGenerator(seed=9, buckets=4), records=LIVE_RECORDS
+    )
+
     # Airflow's own backfill of three daily windows, reprocessed while the pipeline runs on.
     airflow.wait_for(
         "a pipeline run to be running",
@@ -517,6 +542,11 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
             "run_id": "alerts-4",
         },
     ]
+    live = airflow.wait_for(
+        "the live consumer to read the fresh records", lambda: _live_reads(airflow), 300
+    )
+    assert all(e["live"] and e["rows"] == e["records"] for e in live), live
+    assert {e["mode"] for e in live} >= {"stream"}, live
     assert [(kind, state) for kind, _, state in runs] == [("backfill", "success")] * 3 + [
         ("scheduled", "success")
     ], f"{runs}\n{airflow.logs()}"
@@ -539,7 +569,7 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
     )
     totals = report.totals
     assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
-    assert totals.expected == RECORDS
+    assert totals.expected == RECORDS + LIVE_RECORDS
     print(
         f"scheduler test: components healthy and DAGs parsed, sensor resumed "
         f"{resumed_after:.1f} s after the lag crossed, first epoch done {epoch_done:.0f} s "

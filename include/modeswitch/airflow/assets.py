@@ -18,6 +18,16 @@ select exactly its rows: :func:`epoch_rows`; past :data:`MAX_LISTED_BUCKETS` buc
 their count and sums) and when it started and ended.
 The close task emits one per epoch on the sink, and one on the quarantine when the epoch
 quarantined records; a backfill run emits one with its window and mode (:func:`backfill_extra`).
+
+**While an epoch runs** (a stream epoch runs up to ``max_stream_runtime``), those events wait
+for it to close: a task's outlet events land when it ends. The sink's **live** Asset
+(:func:`live_sink_asset`, ``<dag_id>.sink.live``) has them sooner. It is watched in Airflow's
+triggerer (an ``AssetWatcher`` on :class:`~modeswitch.airflow.triggers.SinkProgressTrigger`),
+which emits at most one event per ``asset_event_interval``, for the sink commits recorded
+since the last one (:func:`progress_extra`: the same keys, per bucket the offsets of exactly
+those rows, ``table`` the sink's URI). A DAG scheduled on it reads each row once; schedule a
+DAG on one of the two, not both (their events overlap). ``dags/modeswitch_example_live_consumer.py``
+is one.
 """
 
 from __future__ import annotations
@@ -69,6 +79,69 @@ def table_asset(location: str, *, pipeline: str, table: str):
         group="modeswitch",
         extra={"format": "delta"},
     )
+
+
+def live_sink_asset(dag_id: str = "modeswitch_pipeline", *, poll_interval: float = 10.0):
+    """The sink's live Asset for the pipeline DAG ``dag_id``: named and addressed
+    ``<dag_id>.sink.live``, watched in the triggerer by a
+    :class:`~modeswitch.airflow.triggers.SinkProgressTrigger` that looks at the control tables
+    every ``poll_interval`` seconds. The tables and the interval come from the settings (the
+    Airflow Variables) at each look, as for the pipeline's tasks."""
+    from airflow.sdk import Asset, AssetWatcher
+
+    from modeswitch.airflow.triggers import SinkProgressTrigger
+
+    name = f"{dag_id}.sink.live"
+    watcher = AssetWatcher(name=name, trigger=SinkProgressTrigger(poll_interval=poll_interval))
+    return Asset(name=name, uri=name, group="modeswitch", watchers=[watcher])
+
+
+def progress_extra(pipeline: str, table: str, commits: list[Any]) -> dict[str, Any]:
+    """A live event's extra for the sink ``commits`` (progress rows, oldest first; at least
+    one) of the sink table at URI ``table``: the epochs they belong to (``epoch``: the newest),
+    the newest one's mode, the records they put in the sink and the quarantine, the Delta
+    versions they wrote, when the first and last were committed, the newest event time, and per
+    bucket the offsets of exactly their rows (from the first commit's start to the last one's
+    end, :func:`offsets_extra`)."""
+    if not commits:
+        raise ValueError("a live event needs at least one sink commit")
+    start: dict[int, int] = {}
+    end: dict[int, int] = {}
+    event_times: dict[int, int] = {}
+    for commit in commits:
+        for bucket, offset in commit.start.items():
+            start.setdefault(bucket, offset)
+        end.update(commit.end)
+        for bucket, micros in commit.max_event_time_us.items():
+            event_times[bucket] = max(micros, event_times.get(bucket, micros))
+    committed = [c.committed_at for c in commits if c.committed_at is not None]
+    return {
+        "pipeline": pipeline,
+        "live": True,
+        "table": table,
+        "epoch": int(commits[-1].epoch),
+        "epochs": sorted({int(c.epoch) for c in commits}),
+        "mode": commits[-1].mode,
+        "status": "running",
+        "records": int(sum(c.records for c in commits)),
+        "quarantined": int(sum(c.quarantined for c in commits)),
+        "first_version": min(c.sink_version for c in commits),
+        "last_version": max(c.sink_version for c in commits),
+        "first_commit_at": _iso(min(committed)) if committed else None,
+        "last_commit_at": _iso(max(committed)) if committed else None,
+        "max_event_time": _max_event_time(event_times),
+        **offsets_extra(start, end),
+    }
+
+
+def event_extra(event: Any) -> dict[str, Any]:
+    """The extra of a sink event as the pipeline wrote it: an epoch's as it is, a live
+    event's from the payload the triggerer wrapped it in (``{"from_trigger": true,
+    "payload": ...}``)."""
+    extra = dict(event.extra or {})
+    if extra.get("from_trigger") and isinstance(extra.get("payload"), Mapping):
+        return dict(extra["payload"])
+    return extra
 
 
 def offsets_extra(start: OffsetsMap | None, end: OffsetsMap | None) -> dict[str, Any]:
@@ -171,6 +244,7 @@ def epoch_rows(
             & (pc.field("offset") < int(until))
         )
         selected = one if selected is None else selected | one
+    uri = extra.get("table") or uri  # a live event names the table: its Asset is not it
     location = unquote(uri[len("file://") :]) if uri.startswith("file://") else uri
     version = extra.get("last_version")
     table = DeltaTable(
@@ -188,18 +262,22 @@ def rows_of_events(
     events: Any, *, storage_options: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """What a downstream task does with the sink events that triggered its run (``events``:
-    the ``triggering_asset_events`` of an alias, or of the sink's Asset): each event's epoch,
-    mode and the rows :func:`epoch_rows` finds (logged beside the event's ``records``), in
-    epoch order; returns them and the total."""
+    the ``triggering_asset_events`` of an alias, of the sink's Asset or of its live Asset):
+    each event's epoch, mode and the rows :func:`epoch_rows` finds (logged beside the event's
+    ``records``), in the order they were committed; returns them and the total."""
     epochs = []
-    for event in sorted(events, key=lambda e: (e.extra.get("epoch") or 0, e.timestamp)):
-        extra = dict(event.extra)
+    ordered = sorted(
+        ((event_extra(e), e) for e in events),
+        key=lambda pair: (_version_or(pair[0].get("last_version"), -1), pair[1].timestamp),
+    )
+    for extra, event in ordered:
         rows = epoch_rows(event.asset.uri, extra, storage_options=storage_options)
         epochs.append(
             {
                 "epoch": extra.get("epoch"),
                 "mode": extra.get("mode"),
                 "records": extra.get("records"),
+                "live": bool(extra.get("live")),
                 "rows": rows.num_rows,
             }
         )
@@ -208,10 +286,14 @@ def rows_of_events(
             extra.get("epoch"),
             extra.get("mode"),
             rows.num_rows,
-            event.asset.uri,
+            extra.get("table") or event.asset.uri,
             extra.get("records"),
         )
     return {"epochs": epochs, "rows": sum(e["rows"] for e in epochs)}
+
+
+def _version_or(version: Any, default: int) -> int:
+    return default if version is None else int(version)
 
 
 def emit(outlet_events: Any, dag_id: str, table: str, asset: Any, extra: Mapping[str, Any]):
@@ -226,7 +308,10 @@ __all__ = [
     "emit",
     "epoch_extra",
     "epoch_rows",
+    "event_extra",
+    "live_sink_asset",
     "offsets_extra",
+    "progress_extra",
     "rows_of_events",
     "sink_alias",
     "table_asset",

@@ -1,7 +1,9 @@
-"""A deferrable trigger that fires when a pipeline's lag crosses a threshold.
+"""Triggers, run in Airflow's triggerer: :class:`LagThresholdTrigger` fires when a pipeline's
+lag crosses a threshold (a deferred sensor waits on it); :class:`SinkProgressTrigger` watches
+the sink for its live Asset (an ``AssetWatcher``).
 
-Runs in the triggerer's event loop: the control-table and log reads are synchronous, so each
-poll runs them in a thread (``asyncio.to_thread``); between polls it only sleeps.
+Both run in the triggerer's event loop: the control-table and log reads are synchronous, so
+each poll runs them in a thread (``asyncio.to_thread``); between polls they only sleep.
 """
 
 from __future__ import annotations
@@ -11,12 +13,20 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+import pendulum
+import pyarrow.compute as pc
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from modeswitch.airflow.assets import progress_extra, table_uri
 from modeswitch.airflow.lag import measure_lag
-from modeswitch.airflow.settings import aconnection_kafka_config, aconnection_storage_options
+from modeswitch.airflow.settings import (
+    aconnection_kafka_config,
+    aconnection_storage_options,
+    settings_from_airflow,
+)
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.sources.kafka import kafka_config_scope
+from modeswitch.state import StateStore
 
 
 class LagThresholdTrigger(BaseTrigger):
@@ -94,3 +104,104 @@ class LagThresholdTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "crossed", "reason": reason, **reading.to_event()})
                 return
             await asyncio.sleep(self.poll_interval)
+
+
+class SinkProgressTrigger(BaseEventTrigger):
+    """The watcher of the sink's live Asset (:func:`modeswitch.airflow.assets.live_sink_asset`):
+    every ``poll_interval`` seconds it looks at the pipeline's ``progress`` table, and fires
+    for the sink commits recorded since its last event (:func:`~modeswitch.airflow.assets.
+    progress_extra`), at most once per ``asset_event_interval``. It never ends.
+
+    ``settings``: the pipeline's settings JSON; None (what a DAG file gives) resolves them from
+    the Airflow Variables at each look, as the pipeline's tasks do, so a changed interval or
+    table takes effect without a re-parse. Where it left off (the last sink version announced
+    and when) is kept in the Asset's state store, so a restarted triggerer goes on from there;
+    its first look starts at the sink's newest recorded commit (no flood of history). A look
+    that fails (a table out of reach, a bad setting) is logged and tried again at the next:
+    the watcher stays up. If the triggerer dies between an event and its record in the
+    metadata database, that event is lost; the epoch's own event on the sink's Asset, at its
+    close, still covers its rows.
+    """
+
+    LAST_VERSION = "last_version"
+    EMITTED_AT = "emitted_at"
+
+    def __init__(self, *, poll_interval: float = 10.0, settings: str | None = None) -> None:
+        super().__init__()
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval: {poll_interval!r} must be > 0")
+        self.poll_interval = poll_interval
+        self.settings = settings
+        self._memory: dict[str, Any] = {}  # the state without an Asset state store (tests)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"poll_interval": self.poll_interval, "settings": self.settings},
+        )
+
+    async def _get(self, key: str) -> Any:
+        if self.asset_state_store is None:
+            return self._memory.get(key)
+        return await self.asset_state_store.aget(key)
+
+    async def _set(self, key: str, value: Any) -> None:
+        if self.asset_state_store is None:
+            self._memory[key] = value
+        else:
+            await self.asset_state_store.aset(key, value)
+
+    def _resolve(self) -> PipelineSettings:
+        if self.settings is not None:
+            return PipelineSettings.from_json(self.settings)
+        return settings_from_airflow()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                event = await self._look()
+            except Exception as exc:  # the watcher stays up; the log says why
+                self.log.warning("sink progress: %s: %s", type(exc).__name__, exc)
+                event = None
+            if event is not None:
+                yield event
+            await asyncio.sleep(self.poll_interval)
+
+    async def _look(self) -> TriggerEvent | None:
+        """One look: an event for the commits since the last one, or None (nothing new, or
+        the interval since the last event not over yet)."""
+        settings = self._resolve()
+        options = await aconnection_storage_options(settings)
+        store = StateStore.from_settings(settings, storage_options=options)
+        last = await self._get(self.LAST_VERSION)
+        if last is None:
+            newest = await asyncio.to_thread(_newest_recorded_version, store)
+            await self._set(self.LAST_VERSION, newest)
+            self.log.info("sink progress of %s: following from version %d", store, newest)
+            return None
+        emitted_at = await self._get(self.EMITTED_AT)
+        now = pendulum.now("UTC")
+        interval = settings.asset_event_interval
+        if emitted_at is not None and now < pendulum.parse(emitted_at) + interval:
+            return None
+        commits = await asyncio.to_thread(store.progress_after_version, int(last))
+        if not commits:
+            return None
+        extra = progress_extra(settings.pipeline, table_uri(settings.sink), commits)
+        await self._set(self.LAST_VERSION, extra["last_version"])
+        await self._set(self.EMITTED_AT, now.isoformat())
+        self.log.info(
+            "sink progress of %s: %d records in versions %s-%s",
+            settings.pipeline,
+            extra["records"],
+            extra["first_version"],
+            extra["last_version"],
+        )
+        return TriggerEvent(extra)
+
+
+def _newest_recorded_version(store: StateStore) -> int:
+    """The newest sink version the ``progress`` table records, -1 for none."""
+    versions = store.control_table("progress").read(columns=["sink_version"])
+    column = versions.column("sink_version").drop_null()
+    return int(pc.max(column).as_py()) if len(column) else -1

@@ -593,6 +593,16 @@ class PipelineSettings:
         "`SmtpNotifier(...)` or `SlackNotifier(...)` instance): each called once when a breach "
         "begins and once when it ends",
     )
+    # The sink's live Asset (modeswitch.airflow.assets.live_sink_asset), watched in the
+    # triggerer by modeswitch.airflow.triggers.SinkProgressTrigger.
+    asset_event_interval: timedelta = setting(
+        timedelta(minutes=1),
+        parse=parse_duration,
+        rule=greater_than_zero,
+        doc="at most one event per this interval on the sink's live Asset (the rows committed "
+        "since the last one, while an epoch runs), for DAGs scheduled on it; each closed epoch "
+        "is one event on the sink table's own Asset whatever this is",
+    )
     # Only the id is a setting; the options travel in the environment (modeswitch.storage).
     storage_connection: str = setting(
         "",

@@ -230,6 +230,14 @@ class ProgressState(ControlState):
         rows = self._table("progress").read(where).to_pylist()
         return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
 
+    def progress_after_version(self, version: int) -> list[Progress]:
+        """Recorded sink commits that wrote a sink table version above ``version`` (rows
+        without a recorded version are left out), by epoch and sequence: what landed since a
+        reader last looked at ``version``."""
+        where = pc.field("sink_version") > check_int(version, what="version", minimum=-1)
+        rows = self._table("progress").read(where).to_pylist()
+        return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
+
     def epoch_summaries(self, first_epoch: int) -> dict[int, dict[str, Any]]:
         """Per epoch from ``first_epoch`` on: its sink commits (``commits``), ``records`` (in
         the sink), ``quarantined`` (in the quarantine table), its first and last commit times,
