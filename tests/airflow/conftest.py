@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="modeswitch-airflow-"))
 atexit.register(shutil.rmtree, AIRFLOW_HOME, ignore_errors=True)
+OPENLINEAGE_FILE = AIRFLOW_HOME / "openlineage.jsonl"
 
 os.environ.update(
     {
@@ -32,6 +34,11 @@ os.environ.update(
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{AIRFLOW_HOME}/airflow.db",
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[*]"}',
+        # Airflow's OpenLineage provider writes every task's events here (tests read them).
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "modeswitch-tests",
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(OPENLINEAGE_FILE), "append": True}
+        ),
     }
 )
 
@@ -42,6 +49,26 @@ def airflow_db() -> Path:
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=os.environ)
     return AIRFLOW_HOME
+
+
+@pytest.fixture
+def openlineage_events() -> Callable[[str, str, int], list[dict]]:
+    """The OpenLineage events the provider wrote for a DAG's task, oldest first, once there
+    are ``count`` of them (the provider emits them beside the task, not in its thread)."""
+
+    def events(dag_id: str, task_id: str, count: int) -> list[dict]:
+        job = f"{dag_id}.{task_id}"
+        found: list[dict] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lines = OPENLINEAGE_FILE.read_text().splitlines() if OPENLINEAGE_FILE.exists() else []
+            found = [e for e in map(json.loads, lines) if e.get("job", {}).get("name") == job]
+            if len(found) >= count:
+                break
+            time.sleep(0.5)
+        return found
+
+    return events
 
 
 @pytest.fixture

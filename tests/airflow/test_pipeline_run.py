@@ -61,7 +61,7 @@ def _states(run) -> dict[str, str]:
 
 
 def test_batch_then_stream_epoch_with_a_control_command(
-    pipeline_env: StateStore, tmp_path: Path, asset_events
+    pipeline_env: StateStore, tmp_path: Path, asset_events, openlineage_events
 ) -> None:
     store = pipeline_env
     pipeline = _dag("modeswitch_pipeline")
@@ -87,6 +87,19 @@ def test_batch_then_stream_epoch_with_a_control_command(
     assert extra["records"] + extra["quarantined"] == RECORDS
     assert extra["end_offsets"] == {str(b): o for b, o in batch.end.items()}
     assert extra["max_event_time"] is not None
+    # The epoch task's OpenLineage events: the log in, the sink and the quarantine out, under
+    # the DAG run (the provider's parent run facet).
+    *_, complete = openlineage_events("modeswitch_pipeline", "backlog_batch", 2)
+    assert complete["eventType"] == "COMPLETE", complete
+    assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [
+        ("file", str(tmp_path / "log"))
+    ]
+    assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [
+        ("file", str(sink)),
+        ("file", str(tmp_path / "warehouse" / "aftest_quarantine")),
+    ]
+    parent = complete["run"]["facets"]["parent"]["job"]
+    assert (parent["namespace"], parent["name"]) == ("modeswitch-tests", "modeswitch_pipeline")
 
     log = SegmentLog(str(tmp_path / "log"))
     produce_backlog(log, EventGenerator(seed=4, buckets=4), records=2_000, first=10**6)

@@ -11,6 +11,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from modeswitch.airflow.backfill import require_backfill
+from modeswitch.airflow.lineage import task_lineage
 from modeswitch.airflow.settings import (
     connection_kafka_environment,
     connection_storage_environment,
@@ -101,11 +102,22 @@ class EpochJobOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
         settings = self.prepare(plan or {})
+        self._lineage_settings = settings
         if self.kind == "backfill":
             super().execute(context)
             return
         runner = self.epoch_runner(plan, settings, context)
         runner.run(self.kind, settings, int(plan["epoch"]))  # type: ignore[arg-type]
+
+    _lineage_settings: PipelineSettings | None = None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What the task read and wrote, for Airflow's OpenLineage provider
+        (:mod:`modeswitch.airflow.lineage`)."""
+        return task_lineage(self._lineage_settings)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return task_lineage(self._lineage_settings)
 
     def epoch_runner(
         self, plan: Mapping[str, Any], settings: PipelineSettings, context: Any
