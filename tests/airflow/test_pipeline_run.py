@@ -140,3 +140,14 @@ def test_batch_then_stream_epoch_with_a_control_command(
     assert events[1]["start_offsets"] == events[0]["end_offsets"]
     landed = events[1]["records"] + events[1]["quarantined"]
     assert landed == sum(stream.end.values()) - RECORDS > 0
+
+    # The consumer DAG run by hand (no triggering events) reads every epoch the sink's Asset
+    # has an event for, each exactly (make demo runs it so).
+    consumer = _dag("modeswitch_example_consumer")
+    run = consumer.test()
+    assert str(run.state) == "success", _states(run)
+    read = run.get_task_instance("read_landed_rows").xcom_pull(task_ids="read_landed_rows")
+    assert [(e["epoch"], e["rows"]) for e in read["epochs"]] == [
+        (batch.id, events[0]["records"]),
+        (stream.id, events[1]["records"]),
+    ]

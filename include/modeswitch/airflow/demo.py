@@ -11,7 +11,9 @@
    The epochs run in the pipeline's warm engine (``engine = warm``,
    :mod:`modeswitch.runners.engine`):
    the first batch task starts it, and it hands each batch over to its stream itself.
-4. The summary of :mod:`modeswitch.devtools.demo`: epochs, handoffs, records per mode, the audit.
+4. A run of ``modeswitch_example_consumer`` (``dag.test()``): it reads every epoch's rows
+   through the sink Asset's events (their extras name each epoch's offsets and versions).
+5. The summary of :mod:`modeswitch.devtools.demo`: epochs, handoffs, records per mode, the audit.
 
 Every process started here is stopped here: the producer thread is joined, each run's child
 process group is killed if it overruns, and the engine (which outlives the runs) is stopped
@@ -26,6 +28,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -37,6 +40,7 @@ from modeswitch.runners.processes import run_process_group
 from modeswitch.state import StateStore
 
 DAG_ID = "modeswitch_pipeline"
+CONSUMER_DAG_ID = "modeswitch_example_consumer"
 RUN_TIMEOUT = 600.0
 BURST_RECORDS = 400_000
 BURST_AFTER_SECONDS = 20.0
@@ -96,7 +100,31 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
     finally:
         if stop_engine(settings):
             console.print(f"stopped the pipeline's warm engine (log: {root}/engines)")
+    _consume(env, root, console)
     return _summary(settings, console)
+
+
+def _consume(env: dict[str, str], root: Path, console: Console) -> None:
+    """A run of the downstream DAG on the sink's Asset (``dag.test()``, in a child): it reads
+    the rows of every epoch the sink's Asset has an event for, through the events' extras."""
+    console.rule(f"3. {CONSUMER_DAG_ID}: each epoch through the sink's Asset")
+    run_log = root / "logs" / "airflow-consumer.log"
+    result = root / "logs" / "consumer.json"
+    code = run_process_group(
+        [sys.executable, "-m", "modeswitch.airflow.demo", "--run-consumer", str(result)],
+        env=env,
+        timeout=RUN_TIMEOUT,
+        log_file=run_log,
+    )
+    if code != 0 or not result.exists():
+        raise SystemExit(f"the {CONSUMER_DAG_ID} run failed (exit {code}); its log: {run_log}")
+    read = json.loads(result.read_text())
+    for epoch in read["epochs"]:
+        console.print(
+            f"  epoch {epoch['epoch']} ({epoch['mode']}): {epoch['rows']} rows read, "
+            f"{epoch['records']} in its event"
+        )
+    console.print(f"  {read['rows']} rows in all (log: {run_log})")
 
 
 def _run(
@@ -136,21 +164,39 @@ def _run(
         console.print(f"  the engine handed off to {handed.mode} epoch {handed.id} at once")
 
 
-def _run_dag(conf: dict) -> int:
-    """In the child: one ``dag.test()`` run of the pipeline DAG."""
+def _test_dag(dag_id: str, conf: dict | None = None) -> Any:
+    """In the child: one ``dag.test()`` run of ``dag_id``; None if its file does not load."""
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(DAGS / f"{DAG_ID}.py"))
+    bag = DagBag(dag_folder=str(DAGS / f"{dag_id}.py"))
     if bag.import_errors:
         print(bag.import_errors, file=sys.stderr)
+        return None
+    return bag.dags[dag_id].test(run_conf=conf)
+
+
+def _run_dag(conf: dict) -> int:
+    """In the child: one ``dag.test()`` run of the pipeline DAG."""
+    run = _test_dag(DAG_ID, conf)
+    return 0 if run is not None and str(run.state) == "success" else 1
+
+
+def _run_consumer(result: Path) -> int:
+    """In the child: one ``dag.test()`` run of the consumer DAG; what its task returned, to
+    ``result``."""
+    run = _test_dag(CONSUMER_DAG_ID)
+    if run is None or str(run.state) != "success":
         return 1
-    run = bag.dags[DAG_ID].test(run_conf=conf)
-    return 0 if str(run.state) == "success" else 1
+    task = "read_landed_rows"
+    result.write_text(json.dumps(run.get_task_instance(task).xcom_pull(task_ids=task)))
+    return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--run-dag":
         sys.exit(_run_dag(json.loads(sys.argv[2])))
+    if len(sys.argv) == 3 and sys.argv[1] == "--run-consumer":
+        sys.exit(_run_consumer(Path(sys.argv[2])))
     sys.exit(
         run_airflow_demo(
             sys.argv[1] if len(sys.argv) > 1 else ".demo",
