@@ -6,10 +6,12 @@ The page (``/modeswitch/``, ``page.html`` beside this module) and the JSON API i
 
 - ``GET /modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse,
   and the one the Airflow Variables configure (``default``);
-- ``GET /modeswitch/api/status?pipeline=&rows=``: one pipeline's status
-  (:func:`~modeswitch.ops.status.pipeline_status`; default: the Variables' pipeline);
-- ``GET /modeswitch/api/history?pipeline=&hours=``: the chart's data
-  (:func:`~modeswitch.ops.status.pipeline_history`);
+- ``GET /modeswitch/api/status?pipeline=&rows=&bucket_order=&bucket_offset=&bucket_limit=``:
+  one pipeline's status (:func:`~modeswitch.ops.status.pipeline_status`; default: the
+  Variables' pipeline, all its buckets by number);
+- ``GET /modeswitch/api/history?pipeline=&hours=`` or ``?since=&until=``: the chart's data
+  (:func:`~modeswitch.ops.status.pipeline_history`; the range:
+  :func:`~modeswitch.ops.status.history_range`);
 - ``GET /modeswitch/api/decisions?pipeline=&offset=&limit=``: decisions, newest first, paged;
 - ``POST /modeswitch/api/commands``: queue a command through the ``modeswitch_control`` DAG's
   own task function (:func:`~modeswitch.airflow.tasks.submit_control_command`).
@@ -27,9 +29,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
@@ -48,6 +49,9 @@ PIPELINE_DAG_ID = "modeswitch_pipeline"
 
 Layers = list[tuple[str, Any]]
 
+
+MAX_BUCKET_LIMIT = 1000
+"""The most buckets one status answer pages (without ``bucket_limit``: all of them)."""
 
 CONTROL_DAG_ID = "modeswitch_control"
 """The DAG whose runs queue commands; the page's actions require leave to trigger it."""
@@ -140,7 +144,11 @@ def create_app(
 
     @app.get("/api/status")
     async def status(
-        pipeline: str | None = None, rows: int = Query(20, ge=1, le=500)
+        pipeline: str | None = None,
+        rows: int = Query(20, ge=1, le=500),
+        bucket_order: Literal["bucket", "lag"] = "bucket",
+        bucket_offset: int = Query(0, ge=0),
+        bucket_limit: int | None = Query(None, ge=1, le=MAX_BUCKET_LIMIT),
     ) -> dict[str, Any]:
         from modeswitch.ops.status import pipeline_status
 
@@ -148,7 +156,13 @@ def create_app(
             settings, origins = settings_of(pipeline)
             with enter(settings) as storage_options:
                 return pipeline_status(
-                    settings, origins=origins, rows=rows, storage_options=storage_options
+                    settings,
+                    origins=origins,
+                    rows=rows,
+                    storage_options=storage_options,
+                    bucket_order=bucket_order,
+                    bucket_offset=bucket_offset,
+                    bucket_limit=bucket_limit,
                 )
 
         return await run_in_threadpool(_answer, read)
@@ -180,15 +194,23 @@ def create_app(
 
     @app.get("/api/history")
     async def history(
-        pipeline: str | None = None, hours: float = Query(1.0, gt=0, le=24 * 31)
+        pipeline: str | None = None,
+        hours: float | None = Query(None, gt=0, le=24 * 31),
+        since: str | None = None,
+        until: str | None = None,
     ) -> dict[str, Any]:
-        from modeswitch.ops.status import pipeline_history
+        import pendulum
+
+        from modeswitch.ops.status import history_range, pipeline_history
 
         def read() -> dict[str, Any]:
+            now = pendulum.now("UTC")
+            # Bad params are refused (400) before the settings and tables are read.
+            start, end = history_range(now=now, hours=hours, since=since, until=until)
             settings, _ = settings_of(pipeline)
             with enter(settings) as storage_options:
                 return pipeline_history(
-                    settings, window=timedelta(hours=hours), storage_options=storage_options
+                    settings, now=now, since=start, until=end, storage_options=storage_options
                 )
 
         return await run_in_threadpool(_answer, read)

@@ -9,7 +9,11 @@
   it (unless a command overrides it): each strategy's signal, the watermark lag, and how long
   the dwell and the mode's minimum time still hold a switch back;
 - ``buckets``: per bucket, committed / boundary / latest offsets, offset lag, event-time lag
-  and whether the running batch epoch has finished the bucket's backlog;
+  and whether the running batch epoch has finished the bucket's backlog: all of them by
+  bucket number, or one page of them (``bucket_limit``, ``bucket_offset``), worst-lagging
+  first with ``bucket_order="lag"``; ``bucket_summary``: what all of them add up to (how
+  many, how many lag, the total and worst offset lag, how many are finished), so that a page
+  of 50 of 1 000 buckets still says how the rest stand;
 - ``thresholds``: the policy's thresholds, in seconds and records;
 - ``epochs``, ``decisions``, ``commands``: the newest of each, newest first; each epoch with
   its ``quarantined`` records, their most common ``quarantine_reasons``, the quarantined
@@ -29,7 +33,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pendulum
 import pyarrow as pa
@@ -37,7 +41,7 @@ import pyarrow as pa
 from modeswitch.control.policy import PolicySettings, decide_mode
 from modeswitch.control.quarantine import describe_quarantine, quarantine_share, quarantines_most
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.offsets import offsets_to_dict
 from modeswitch.runners.lifecycle import observe, operator_override, policy_state_of
 from modeswitch.sinks.commits import event_time_from_micros
@@ -51,6 +55,11 @@ log = logging.getLogger(__name__)
 DEFAULT_ROWS = 20
 """Decisions, commands and epochs shown by default."""
 
+BucketOrder = Literal["bucket", "lag"]
+BUCKET_ORDERS: tuple[BucketOrder, ...] = ("bucket", "lag")
+"""How the status lists buckets: by number, or the worst-lagging first (offset lag, then
+event-time lag, then number)."""
+
 
 def pipeline_status(
     settings: PipelineSettings,
@@ -59,11 +68,24 @@ def pipeline_status(
     now: datetime | None = None,
     storage_options: Mapping[str, str] | None = None,
     rows: int = DEFAULT_ROWS,
+    bucket_order: BucketOrder = "bucket",
+    bucket_offset: int = 0,
+    bucket_limit: int | None = None,
 ) -> dict[str, Any]:
     """The pipeline's state now, JSON-safe (module docstring). ``origins``: where each set
     setting came from (:func:`~modeswitch.control.settings.setting_origins`); the others are
     defaults. The source is asked for its latest offsets; if it cannot answer, ``next`` and the lags
-    say why instead, and the rest is still shown."""
+    say why instead, and the rest is still shown. ``buckets`` holds the ``bucket_limit``
+    buckets (all without it) after the first ``bucket_offset`` in ``bucket_order``."""
+    if bucket_order not in BUCKET_ORDERS:
+        raise ConfigError(
+            f"bucket_order: {bucket_order!r} is not one of {', '.join(BUCKET_ORDERS)}"
+        )
+    if bucket_offset < 0 or (bucket_limit is not None and bucket_limit < 1):
+        raise ConfigError(
+            f"bucket_offset {bucket_offset!r}, bucket_limit {bucket_limit!r}: the offset must "
+            "be 0 or more and the limit 1 or more"
+        )
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)
     epochs = store.epochs(last=rows + 1)
@@ -106,6 +128,10 @@ def pipeline_status(
         committed = dict(store.committed_offsets())
     if event_times is None:
         event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
+    buckets = _buckets(store, current, committed, latest, event_times, now)
+    if bucket_order == "lag":
+        buckets.sort(key=_lag_first)
+    end = None if bucket_limit is None else bucket_offset + bucket_limit
     shown_epochs = _with_quarantine(
         _epochs(epochs, store)[-rows:][::-1], settings, committed, storage_options
     )
@@ -117,7 +143,8 @@ def pipeline_status(
         "sink": settings.sink,
         "mode": _mode(shown, latest_decision, opened_by),
         "next": evaluation,
-        "buckets": _buckets(store, current, committed, latest, event_times, now),
+        "buckets": buckets[bucket_offset:end],
+        "bucket_summary": _bucket_summary(buckets, bucket_order, bucket_offset, bucket_limit),
         "thresholds": _thresholds(settings.policy),
         "epochs": shown_epochs,
         "warnings": _warnings(shown_epochs, settings),
@@ -135,16 +162,21 @@ def pipeline_history(
     *,
     window: timedelta = timedelta(hours=1),
     now: datetime | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The chart's data over the last ``window``: each decision's watermark lag and offset lag
-    (what the policy saw when it decided), the epochs as mode bands with their throughput and
-    the handoff before each, and the thresholds to draw against."""
+    """The chart's data from ``since`` to ``until`` (default: the ``window`` up to now): each
+    decision's watermark lag and offset lag (what the policy saw when it decided), the epochs
+    that ran then as mode bands with their throughput and the handoff before each, and the
+    thresholds to draw against. Every decision of the range is a point (none are dropped or
+    averaged), so a narrower range shows the same points spread wider."""
     now = now or pendulum.now("UTC")
-    since = now - window
+    until = until or now
+    since = since or until - window
     store = StateStore.from_settings(settings, storage_options=storage_options)
     points = []
-    for decision in reversed(store.decisions(since=since)):
+    for decision in reversed(store.decisions(since=since, until=until)):
         observation = decision.inputs.get("observation") or {}
         committed, latest = observation.get("committed", {}), observation.get("latest", {})
         watermark = decision.inputs.get("watermark") or {}
@@ -158,17 +190,65 @@ def pipeline_history(
                 "offset_lag": sum(max(0, n - committed.get(b, 0)) for b, n in latest.items()),
             }
         )
-    shown = store.epochs(since=since)
+    ran = store.epochs(since=since)  # those still running or ended since, to the newest
+    shown = {e.id for e in ran if e.started_at <= until}
     # One more, for the handoff before the first shown.
-    bands = _epochs(store.epochs(last=len(shown) + 1), store) if shown else []
+    bands = _epochs(store.epochs(last=len(ran) + 1), store) if shown else []
     return {
         "pipeline": settings.pipeline,
         "at": now.isoformat(),
         "since": since.isoformat(),
+        "until": until.isoformat(),
         "points": points,
-        "epochs": [e for e in bands if e["epoch"] in {s.id for s in shown}],
+        "epochs": [e for e in bands if e["epoch"] in shown],
         "thresholds": _thresholds(settings.policy),
     }
+
+
+HISTORY_MAX = timedelta(days=31)
+"""The longest range the chart's data covers (``hours`` up to 744)."""
+
+
+def history_range(
+    *,
+    now: datetime,
+    hours: float | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> tuple[datetime, datetime]:
+    """The chart's range from the history route's params: ``until`` (default ``now``) and
+    ``since``, or ``hours`` back from ``until`` (default 1); times in ISO-8601, UTC unless
+    they say otherwise. A :class:`~modeswitch.errors.ConfigError` naming the param for a
+    value that is not a time, for both ``since`` and ``hours``, and for an empty range or
+    one longer than 31 days."""
+    if since is not None and hours is not None:
+        raise ConfigError("params since and hours: give one of them, not both")
+    if hours is not None and not 0 < hours <= HISTORY_MAX / timedelta(hours=1):
+        raise ConfigError(f"param hours: {hours!r} is not within (0, 744]")
+    end = now if until is None else _instant("until", until)
+    if since is None:
+        try:
+            return end - timedelta(hours=1 if hours is None else hours), end
+        except OverflowError as exc:
+            raise ConfigError(f"param until: {until!r} is too early for hours={hours}") from exc
+    start = _instant("since", since)
+    if start >= end:
+        raise ConfigError(
+            f"param since: {since!r} is not before until ({end.isoformat()}): the range is empty"
+        )
+    if end - start > HISTORY_MAX:
+        raise ConfigError(f"params since and until: {since!r} to {end.isoformat()} is over 31 days")
+    return start, end
+
+
+def _instant(param: str, value: str) -> datetime:
+    try:
+        at = pendulum.parse(value, exact=True)  # a bare time or date is not taken as today
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ConfigError(f"param {param}: {value!r} is not an ISO-8601 time") from exc
+    if not isinstance(at, datetime):
+        raise ConfigError(f"param {param}: {value!r} is not a date and time")
+    return pendulum.instance(at).in_timezone("UTC")
 
 
 def _mode(
@@ -255,6 +335,42 @@ def _buckets(
             }
         )
     return out
+
+
+def _lag_first(bucket: Mapping[str, Any]) -> tuple[float, float, int]:
+    """Sort key: the largest offset lag first, then the largest event-time lag (all the
+    source's lags are unknown when it cannot answer), then by number."""
+    return (
+        -(bucket["offset_lag"] or 0),
+        -(bucket["event_time_lag_seconds"] or 0.0),
+        bucket["bucket"],
+    )
+
+
+def _bucket_summary(
+    buckets: list[dict[str, Any]], order: BucketOrder, offset: int, limit: int | None
+) -> dict[str, Any]:
+    """What all ``buckets`` add up to, and which of them the status shows."""
+    lags = [b["offset_lag"] for b in buckets if b["offset_lag"] is not None]
+    known = len(lags) == len(buckets) and bool(buckets)
+    worst = min(buckets, key=_lag_first) if known else None
+    finished = [b["finished"] for b in buckets if b["finished"] is not None]
+    event_lags = [b["event_time_lag_seconds"] for b in buckets]
+    return {
+        "total": len(buckets),
+        "order": order,
+        "offset": offset,
+        "limit": limit,
+        "shown": len(buckets[offset : None if limit is None else offset + limit]),
+        "lagging": sum(1 for lag in lags if lag > 0) if known else None,
+        "offset_lag": sum(lags) if known else None,
+        "worst_offset_lag": None if worst is None else worst["offset_lag"],
+        "worst_bucket": None if worst is None else worst["bucket"],
+        "max_event_time_lag_seconds": max(
+            (lag for lag in event_lags if lag is not None), default=None
+        ),
+        "finished": sum(finished) if finished else None,
+    }
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -470,4 +586,12 @@ def _backfill_outcome(command: Command) -> str:
     )
 
 
-__all__ = ["DEFAULT_ROWS", "decision_summary", "pipeline_history", "pipeline_status"]
+__all__ = [
+    "BUCKET_ORDERS",
+    "DEFAULT_ROWS",
+    "BucketOrder",
+    "decision_summary",
+    "history_range",
+    "pipeline_history",
+    "pipeline_status",
+]
