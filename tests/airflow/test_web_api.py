@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from unittest import mock
 
@@ -174,7 +175,13 @@ PIPELINES = ("orders", "refunds")
 FUZZ_EXAMPLES = 120
 """Requests per route: bounded, so the fuzz takes seconds (a longer run: raise it)."""
 ANY_TEXT = st.text(max_size=40) | st.sampled_from(["", "../..", "orders", "%00", "1e309", "-1"])
-QUERY_VALUE = ANY_TEXT | st.integers(-(10**15), 10**15).map(str) | st.floats().map(str)
+QUERY_VALUE = (
+    ANY_TEXT
+    | st.integers(-(10**15), 10**15).map(str)
+    | st.floats().map(str)
+    | st.sampled_from(["lag", "bucket", "2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z"])
+    | st.datetimes(timezones=st.just(UTC)).map(lambda at: at.isoformat())
+)
 JSON_VALUE = st.recursive(
     st.none()
     | st.booleans()
@@ -231,7 +238,12 @@ def _refused_properly(response) -> None:
 @given(
     route=st.sampled_from(["status", "history", "decisions", "pipelines"]),
     params=st.dictionaries(
-        st.sampled_from(["pipeline", "rows", "hours", "offset", "limit", "other"]),
+        st.sampled_from(
+            [
+                *("pipeline", "rows", "hours", "offset", "limit", "other"),
+                *("since", "until", "bucket_order", "bucket_offset", "bucket_limit"),
+            ]
+        ),
         QUERY_VALUE,
         max_size=4,
     ),
