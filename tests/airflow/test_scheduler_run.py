@@ -27,6 +27,7 @@ Marked ``scheduler`` (deselect with ``-m "not scheduler"``): a few minutes on 2 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -51,12 +52,15 @@ from fault_tools import (
     processes_with_environment,
     records_in_window,
 )
-from postgres_tools import throwaway_postgres
+from postgres_tools import PostgresServer, throwaway_postgres
 
+from modeswitch.airflow.settings import settings_from_airflow
+from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.backfill import backfill_commits
 from modeswitch.ops.verify import audit
 from modeswitch.runners.processes import stop_group
+from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -91,13 +95,14 @@ class RunningAirflow:
     env: dict[str, str]
     port: int
     leader: subprocess.Popen
-    database: str | None = None  # a PostgreSQL URL; None: SQLite under ``home``
+    database: PostgresServer | None = None  # None: SQLite under ``home``
 
     def query(self, sql: str, *args: object) -> list[tuple]:
         if self.database is not None:
             import psycopg2
 
-            db = psycopg2.connect(self.database.replace("postgresql+psycopg2", "postgresql"))
+            url = self.database.url.replace("postgresql+psycopg2", "postgresql")
+            db = psycopg2.connect(url)
             try:
                 with db.cursor() as cursor:
                     cursor.execute(sql.replace("?", "%s"), args)
@@ -192,12 +197,19 @@ def airflow_on_postgres(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
     """The same four components on a throwaway PostgreSQL server (LocalExecutor); each stream
     epoch may run ten minutes, so that only the command stops it within the test's time."""
     with throwaway_postgres() as database:
-        yield from _airflow(sources, database, max_stream_runtime="10m")
+        yield from _airflow(sources, database, supervise=True, max_stream_runtime="10m")
 
 
 def _airflow(
-    sources: dict[str, Path], database: str | None = None, **settings: str
+    sources: dict[str, Path],
+    database: PostgresServer | None = None,
+    *,
+    supervise: bool = False,
+    **settings: str,
 ) -> Iterator[RunningAirflow]:
+    """The four components on SQLite, or on ``database``. ``supervise``: each component is
+    started again when it exits, as a deployment's process supervisor (systemd, Kubernetes)
+    does; their output goes on in the same file."""
     tmp = sources["tmp"]
     home, dags = tmp / "airflow", tmp / "dags"
     home.mkdir()
@@ -238,8 +250,9 @@ def _airflow(
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         # A minute's wait for another component's write lock (SQLite's default is 5 s).
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database
-        or f"sqlite:///{home}/airflow.db?timeout=60",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.url
+        if database is not None
+        else f"sqlite:///{home}/airflow.db?timeout=60",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__WORKERS": "1",
@@ -267,7 +280,15 @@ def _airflow(
     )
     # One shell leads a new process group and starts the four components in it; the
     # group is killed as a whole, whatever each component started (task runners, Spark).
-    script = " ".join(f'"$0" {name} > "{home}/{name}.out" 2>&1 &' for name in COMPONENTS) + " wait"
+    if supervise:
+        run = (
+            'while true; do "$0" {name} >> "{out}" 2>&1; '
+            'echo "restarting {name}" >> "{out}"; sleep 2; done'
+        )
+        script = " ".join(f"({run.format(name=n, out=home / f'{n}.out')}) &" for n in COMPONENTS)
+    else:
+        script = " ".join(f'"$0" {n} > "{home}/{n}.out" 2>&1 &' for n in COMPONENTS)
+    script += " wait"
     leader = subprocess.Popen(["bash", "-c", script, str(AIRFLOW)], env=env, start_new_session=True)
     try:
         yield RunningAirflow(home, env, port, leader, database)
@@ -578,11 +599,13 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
 
 
 def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
-    airflow_on_postgres: RunningAirflow,
+    airflow_on_postgres: RunningAirflow, sources: dict[str, Path]
 ) -> None:
     """Airflow's metadata on PostgreSQL: the continuous pipeline runs a batch epoch and then
-    a stream epoch through the scheduler and the LocalExecutor, and a ``switch_to_batch``
-    command sent through the control DAG stops the stream at a commit boundary."""
+    a stream epoch through the scheduler and the LocalExecutor. The database crashes under the
+    stream epoch and comes back: the stream goes on committing, a command from the operator's
+    path stops it at a commit boundary, the scheduler comes back, and a command sent through
+    the control DAG is applied; nothing is lost or doubled."""
     airflow = airflow_on_postgres
     [(version,)] = airflow.wait_for(
         "the metadata database", lambda: airflow.query("SELECT version()"), 60
@@ -598,30 +621,76 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
         return False
 
     airflow.wait_for("the batch epoch, then a stream epoch to run", streaming, 600)
-    airflow.cli(
-        "dags",
-        "trigger",
-        "modeswitch_control",
-        "--run-id",
-        "switch",
-        "--conf",
-        json.dumps({"command": "switch_to_batch", "note": "from the postgres test"}),
-    )
-    control = airflow.wait_for(
-        "the control run to end",
-        lambda: airflow.query(
-            "SELECT state FROM dag_run WHERE dag_id = 'modeswitch_control' AND run_id = 'switch' "
-            "AND state IN ('success', 'failed')"
-        ),
+
+    def stream_committed() -> bool:
+        return any(c.mode == "stream" for c in sink_commits(f"{warehouse}/sched", "sched"))
+
+    airflow.wait_for("the stream's first commit", stream_committed, 240)
+    [running] = [e for e in store.epochs() if e.running]
+
+    # The metadata database crashes mid-epoch (SIGKILL, as when its machine is lost) and is
+    # back 10 s later, recovering its data.
+    assert airflow.database is not None
+    airflow.database.crash()
+    time.sleep(10)
+    airflow.database.start()
+    # The stream's task and job ride it out: records produced now are committed by the same
+    # epoch, while Airflow's scheduler is out. (Its loop ended on the lost database; under the
+    # LocalExecutor it then waits for its running tasks, the stream among them, to end before
+    # it exits and its supervisor starts it again.)
+    log = SegmentLog(str(sources["log"]))
+    produce_backlog(log, EventGenerator(seed=11, buckets=4), records=LIVE_RECORDS)
+    latest = log.latest_offsets()
+    airflow.wait_for(
+        "the stream to commit the records produced after the crash",
+        lambda: all(store.committed_offsets().get(b, 0) >= n for b, n in latest.items()),
         240,
     )
-    assert control == [("success",)], airflow.logs()
+    assert [e.id for e in store.epochs() if e.running] == [running.id]
+    # The operator's page queues commands without the scheduler (the same function as the
+    # control DAG's task): the stream stops at its next commit boundary.
+    variables = settings_from_airflow(
+        get_variable=lambda key: airflow.env.get(f"AIRFLOW_VAR_{key.upper()}")
+    )
+    submit_control_command(
+        {"command": "switch_to_batch", "note": "from the postgres test, database back"},
+        # The tables are local: the storage Connection (the components') is not needed here.
+        settings=dataclasses.replace(variables, storage_connection=""),
+    )
 
     def stopped_stream():
         ended = [e for e in store.epochs() if e.mode == "stream" and not e.running]
         return ended[0] if ended else None
 
     stream = airflow.wait_for("the stream to stop on the command", stopped_stream, 240)
+    assert stream.id == running.id  # the epoch the database crashed under, not a new one
+    airflow.wait_for("the components to be healthy again", lambda: _healthy(airflow.port), 300)
+    assert "restarting scheduler" in (airflow.home / "scheduler.out").read_text(errors="replace")
+
+    # A command through the control DAG, once the scheduler is back.
+    airflow.cli(
+        "dags",
+        "trigger",
+        "modeswitch_control",
+        "--run-id",
+        "pause",
+        "--conf",
+        json.dumps({"command": "pause", "note": "from the postgres test"}),
+    )
+    control = airflow.wait_for(
+        "the control run to end",
+        lambda: airflow.query(
+            "SELECT state FROM dag_run WHERE dag_id = 'modeswitch_control' AND run_id = 'pause' "
+            "AND state IN ('success', 'failed')"
+        ),
+        240,
+    )
+    assert control == [("success",)], airflow.logs()
+    airflow.wait_for(
+        "the pause to be applied",
+        lambda: [c for c in store.commands() if c.kind == "pause" and c.status == "applied"],
+        300,
+    )
     batch = store.epochs()[0]
     assert (batch.mode, batch.status) == ("batch", "completed")
     assert sum(batch.end.values()) == RECORDS
@@ -635,3 +704,12 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
         "AND task_id IN ('backlog_batch', 'stream') AND state = 'success'"
     )
     assert {task for task, _ in states} == {"backlog_batch", "stream"}, airflow.logs()
+    report = audit(
+        str(airflow.env["AIRFLOW_VAR_MODESWITCH_SOURCE"]),
+        f"{warehouse}/sched",
+        f"{warehouse}/sched_quarantine",
+        "sched",
+    )
+    totals = report.totals
+    assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
+    assert totals.expected == RECORDS + LIVE_RECORDS
