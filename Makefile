@@ -100,8 +100,9 @@ SOAK_MINUTES ?= 30
 soak: install
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json soak-result.json
 
-# The random-fault test of `make test` (3 seeds, 5 SIGKILLs each, ~5 min) for longer:
-# SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a seed on 2 cores).
+# The random-fault test of `make test` (3 seeds, 5 SIGKILLs each, ~5 min; odd seeds on the
+# local runner, even ones on the warm engine) for longer: SOAK_SEEDS seeds with SOAK_FAULTS
+# faults each (about 1.5-2 minutes a seed on 2 cores).
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
 soak-faults: install

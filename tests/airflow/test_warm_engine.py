@@ -8,7 +8,9 @@ re-attached epoch, and the pipeline ends at 0 missing, 0 duplicated."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from fault_tools import CommandLineWatch, files_holding
 from test_stream_retry import _dag, _get_variable, _states
 
 from modeswitch.airflow.tasks import submit_control_command
@@ -33,6 +36,7 @@ pytestmark = pytest.mark.airflow
 
 PIPELINE = "warmtest"
 WAIT = 300.0
+STORAGE_SECRET = f"warm-s3cr3t-{secrets.token_hex(4)}"
 
 
 @pytest.fixture
@@ -54,6 +58,12 @@ def warm_env(airflow_db, tmp_path: Path):
     }
     env = {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()}
     env[ENGINE_DIR_ENV] = str(tmp_path / "engines")
+    # The tables' storage Connection holds a marker secret (unused by local folders, handed to
+    # the engine like any credential): tests/airflow/test_warm_engine.py sweeps for it.
+    env["AIRFLOW_VAR_MODESWITCH_STORAGE_CONNECTION"] = "lake"
+    env["AIRFLOW_CONN_LAKE"] = json.dumps(
+        {"conn_type": "generic", "extra": {"AWS_SECRET_ACCESS_KEY": STORAGE_SECRET}}
+    )
     settings = PipelineSettings.from_mapping(variables)
     with mock.patch.dict(os.environ, env):
         try:
@@ -120,8 +130,20 @@ def kill_engine(settings: PipelineSettings) -> int:
     return address.pid
 
 
-def test_batch_stream_batch_stream_in_one_warm_engine(warm_env) -> None:
+def test_batch_stream_batch_stream_in_one_warm_engine(warm_env, tmp_path: Path) -> None:
     settings, log = warm_env
+    with CommandLineWatch(ENGINE_DIR_ENV, str(tmp_path / "engines"), STORAGE_SECRET) as lines:
+        _batch_stream_batch_stream(settings, log)
+    # The storage secret went to the engine (its environment), and is in no command line of
+    # it or its Spark processes, nor in any file: its address file and log, the task logs and
+    # Airflow's metadata DB (XComs, rendered fields), the tables and the checkpoints.
+    assert len(lines.seen) > 3 and lines.holding == []
+    assert any((tmp_path / "engines").iterdir()), "the engine's files are among the files"
+    assert files_holding(tmp_path, STORAGE_SECRET) == []
+    assert files_holding(Path(os.environ["AIRFLOW_HOME"]), STORAGE_SECRET) == []
+
+
+def _batch_stream_batch_stream(settings: PipelineSettings, log: SegmentLog) -> None:
     store = StateStore.from_settings(settings)
     pipeline = _dag("modeswitch_pipeline")
 

@@ -2,20 +2,27 @@
 
 One seeded run: a backlog, a live producer and bursts that push a running stream over its
 offset-lag threshold (stream -> batch -> stream). The epochs are run as an operator's loop runs
-them under Airflow: ``decide`` -> the job (a :class:`LocalRunner`, with the stream standby) ->
-``close_epoch``; after a failed job, ``decide`` again (it re-attaches to the running epoch) and
-rerun the job, a bounded number of times, as the DAG's task retries do. Meanwhile a killer
-thread SIGKILLs the process group of a running job (its Python driver, JVM and Python workers,
-or a standby stream job) at random moments: mid-wave, mid-micro-batch, between epochs' jobs,
-during a standby's warm-up or after it was handed its epoch.
+them under Airflow: ``decide`` -> the job -> ``close_epoch``; after a failed job, ``decide``
+again (it re-attaches to the running epoch) and rerun the job, a bounded number of times, as
+the DAG's task retries do. The jobs run on one of two runners (:func:`runner_of`):
+
+- ``local``: a :class:`LocalRunner` (a child process per epoch, with the stream standby);
+- ``engine``: the warm engine (``engine = warm``), one Spark application that runs every epoch
+  and hands a batch over to its stream itself; a killed engine is replaced by the next run.
+
+Meanwhile a killer thread SIGKILLs the process group of a running job (its Python driver, JVM
+and Python workers), a standby stream job, or the engine, at random moments: mid-wave,
+mid-micro-batch, between epochs' jobs, during a standby's warm-up or after it was handed its
+epoch, and, in the engine, between a batch's close and its stream's start.
 
 After the last fault the producer stops, and the pipeline must reach, on its own and within a
 bounded time, a closed stream epoch that has caught up with the log (liveness); the sink must
 hold every record exactly once, each ``(epoch, sequence)`` once, with committed offsets that
 never go back, and each epoch must start where the one before it ended (safety).
 
-Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three; every third runs its streams with the
-``delta_spark`` stream writer, :func:`stream_writer_of`); faults per seed
+Seeds: ``MODESWITCH_FAULT_SEEDS`` (default three: 1 and 3 on the local runner, 2 on the
+engine; every third runs its streams with the ``delta_spark`` stream writer,
+:func:`stream_writer_of`); faults per seed
 ``MODESWITCH_FAULTS_PER_SEED`` (default 5). ``make soak-faults`` runs more of both. A failure
 names its seed: rerun with
 ``MODESWITCH_FAULT_SEEDS=<seed> make test PYTEST_ARGS=tests/faults/test_random_faults.py``
@@ -42,7 +49,9 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.errors import ModeswitchError
 from modeswitch.ops.verify import audit
-from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.base import EpochRunner
+from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineLostError
+from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
 from modeswitch.runners.local import LocalRunner
 from modeswitch.sinks.commits import offset_regressions, sink_commits
 from modeswitch.sources.segments import SegmentLog
@@ -58,6 +67,12 @@ def stream_writer_of(seed: int) -> str:
     return "delta_spark" if seed % 3 == 0 else "python"
 
 
+def runner_of(seed: int) -> str:
+    """Even seeds run on the warm engine, odd ones on the local runner: seed 2 of ``make
+    test``'s three, six of ``make soak-faults``' twelve."""
+    return "engine" if seed % 2 == 0 else "local"
+
+
 FAULTS = int(os.environ.get("MODESWITCH_FAULTS_PER_SEED", "5"))
 BUCKETS = 4
 BACKLOG = 60_000
@@ -66,7 +81,7 @@ LIVE_RATE = 300.0
 TRIES_PER_EPOCH = FAULTS + 1  # every fault may hit the same epoch: it must still get through
 LIVENESS_BOUND = timedelta(minutes=4)
 """After the last fault: time to a closed stream epoch that has caught up."""
-JOB_SCRIPTS = ("backlog_batch.py", "stream.py")
+JOB_SCRIPTS = ("backlog_batch.py", "stream.py", "engine.py")
 
 
 @dataclass
@@ -181,10 +196,13 @@ class Producer:
         self.live.join(timeout=30)
 
 
-def chaos_settings(tmp_path: Path, stream_writer: str = "python") -> PipelineSettings:
+def chaos_settings(
+    tmp_path: Path, stream_writer: str = "python", runner: str = "local"
+) -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
             "pipeline": "chaos",
+            "engine": "warm" if runner == "engine" else "submit",
             "stream_writer": stream_writer,
             "source": str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
@@ -208,7 +226,7 @@ def chaos_settings(tmp_path: Path, stream_writer: str = "python") -> PipelineSet
 
 def run_epochs(
     settings: PipelineSettings,
-    runner: LocalRunner,
+    runner: EpochRunner,
     journal: Journal,
     *,
     caught_up: threading.Event,
@@ -228,12 +246,14 @@ def run_epochs(
             status, end = close_epoch(settings, plan.epoch)
         except ModeswitchError as exc:
             journal.note(f"epoch {plan.epoch} failed: {str(exc)[:200]}")
-            killed = str(exc).endswith(f"exited with status -{signal.SIGKILL.value}")
+            killed = isinstance(exc, EngineLostError) or str(exc).endswith(
+                f"exited with status -{signal.SIGKILL.value}"
+            )
             if not killed or tries[plan.epoch] >= TRIES_PER_EPOCH:
                 # Only our SIGKILLs may fail a job, and a retry must get past them.
                 raise AssertionError(
                     f"epoch {plan.epoch} failed (try {tries[plan.epoch]}): {exc}\n"
-                    f"{_tail(runner.log_file(plan.epoch))}"
+                    f"{_tail(_log_file(runner, plan.epoch, settings))}"
                 ) from exc
             continue
         journal.note(f"epoch {plan.epoch} {plan.mode} closed {status} at {sum(end.values())}")
@@ -244,15 +264,18 @@ def run_epochs(
 # Not `exclusive`: the offset-lag policy does not depend on how fast this machine is, and the
 # liveness bound (minutes) holds beside another test's Spark job.
 @pytest.mark.parametrize(
-    ("seed", "writer"),
-    [(seed, stream_writer_of(seed)) for seed in SEEDS],
-    ids=[f"{seed}-{stream_writer_of(seed)}" for seed in SEEDS],
+    ("seed", "writer", "runner_name"),
+    [(seed, stream_writer_of(seed), runner_of(seed)) for seed in SEEDS],
+    ids=[f"{seed}-{runner_of(seed)}-{stream_writer_of(seed)}" for seed in SEEDS],
 )
-def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, seed, writer) -> None:
+def test_random_sigkills_during_a_live_cycle_converge_exactly_once(
+    tmp_path, monkeypatch, seed, writer, runner_name
+) -> None:
     rng = random.Random(seed)
     journal = Journal(seed)
-    journal.note(f"streams write with the {writer} stream writer")
-    settings = chaos_settings(tmp_path, writer)
+    journal.note(f"the {runner_name} runner; streams write with the {writer} stream writer")
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    settings = chaos_settings(tmp_path, writer, runner_name)
     log = SegmentLog.create(settings.source, buckets=BUCKETS)
     produce_backlog(
         log,
@@ -275,7 +298,7 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, see
 
     quieter = threading.Thread(target=quiet_after_faults, name="quiet", daemon=True)
     try:
-        with LocalRunner(log_dir=tmp_path / "logs", timeout=240) as runner:
+        with open_runner(settings, log_dir=tmp_path / "logs", timeout=240) as runner:
             producer.start()
             killer.start()
             quieter.start()
@@ -288,7 +311,7 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, see
         print(f"seed {seed}:\n{journal}")  # shown with -rP: what a passing run went through
     except BaseException as exc:
         raise AssertionError(
-            f"random faults, seed {seed}, stream writer {writer} (replay: "
+            f"random faults, seed {seed}, {runner_name} runner, stream writer {writer} (replay: "
             f"MODESWITCH_FAULT_SEEDS={seed}): {exc}\n"
             f"what happened:\n{journal}\njob logs: {tmp_path / 'logs'}"
         ) from exc
@@ -301,6 +324,14 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(tmp_path, see
         for pid in job_groups():  # nothing may outlive the test
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+def _log_file(runner: EpochRunner, epoch: int, settings: PipelineSettings) -> Path | None:
+    """The log of ``epoch``'s job (the local runner's), or the engine's (``open_runner``
+    writes it beside the jobs' logs)."""
+    if isinstance(runner, LocalRunner):
+        return runner.log_file(epoch)
+    return Path(settings.warehouse).parent / "logs" / f"engine-{settings.pipeline}.log"
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:
