@@ -137,8 +137,8 @@ def test_a_reader_takes_exactly_the_rows_of_the_epochs_it_was_told_of(tmp_path: 
     ]
     assert rows_of_events(events) == {
         "epochs": [
-            {"epoch": 1, "mode": "batch", "records": 14, "live": False, "rows": 14},
-            {"epoch": 2, "mode": "stream", "records": 10, "live": False, "rows": 10},
+            {"table": uri, "epoch": 1, "mode": "batch", "records": 14, "live": False, "rows": 14},
+            {"table": uri, "epoch": 2, "mode": "stream", "records": 10, "live": False, "rows": 10},
         ],
         "rows": 24,
     }

@@ -274,6 +274,7 @@ def rows_of_events(
         rows = epoch_rows(event.asset.uri, extra, storage_options=storage_options)
         epochs.append(
             {
+                "table": extra.get("table") or event.asset.uri,
                 "epoch": extra.get("epoch"),
                 "mode": extra.get("mode"),
                 "records": extra.get("records"),
