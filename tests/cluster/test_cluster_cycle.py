@@ -122,3 +122,8 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
     assert f"modeswitch-{PIPELINE}-engine" in names, names
     executors = executor_folders(cluster)
     assert all(executors.values()), executors
+    # Their scratch (fetched jars, shuffle and block files) is under the cluster's own folder,
+    # which its owner removes, not the machine's /tmp, where killed executors left 22 MB each.
+    for folder in cluster.worker_dirs():
+        said = "".join(p.read_text() for p in folder.glob("app-*/*/stderr"))
+        assert f"Created local directory at {folder / 'local'}/" in said, folder

@@ -159,6 +159,12 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         assert waves[0] - 50 <= started_ms, (waves, started_ms)
         os.killpg(standby.process.pid, signal.SIGKILL)
         standby.process.wait(timeout=60)
+        # What the killed JVM left (its local dirs, the libraries it unpacked) is in the
+        # runner's scratch, which the runner removes at its end, not in the machine's /tmp.
+        scratch = runner.scratch.folder
+        assert scratch is not None
+        left = {p.name.split("-")[0] for p in scratch.iterdir()}
+        assert left & {"spark", "blockmgr"}, left  # Spark's local dirs (and its java.io.tmpdir)
 
         log = SegmentLog(settings.source)
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=20_000, first=2_000_000)
@@ -181,6 +187,7 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         unused = runner.standby
         assert unused is not None
     assert unused.process.returncode == 0
+    assert not scratch.exists()
     released = (logs / f"stream-standby-after-epoch-{again.epoch}.log").read_text()
     assert "standby: released without an epoch" in released
     assert_exactly_once(settings)

@@ -23,6 +23,7 @@ from modeswitch.runners.base import EpochKind, EpochRunner, choose_runner
 from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
+from modeswitch.runners.processes import SparkScratch
 from modeswitch.runners.session import DELTA_SPARK_CONF, spark_jars
 from modeswitch.runners.worker_python import python_for
 
@@ -69,7 +70,17 @@ class SparkSubmitRunner:
                 f"the {self.operator.task_id} task was prepared for {prepared}, "
                 f"not {kind} epoch {epoch}"
             )
-        SparkSubmitOperator.execute(self.operator, self.context)
+        scratch = SparkScratch()
+        local = (require_spark_connection(self.operator._conn_id).host or "").startswith("local")
+        saved = self.operator.env_vars
+        if local:  # on a local master the driver and the executors are this machine's JVM
+            self.operator.env_vars = {**scratch.environment(), **(saved or {})}
+            self.operator._hook = None  # built again with them
+        try:
+            SparkSubmitOperator.execute(self.operator, self.context)
+        finally:
+            self.operator.env_vars = saved
+            scratch.remove()  # spark-submit has ended (the provider kills it on a failure)
 
     def alive(self) -> bool:
         return True

@@ -70,8 +70,14 @@ class StandaloneCluster:
     def worker_dirs(self) -> list[Path]:
         return [self.workdir / f"worker-{n}" for n in range(1, self.workers + 1)]
 
-    def _start(self, name: str, arguments: list[str]) -> None:
+    def _start(self, name: str, arguments: list[str], scratch: Path | None = None) -> None:
+        """Start a daemon; ``scratch``: a worker's local folder (its executors' shuffle files
+        and fetched jars), under ``workdir`` rather than the machine's ``/tmp``, so that
+        whoever removes ``workdir`` removes them too, also after a killed executor."""
         home = spark_home()
+        env = {"SPARK_HOME": home, "SPARK_LOG_DIR": str(self.workdir)}
+        if scratch is not None:
+            env["SPARK_LOCAL_DIRS"] = str(scratch)
         output = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (the child's)
         try:
             # The daemons (and so the executors they start) get none of the driver's
@@ -80,7 +86,7 @@ class StandaloneCluster:
             self._processes.append(
                 start_group(
                     ["env", *unset, f"{home}/bin/spark-class", *arguments],
-                    env={"SPARK_HOME": home, "SPARK_LOG_DIR": str(self.workdir)},
+                    env=env,
                     output=output,
                 )
             )
@@ -96,8 +102,11 @@ class StandaloneCluster:
                 folder.mkdir(exist_ok=True)
                 size = ["--cores", str(self.cores), "--memory", self.memory]
                 place = ["--work-dir", str(folder), "--webui-port", str(free_port())]
+                (folder / "local").mkdir(exist_ok=True)
                 self._start(
-                    folder.name, [WORKER, self.master_url, "--host", "127.0.0.1", *size, *place]
+                    folder.name,
+                    [WORKER, self.master_url, "--host", "127.0.0.1", *size, *place],
+                    scratch=folder / "local",
                 )
             self._wait_for_workers()
         except BaseException:

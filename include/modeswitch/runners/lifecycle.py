@@ -467,12 +467,15 @@ def open_runner(
     process group on the local master) and stops."""
     from modeswitch.runners.engine import EngineRunner, start_local_engine
     from modeswitch.runners.local import LocalRunner
+    from modeswitch.runners.processes import SparkScratch
 
     name = choose_runner(settings.engine, airflow=False)
     runner: EpochRunner
+    scratch = SparkScratch()  # the engine's; a LocalRunner keeps its own jobs'
     if name == "engine":
+        engine_env = {**scratch.environment(), **(env or {})}
         runner = EngineRunner(
-            start_local_engine(settings, env=env, log_dir=log_dir), owns_engine=True
+            start_local_engine(settings, env=engine_env, log_dir=log_dir), owns_engine=True
         )
     else:
         runner = LocalRunner(log_dir=log_dir, timeout=timeout, env=env)
@@ -480,6 +483,7 @@ def open_runner(
         yield runner
     finally:
         runner.stop()
+        scratch.remove()
 
 
 UNTIL_CAUGHT_UP = "caught-up"

@@ -21,7 +21,13 @@ from pathlib import Path
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.jobs import job_script, job_spark_conf, standby_request
-from modeswitch.runners.processes import output_to, run_process_group, start_group, wait_group
+from modeswitch.runners.processes import (
+    SparkScratch,
+    output_to,
+    run_process_group,
+    start_group,
+    wait_group,
+)
 from modeswitch.sinks.commits import commits_after, sink_version
 from modeswitch.state import StateStore
 
@@ -247,6 +253,7 @@ class LocalRunner:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         self.timeout = timeout
         self.env = dict(env or {})
+        self.scratch = SparkScratch()
         self.standby: StreamStandby | None = None
         self.logs: dict[int, Path] = {}
         self.handed_over: list[int] = []
@@ -273,8 +280,12 @@ class LocalRunner:
             self._run_batch_with_standby(settings, epoch, log_file)
             return
         run_job_process(
-            kind, settings, epoch, env=self.env, timeout=self.timeout, log_file=log_file
+            kind, settings, epoch, env=self._job_env(), timeout=self.timeout, log_file=log_file
         )
+
+    def _job_env(self) -> dict[str, str]:
+        """The environment of a job this runner starts: its own, with the Spark scratch."""
+        return {**self.scratch.environment(), **self.env}
 
     def _run_batch_with_standby(
         self, settings: PipelineSettings, epoch: int, log_file: Path | None
@@ -284,7 +295,7 @@ class LocalRunner:
         command = job_command("batch", settings, epoch)
         deadline = time.monotonic() + self.timeout
         with output_to(log_file) as output:
-            process = start_group(command, self.env, output)
+            process = start_group(command, self._job_env(), output)
             try:
                 watch = BatchEndWatch(settings, epoch)
                 # One standby per batch epoch at most (one that dies is not restarted here).
@@ -313,7 +324,7 @@ class LocalRunner:
         log_file = (
             self.log_dir / f"stream-standby-after-epoch-{after}.log" if self.log_dir else None
         )
-        self.standby = StreamStandby(settings, env=self.env, log_file=log_file)
+        self.standby = StreamStandby(settings, env=self._job_env(), log_file=log_file)
         log.info(
             "stream job started in standby alongside batch epoch %d (expected to end in %s s)",
             after,
@@ -329,8 +340,10 @@ class LocalRunner:
         return True
 
     def stop(self) -> None:
-        """Release a standby that is still waiting."""
+        """Release a standby that is still waiting, and remove the Spark scratch of the jobs
+        (what killed ones left there)."""
         self.close()
+        self.scratch.remove()
 
     def close(self) -> None:
         """Release a standby that is still waiting."""
@@ -342,4 +355,4 @@ class LocalRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.stop()

@@ -92,3 +92,39 @@ def run_process_group(
     """
     with output_to(log_file) as output:
         return wait_group(start_group(command, env, output), timeout)
+
+
+class SparkScratch:
+    """A folder for the Spark processes a runner starts: their local dirs (``spark-*``,
+    ``blockmgr-*``: fetched files, shuffle and block files) and their driver JVM's
+    ``java.io.tmpdir`` (native libraries it unpacks, ``artifacts-*``), instead of the
+    machine's ``/tmp``. Spark removes its folders when a JVM stops cleanly; a SIGKILLed job
+    leaves them, and here whoever started it removes them with :meth:`remove`. Made when
+    first asked for; the environment's own ``SPARK_LOCAL_DIRS`` and a ``java.io.tmpdir`` in
+    its ``SPARK_SUBMIT_OPTS`` win."""
+
+    def __init__(self, prefix: str = "modeswitch-spark-") -> None:
+        self.prefix = prefix
+        self.folder: Path | None = None
+
+    def environment(self) -> dict[str, str]:
+        """What to add to a child's environment (spark-submit reads both)."""
+        import tempfile
+
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix=self.prefix))
+        env = {}
+        if not os.environ.get("SPARK_LOCAL_DIRS"):
+            env["SPARK_LOCAL_DIRS"] = str(self.folder)
+        options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        if "java.io.tmpdir" not in options:
+            env["SPARK_SUBMIT_OPTS"] = f"{options} -Djava.io.tmpdir={self.folder}".strip()
+        return env
+
+    def remove(self) -> None:
+        """Remove the folder and whatever the processes left in it; stop them first."""
+        import shutil
+
+        folder, self.folder = self.folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
