@@ -365,3 +365,20 @@ def _audit_log_entries() -> list:
     with create_session() as session:
         query = select(Log).where(Log.event == "modeswitch_command").order_by(Log.id)
         return list(session.scalars(query))
+
+
+def test_another_pipeline_is_read_where_the_warehouse_puts_it(
+    client, pipeline, monkeypatch
+) -> None:
+    """Locations set as Variables are the Variables' pipeline's: another pipeline chosen on
+    the page is read from its own tables, not from those."""
+    http, token = client
+    warehouse = Path(pipeline["warehouse"])
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_STATE_ROOT", str(warehouse / "_modeswitch/orders"))
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_SINK", str(warehouse / "orders"))
+    viewer = token("viewer")
+    mine = http.get("/modeswitch/api/status?rows=1", headers=viewer).json()
+    assert mine["decisions"][0]["decided_by"] == "test"
+    other = http.get("/modeswitch/api/status?pipeline=refunds&rows=1", headers=viewer).json()
+    assert other["decisions"][0]["decided_by"] == "test-other"
+    assert other["sink"] == str(warehouse / "refunds")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +52,18 @@ Layers = list[tuple[str, Any]]
 
 MAX_BUCKET_LIMIT = 1000
 """The most buckets one status answer pages (without ``bucket_limit``: all of them)."""
+
+DERIVED_LOCATIONS = ("sink", "quarantine", "state_root", "checkpoint_root")
+"""The settings derived from the warehouse and the pipeline when they are left empty."""
+
+
+def _without_locations(layer: Any) -> Any:
+    """A settings layer without :data:`DERIVED_LOCATIONS` (a mapping's keys; other layers
+    as they are)."""
+    if not isinstance(layer, Mapping):
+        return layer
+    return {key: value for key, value in layer.items() if key not in DERIVED_LOCATIONS}
+
 
 CONTROL_DAG_ID = "modeswitch_control"
 """The DAG whose runs queue commands; the page's actions require leave to trigger it."""
@@ -125,7 +137,12 @@ def create_app(
                 raise HTTPException(
                     404, f"pipeline {pipeline!r}: no control tables in {settings.warehouse}"
                 )
-            chosen = [*chosen, ("page:", {"pipeline": pipeline})]
+            # Another pipeline's tables are where the warehouse puts them: locations set for
+            # the Variables' own pipeline (its sink, state root, ...) are not this one's.
+            chosen = [
+                *((origin, _without_locations(layer)) for origin, layer in chosen),
+                ("page:", {"pipeline": pipeline}),
+            ]
             settings = layer_settings(*chosen)
         return settings, setting_origins(*chosen)
 
