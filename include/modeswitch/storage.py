@@ -109,6 +109,15 @@ def remove_tree(location: str) -> None:
         fs.delete_dir(path)
 
 
+def local_path(location: str) -> str:
+    """The absolute path of a local location: a path, or a ``file:`` URI
+    (``file:///data/t``, ``file:/data/t``); for :func:`is_local` locations only."""
+    path = location[len("file:") :] if location.lower().startswith("file:") else location
+    if path.startswith("//"):
+        path = path[2:]
+    return absolute_location(path)
+
+
 def is_local(location: str) -> bool:
     """Whether a path or URI is on the local filesystem (no scheme, or ``file:``)."""
     return "://" not in location or location.lower().startswith("file:")

@@ -40,7 +40,7 @@ from urllib.parse import quote, unquote
 
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import event_time_from_micros
-from modeswitch.storage import absolute_location, is_local
+from modeswitch.storage import is_local, local_path
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,7 @@ def table_uri(location: str) -> str:
     """The URI naming the Delta table at ``location``: ``file://`` and the absolute path for a
     local folder, the location itself for an object store's (``s3://...``, ``abfss://...``)."""
     if is_local(location):
-        path = location[len("file:") :] if location.lower().startswith("file:") else location
-        if path.startswith("//"):
-            path = path[2:]
-        return "file://" + quote(absolute_location(path))
+        return "file://" + quote(local_path(location))
     return location
 
 

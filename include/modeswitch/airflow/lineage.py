@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from modeswitch.control.locations import KafkaLocation, is_kafka_source
-from modeswitch.storage import absolute_location, is_local
+from modeswitch.storage import is_local, local_path
 
 if TYPE_CHECKING:
     from modeswitch.control.settings import PipelineSettings
@@ -40,10 +40,7 @@ def dataset_name(location: str) -> tuple[str, str]:
     """The OpenLineage ``(namespace, name)`` of a table or log at ``location`` (a local path,
     a ``file:`` URI or an object store's URI)."""
     if is_local(location):
-        path = location[len("file:") :] if location.lower().startswith("file:") else location
-        if path.startswith("//"):
-            path = path[2:]
-        return "file", absolute_location(path)
+        return "file", local_path(location)
     parts = urlsplit(location)
     return f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/") or "/"
 
