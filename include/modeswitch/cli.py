@@ -172,6 +172,12 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         help="refresh every EVERY (default 5s) until Ctrl-C",
     )
     p.add_argument("--rows", type=int, default=20, help="epochs, decisions, commands shown")
+    p.add_argument(
+        "--buckets",
+        type=int,
+        default=50,
+        help="past this many buckets, show the worst-lagging ones and a summary (0: all)",
+    )
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -192,6 +198,8 @@ def _status(args: argparse.Namespace) -> int:
         raise ModeswitchError("status: give --config FILE, or --pipeline (and --warehouse)")
     if args.rows < 1:
         raise ModeswitchError(f"status: --rows {args.rows} must be at least 1")
+    if args.buckets < 0:
+        raise ModeswitchError(f"status: --buckets {args.buckets} must be 0 (all) or more")
     layers = [
         (f"config file {args.config}:", read_settings_file(args.config) if args.config else None),
         ("command line:", given),
@@ -206,7 +214,7 @@ def _status(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(status(), indent=1))
         else:
-            console.print(render_status(status()))
+            console.print(render_status(status(), buckets=args.buckets))
         return 0
     every = parse_duration(args.watch, setting="--watch").total_seconds()
     stop = StopFlag()
@@ -215,9 +223,11 @@ def _status(args: argparse.Namespace) -> int:
             print(json.dumps(status()), flush=True)
             if stop.wait(every):
                 return 0
-    with Live(render_status(status()), console=console, auto_refresh=False) as live:
+    with Live(
+        render_status(status(), buckets=args.buckets), console=console, auto_refresh=False
+    ) as live:
         while not stop.wait(every):
-            live.update(render_status(status()), refresh=True)
+            live.update(render_status(status(), buckets=args.buckets), refresh=True)
     return 0
 
 

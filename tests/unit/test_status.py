@@ -324,3 +324,24 @@ def test_a_paused_pipeline_shows_as_paused(layers: list) -> None:
     status = pipeline_status(settings)
     assert status["mode"]["mode"] == "paused"
     assert status["decisions"][0]["mode"] == "paused"
+
+
+def test_the_terminal_shows_the_worst_lagging_of_many_buckets(capsys) -> None:
+    many = [
+        {**FIXED["buckets"][1], "bucket": b, "committed": 5000 - (b % 7), "offset_lag": 100 + b % 7}
+        for b in range(1000)
+    ]
+    summary = {"total": 1000, "lagging": 1000, "offset_lag": sum(b["offset_lag"] for b in many)}
+    status = {**FIXED, "buckets": many, "bucket_summary": summary}
+    text = rendered(status, 160)
+    assert "the 50 worst-lagging of 1,000 (1,000 lagging," in text
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(render_status(status))
+    table = out.getvalue().split("worst-lagging", 1)[1].split("epochs, newest first")[0]
+    rows = [int(line.split()[0]) for line in table.splitlines() if line.split()[:1] != []
+            and line.split()[0].isdigit()]  # fmt: skip
+    assert len(rows) == 50 and all(b % 7 == 6 for b in rows)  # the lag of 106, the worst
+    assert rows == sorted(rows)
+    everything = io.StringIO()
+    Console(file=everything, width=160, color_system=None).print(render_status(status, buckets=0))
+    assert "worst-lagging" not in everything.getvalue()

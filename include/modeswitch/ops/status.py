@@ -130,7 +130,7 @@ def pipeline_status(
         event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
     buckets = _buckets(store, current, committed, latest, event_times, now)
     if bucket_order == "lag":
-        buckets.sort(key=_lag_first)
+        buckets.sort(key=lag_first)
     end = None if bucket_limit is None else bucket_offset + bucket_limit
     shown_epochs = _with_quarantine(
         _epochs(epochs, store)[-rows:][::-1], settings, committed, storage_options
@@ -337,7 +337,7 @@ def _buckets(
     return out
 
 
-def _lag_first(bucket: Mapping[str, Any]) -> tuple[float, float, int]:
+def lag_first(bucket: Mapping[str, Any]) -> tuple[float, float, int]:
     """Sort key: the largest offset lag first, then the largest event-time lag (all the
     source's lags are unknown when it cannot answer), then by number."""
     return (
@@ -353,7 +353,7 @@ def _bucket_summary(
     """What all ``buckets`` add up to, and which of them the status shows."""
     lags = [b["offset_lag"] for b in buckets if b["offset_lag"] is not None]
     known = len(lags) == len(buckets) and bool(buckets)
-    worst = min(buckets, key=_lag_first) if known else None
+    worst = min(buckets, key=lag_first) if known else None
     finished = [b["finished"] for b in buckets if b["finished"] is not None]
     event_lags = [b["event_time_lag_seconds"] for b in buckets]
     return {

@@ -11,16 +11,23 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from modeswitch.ops.status import lag_first
+
 MODE_STYLES = {"batch": "bold yellow", "stream": "bold green", "paused": "bold red"}
 
 
-def render_status(status: Mapping[str, Any]) -> Group:
+SHOWN_BUCKETS = 50
+"""Past this many buckets the terminal shows the worst-lagging ones and a summary of all."""
+
+
+def render_status(status: Mapping[str, Any], *, buckets: int = SHOWN_BUCKETS) -> Group:
     """The status as a group of rich renderables, top to bottom: now, next, buckets, epochs,
-    decisions, commands."""
+    decisions, commands. Past ``buckets`` buckets (0: never) only the ``buckets``
+    worst-lagging are rows, under a line that sums up all of them."""
     return Group(
         _now(status),
         _next(status),
-        _buckets(status),
+        _buckets(status, buckets),
         _epochs(status),
         _quarantine_reasons(status),
         _decisions(status),
@@ -92,13 +99,24 @@ def _next(status: Mapping[str, Any]) -> Table | Text:
     return table
 
 
-def _buckets(status: Mapping[str, Any]) -> Table:
-    table = Table(title="buckets", box=box.SIMPLE_HEAD, title_justify="left")
+def _buckets(status: Mapping[str, Any], shown: int) -> Table:
+    rows = list(status["buckets"])
+    title = "buckets"
+    if shown and len(rows) > shown:
+        rows = sorted(rows, key=lag_first)[:shown]
+        summary = status.get("bucket_summary") or {}
+        lagging, behind = summary.get("lagging"), summary.get("offset_lag")
+        title = (
+            f"buckets: the {shown} worst-lagging of {len(status['buckets']):,}"
+            + ("" if lagging is None else f" ({lagging:,} lagging, {_count(behind)} behind)")
+            + "; --buckets 0 shows all"
+        )
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("bucket", "committed", "boundary", "latest", "offset lag", "event lag", "done"):
         table.add_column(name, justify="right")
-    lags = [b["offset_lag"] or 0 for b in status["buckets"]]
+    lags = [b["offset_lag"] or 0 for b in rows]
     worst = max(lags, default=0)
-    for bucket in status["buckets"]:
+    for bucket in rows:
         lag = bucket["offset_lag"]
         style = "bold red" if worst and lag == worst else None
         done = {True: "yes", False: "no", None: "-"}[bucket["finished"]]
