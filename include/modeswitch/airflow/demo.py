@@ -107,7 +107,7 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
 def _consume(env: dict[str, str], root: Path, console: Console) -> None:
     """A run of the downstream DAG on the sink's Asset (``dag.test()``, in a child): it reads
     the rows of every epoch the sink's Asset has an event for, through the events' extras."""
-    console.rule(f"3. {CONSUMER_DAG_ID}: each epoch through the sink's Asset")
+    console.rule(f"the downstream DAG {CONSUMER_DAG_ID}: each epoch through the sink's Asset")
     run_log = root / "logs" / "airflow-consumer.log"
     result = root / "logs" / "consumer.json"
     code = run_process_group(
