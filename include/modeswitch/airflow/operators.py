@@ -70,17 +70,7 @@ class SparkSubmitRunner:
                 f"the {self.operator.task_id} task was prepared for {prepared}, "
                 f"not {kind} epoch {epoch}"
             )
-        scratch = SparkScratch()
-        local = (require_spark_connection(self.operator._conn_id).host or "").startswith("local")
-        saved = self.operator.env_vars
-        if local:  # on a local master the driver and the executors are this machine's JVM
-            self.operator.env_vars = {**scratch.environment(), **(saved or {})}
-            self.operator._hook = None  # built again with them
-        try:
-            SparkSubmitOperator.execute(self.operator, self.context)
-        finally:
-            self.operator.env_vars = saved
-            scratch.remove()  # spark-submit has ended (the provider kills it on a failure)
+        self.operator.submit(self.context)
 
     def alive(self) -> bool:
         return True
@@ -115,12 +105,31 @@ class EpochJobOperator(SparkSubmitOperator):
         settings = self.prepare(plan or {})
         self._lineage_settings = settings
         if self.kind == "backfill":
-            super().execute(context)
+            self.submit(context)
             return
         runner = self.epoch_runner(plan, settings, context)
         runner.run(self.kind, settings, int(plan["epoch"]))  # type: ignore[arg-type]
 
     _lineage_settings: PipelineSettings | None = None
+    _master = ""  # the Spark connection's master, lower case (set by prepare)
+
+    def submit(self, context: Any) -> None:
+        """The prepared job through the Spark provider's ``SparkSubmitOperator.execute``. On
+        a local master, where the driver and the executors are this machine's JVM, its Spark
+        scratch (:class:`~modeswitch.runners.processes.SparkScratch`) is a folder removed
+        when spark-submit has ended, failed or not (the provider kills it on a failure)."""
+        if not self._master.startswith("local"):
+            SparkSubmitOperator.execute(self, context)
+            return
+        scratch = SparkScratch()
+        saved = self.env_vars
+        self.env_vars = {**scratch.environment(), **(saved or {})}
+        self._hook = None  # built again with them
+        try:
+            SparkSubmitOperator.execute(self, context)
+        finally:
+            self.env_vars = saved
+            scratch.remove()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What the task read and wrote, for Airflow's OpenLineage provider
@@ -210,7 +219,7 @@ class EpochJobOperator(SparkSubmitOperator):
         spark = require_spark_connection(self._conn_id)
         settings = PipelineSettings.from_json(plan["settings"])
         storage_env = connection_storage_environment(settings)
-        master = (spark.host or "").lower()
+        master = self._master = (spark.host or "").lower()
         if storage_env and (master.startswith("yarn") or master.startswith("k8s")):
             raise ConfigError(
                 f"storage_connection: spark-submit to {spark.host!r} would put the storage "

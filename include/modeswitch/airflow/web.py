@@ -39,7 +39,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
-from modeswitch.control.settings import PipelineSettings, layer_settings, setting_origins
+from modeswitch.control.settings import (
+    DERIVED_LOCATIONS,
+    PipelineSettings,
+    layer_settings,
+    setting_origins,
+)
 from modeswitch.errors import ConfigError, ModeswitchError
 
 log = logging.getLogger(__name__)
@@ -52,9 +57,6 @@ Layers = list[tuple[str, Any]]
 
 MAX_BUCKET_LIMIT = 1000
 """The most buckets one status answer pages (without ``bucket_limit``: all of them)."""
-
-DERIVED_LOCATIONS = ("sink", "quarantine", "state_root", "checkpoint_root")
-"""The settings derived from the warehouse and the pipeline when they are left empty."""
 
 
 def _without_locations(layer: Any) -> Any:

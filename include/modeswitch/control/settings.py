@@ -359,6 +359,11 @@ def _ddl_schema(value: str) -> str | None:
     return None
 
 
+DERIVED_LOCATIONS = ("sink", "quarantine", "state_root", "checkpoint_root")
+"""The location settings that, left empty, are derived from ``warehouse`` and ``pipeline``
+(:class:`PipelineSettings`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class PipelineSettings:
     """Everything one pipeline run needs, validated in one place.
