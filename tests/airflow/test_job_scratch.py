@@ -61,3 +61,20 @@ def test_a_job_on_a_cluster_gets_no_local_scratch(tmp_path, monkeypatch) -> None
     )
     SparkSubmitRunner(job, {}).run("batch", settings, 4)
     assert "SPARK_LOCAL_DIRS" not in seen  # the cluster's executors have their own
+
+
+def test_a_local_backfill_job_has_its_scratch_removed_too(tmp_path, monkeypatch) -> None:
+    settings = PipelineSettings.from_mapping(
+        {"source": str(tmp_path / "log"), "warehouse": str(tmp_path / "warehouse")}
+    )
+    plan = {"pipeline": settings.pipeline, "command": 3, "window": ["a", "b"]}
+    plan["settings"] = settings.to_json()
+    seen: dict[str, str] = {}
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    monkeypatch.setattr(
+        SparkSubmitOperator, "execute", lambda operator, context: seen.update(operator.env_vars)
+    )
+    job = EpochJobOperator(task_id="backfill", kind="backfill")
+    job.execute({"ti": type("TI", (), {"xcom_pull": lambda self, task_ids: plan})()})
+    assert "--command" in job.application_args
+    assert not os.path.exists(seen["SPARK_LOCAL_DIRS"])
