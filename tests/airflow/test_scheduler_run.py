@@ -78,6 +78,10 @@ DAG_IDS = (
     "modeswitch_example_live_consumer",
     "modeswitch_lag_alerts",
 )
+UNPAUSED_FIRST = (
+    "^modeswitch_(pipeline|control|lag_watch|example_consumer|example_live_consumer|lag_alerts)$"
+)
+"""Every DAG but the backfill DAG, unpaused once parsed."""
 RECORDS = 20_000
 LIVE_RECORDS = 600
 """Produced after the first epoch: the next epochs commit them, and the sink's live Asset has
@@ -189,7 +193,11 @@ def sources(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
-    yield from _airflow(sources)
+    # Every DAG is paused when first parsed; the test unpauses the backfill DAG only once the
+    # pipeline has committed its first epoch. Its scheduled run (yesterday's fill) is refused
+    # while the pipeline has committed nothing, and stop 46's CI saw the first epoch outlast
+    # that run and its retry.
+    yield from _airflow(sources, paused_at_creation=True)
 
 
 @pytest.fixture
@@ -205,11 +213,13 @@ def _airflow(
     database: PostgresServer | None = None,
     *,
     supervise: bool = False,
+    paused_at_creation: bool = False,
     **settings: str,
 ) -> Iterator[RunningAirflow]:
     """The four components on SQLite, or on ``database``. ``supervise``: each component is
     started again when it exits, as a deployment's process supervisor (systemd, Kubernetes)
-    does; their output goes on in the same file."""
+    does; their output goes on in the same file. ``paused_at_creation``: Airflow's own
+    default; the test unpauses what it runs."""
     tmp = sources["tmp"]
     home, dags = tmp / "airflow", tmp / "dags"
     home.mkdir()
@@ -243,7 +253,7 @@ def _airflow(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused_at_creation),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__CORE__AUTH_MANAGER": (
             "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
@@ -380,6 +390,7 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
         ),
         240,
     )
+    airflow.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes", UNPAUSED_FIRST)
 
     # The sensor defers to the triggerer while the offset lag (50 records) is below 500.
     airflow.cli(
@@ -493,6 +504,7 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
     assert first.end == first.boundary
     assert sum(first.end.values()) == RECORDS
     epoch_done = time.monotonic() - started
+    airflow.cli("dags", "unpause", "modeswitch_backfill")
 
     # The closed epoch was an event on the sink's Asset: the scheduler ran the downstream DAG
     # scheduled on it, which read exactly the epoch's rows from the sink.

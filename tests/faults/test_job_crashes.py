@@ -163,8 +163,11 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         # runner's scratch, which the runner removes at its end, not in the machine's /tmp.
         scratch = runner.scratch.folder
         assert scratch is not None
+        # How far the standby got before the kill decides what: Spark's local dirs (``spark-``,
+        # ``blockmgr-``) or only the native libraries unpacked into its java.io.tmpdir
+        # (``liblz4``: stop 46's CI killed it that early).
         left = {p.name.split("-")[0] for p in scratch.iterdir()}
-        assert left & {"spark", "blockmgr"}, left  # Spark's local dirs (and its java.io.tmpdir)
+        assert left & {"spark", "blockmgr", "liblz4", "snappy"}, left
 
         log = SegmentLog(settings.source)
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=20_000, first=2_000_000)
