@@ -32,6 +32,9 @@ def pipeline_env(airflow_db, tmp_path: Path):
         "pipeline": "aftest",
         "source": str(tmp_path / "log"),
         "warehouse": str(tmp_path / "warehouse"),
+        # The spark-submit per epoch (the default on YARN, Kubernetes, cluster deploy mode);
+        # tests/airflow/test_warm_engine.py runs the default here, the warm engine.
+        "engine": "submit",
         "trigger_interval": "500ms",
         "max_stream_runtime": "10m",
         "min_time_in_stream": "0s",

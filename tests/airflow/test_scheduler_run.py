@@ -244,6 +244,9 @@ def _airflow(
         "trigger_interval": "500ms",
         "storage_connection": "lake",
         "asset_event_interval": "5s",
+        # A spark-submit per epoch under the real scheduler (the default on YARN, Kubernetes,
+        # cluster deploy mode; tests/airflow/test_warm_engine.py runs the default, the engine).
+        "engine": "submit",
         **settings,
     }
     env = {

@@ -41,6 +41,9 @@ def pipeline_env(airflow_db, tmp_path: Path):
         "pipeline": PIPELINE,
         "source": str(tmp_path / "log"),
         "warehouse": str(tmp_path / "warehouse"),
+        # The spark-submit per epoch (the default on YARN, Kubernetes, cluster deploy mode);
+        # tests/airflow/test_warm_engine.py runs the default here, the warm engine.
+        "engine": "submit",
         "trigger_interval": "500ms",
         "max_records_per_trigger": "5000",
         # Each try's stream stops on the test's command; this only bounds a broken run.

@@ -1,4 +1,5 @@
-"""``dag.test()`` of the pipeline DAG with the ``engine`` setting ``warm``: the epoch tasks hand
+"""``dag.test()`` of the pipeline DAG with the ``engine`` setting's default (``auto``: the warm
+engine on a local master under the LocalExecutor): the epoch tasks hand
 their epochs to one long-lived Spark application (``jobs/engine.py``, started by the first task
 with spark-submit on ``spark_default``). Batch -> stream -> batch -> stream in one engine,
 each handoff exact and every record once; the engine SIGKILLed (its whole process group)
@@ -47,7 +48,7 @@ def warm_env(airflow_db, tmp_path: Path):
         "pipeline": PIPELINE,
         "source": str(tmp_path / "log"),
         "warehouse": str(tmp_path / "warehouse"),
-        "engine": "warm",
+        # No engine setting: the default chooses the engine here (the batch task starts one).
         "trigger_interval": "500ms",
         "max_records_per_trigger": "5000",
         "max_stream_runtime": "150s",  # each stream is stopped by the test's command
@@ -94,13 +95,14 @@ def run_stream_until(
         try:
             deadline = time.monotonic() + WAIT
             while not done.is_set() and time.monotonic() < deadline:
-                streams = [c for c in sink_commits(settings.sink, PIPELINE) if c.mode == "stream"]
+                commits = sink_commits(settings.sink, settings.pipeline)
+                streams = [c for c in commits if c.mode == "stream"]
                 if len({c.epoch for c in streams}) and len(streams) >= 2:
                     break
                 time.sleep(0.2)
             during()
             while not done.is_set() and time.monotonic() < deadline:
-                if committed_offsets(settings.sink, PIPELINE) == target:
+                if committed_offsets(settings.sink, settings.pipeline) == target:
                     break
                 time.sleep(0.2)
         except BaseException as exc:

@@ -252,14 +252,15 @@ def test_stream_standby_is_a_switch_on_by_default() -> None:
         PipelineSettings(stream_standby=1)
 
 
-def test_the_engine_is_submit_by_default_warm_on_request_and_nothing_else() -> None:
+def test_the_engine_is_auto_by_default_warm_or_submit_on_request_and_nothing_else() -> None:
     from modeswitch.control.settings import PipelineSettings
 
-    assert PipelineSettings().engine == "submit"
-    settings = PipelineSettings.from_mapping({"engine": " Warm "})
-    assert settings.engine == "warm"
-    assert PipelineSettings.from_json(settings.to_json()) == settings
-    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of submit, warm"):
+    assert PipelineSettings().engine == "auto"
+    for given, engine in ((" Warm ", "warm"), ("SUBMIT", "submit")):
+        settings = PipelineSettings.from_mapping({"engine": given})
+        assert settings.engine == engine
+        assert PipelineSettings.from_json(settings.to_json()) == settings
+    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of auto, submit, warm"):
         PipelineSettings.from_mapping({"engine": "hot"})
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,7 @@ from modeswitch.runners.engine import (
     ensure_engine,
     live_engine,
     run_on_engine,
+    stop_engines_in,
 )
 from modeswitch.runners.engine_server import Engine, _Server
 
@@ -298,3 +300,55 @@ def test_the_command_line_tells_whether_an_engine_runs_and_stops_it(
         served.close()
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def _sleeping_engine(folder: Path, pipeline: str) -> subprocess.Popen:
+    """A process in its own group standing in for a pipeline's engine, its address file in
+    ``folder`` (as the engine writes it)."""
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    address = EngineAddress(pipeline, "/state", sleeper.pid, sleeper.pid, "127.0.0.1", 9, "t")
+    address.write(folder / f"{pipeline}-0123456789ab.json")
+    return sleeper
+
+
+def test_every_engine_of_a_folder_is_stopped(tmp_path: Path) -> None:
+    folder = tmp_path / "engines"
+    sleepers = [_sleeping_engine(folder, name) for name in ("a", "b")]
+    try:
+        assert stop_engines_in(folder, grace=5) == ["a", "b"]
+        assert all(s.wait(10) is not None for s in sleepers)
+        assert list(folder.iterdir()) == []
+        assert stop_engines_in(folder) == [] and stop_engines_in(tmp_path / "none") == []
+    finally:
+        for sleeper in sleepers:
+            if sleeper.poll() is None:
+                sleeper.kill()
+
+
+def test_make_airflow_stops_the_engines_its_tasks_started_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``modeswitch.airflow.local.standalone`` (``make airflow``): its tasks get an engine
+    folder under its home, and every engine there is stopped when Airflow is."""
+    from modeswitch.airflow import local
+
+    home = tmp_path / "airflow"
+    started: dict[str, Any] = {}
+
+    def start_airflow(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+        # What a task of this Airflow does: start its pipeline's engine in the folder it got.
+        started["engine"] = _sleeping_engine(Path(env[ENGINE_DIR_ENV]), "demo")
+        return subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+
+    monkeypatch.setattr(local, "migrate", lambda env: None)
+    monkeypatch.setattr(local, "start_group", start_airflow)
+    assert local.standalone(home) == 0
+    engine = started["engine"]
+    try:
+        assert engine.wait(10) is not None
+        assert list((home / "engines").iterdir()) == []
+    finally:
+        if engine.poll() is None:
+            engine.kill()

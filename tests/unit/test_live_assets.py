@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pendulum
 import pytest
+from fault_tools import commit_to_sink
 
 from modeswitch.airflow.assets import event_extra, live_sink_asset, rows_of_events, table_uri
 from modeswitch.airflow.triggers import SinkProgressTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.state import StateStore
-from tests.fault_tools import commit_to_sink
 
 pytestmark = pytest.mark.unit
 

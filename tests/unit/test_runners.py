@@ -15,7 +15,7 @@ import pytest
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners import engine as engine_client
-from modeswitch.runners.base import choose_runner
+from modeswitch.runners.base import choose_runner, runner_choice
 from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, EngineRunner, engine_file
 from modeswitch.runners.engine_server import Engine, _Server
 from modeswitch.runners.lifecycle import open_runner
@@ -42,8 +42,48 @@ def test_the_engine_in_cluster_deploy_mode_is_refused_naming_both() -> None:
 
 
 def test_an_unknown_engine_is_refused_naming_it() -> None:
-    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of submit, warm"):
+    with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of auto, submit, warm"):
         choose_runner("hot", airflow=False)
+
+
+def test_auto_is_the_default_and_the_engine_on_a_local_or_standalone_master() -> None:
+    assert PipelineSettings.from_mapping({"pipeline": "p", "source": "/s"}).engine == "auto"
+    assert choose_runner("auto", airflow=False) == "engine"  # modeswitch run: the local master
+    for master in ("local[*]", "local", "spark://127.0.0.1:7077", "spark://a:7077,b:7077"):
+        for executor in ("LocalExecutor", "", "airflow.executors.local_executor.LocalExecutor"):
+            name, why = runner_choice(
+                "auto", airflow=True, deploy_mode="client", master=master, executor=executor
+            )
+            assert name == "engine", (master, executor, why)
+            assert why.startswith("engine = auto: the pipeline's warm engine"), why
+    assert choose_runner("auto", airflow=True, master="local[2]", deploy_mode=None) == "engine"
+
+
+@pytest.mark.parametrize(
+    ("master", "deploy_mode", "executor", "because"),
+    [
+        ("spark://m:7077", "cluster", "LocalExecutor", "cluster deploy mode"),
+        ("yarn", "client", "LocalExecutor", "master 'yarn'"),
+        ("k8s://https://api:6443", None, "LocalExecutor", "master 'k8s://https://api:6443'"),
+        ("local[*]", None, "CeleryExecutor", "executor CeleryExecutor may run tasks"),
+        (
+            "local[*]",
+            None,
+            "LocalExecutor,k8s:airflow.providers.cncf.kubernetes.executors."
+            "kubernetes_executor.KubernetesExecutor",
+            "executor KubernetesExecutor may run tasks",
+        ),
+    ],
+)
+def test_auto_is_a_job_per_epoch_where_the_engine_does_not_fit_and_says_why(
+    master: str, deploy_mode: str | None, executor: str, because: str
+) -> None:
+    name, why = runner_choice(
+        "auto", airflow=True, deploy_mode=deploy_mode, master=master, executor=executor
+    )
+    assert name == "submit"
+    assert why.startswith("engine = auto: a job per epoch, not the warm engine: "), why
+    assert because in why, why
 
 
 @pytest.fixture
@@ -59,10 +99,11 @@ def _with(settings: PipelineSettings, **changes: str) -> PipelineSettings:
 
 
 def test_open_runner_gives_the_runner_the_engine_setting_chooses(settings) -> None:
-    with open_runner(settings) as runner:
+    with open_runner(_with(settings, engine="submit")) as runner:
         assert isinstance(runner, LocalRunner)
-    with open_runner(_with(settings, engine="warm")) as runner:
-        assert isinstance(runner, EngineRunner) and runner.owns_engine
+    for engine in ("warm", "auto"):
+        with open_runner(_with(settings, engine=engine)) as runner:
+            assert isinstance(runner, EngineRunner) and runner.owns_engine
 
 
 class FakeEngine:

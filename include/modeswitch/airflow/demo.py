@@ -51,10 +51,10 @@ BURST_AFTER_SECONDS = 20.0
 # at 10 minutes.
 AIRFLOW_DEMO_SETTINGS = {
     **DEMO_SETTINGS,
-    # The epochs run in the pipeline's warm engine (modeswitch.runners.engine), started by the first
-    # epoch task and stopped at the demo's end; MODESWITCH_DEMO_ENGINE=submit runs each epoch
-    # as its own spark-submit job instead.
-    "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "warm"),
+    # The epochs run in the pipeline's warm engine (modeswitch.runners.engine: the default,
+    # auto, on the local master), started by the first epoch task and stopped at the demo's
+    # end; MODESWITCH_DEMO_ENGINE=submit runs each epoch as its own spark-submit job instead.
+    "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "auto"),
     "offset_lag_threshold": "100000",
     "watermark_lag_threshold": "10m",
     # The last stream: the run's 20 s param with spark-submit, this with the warm engine

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modeswitch.airflow.settings import variable_name
+from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.jobs import JOBS
 from modeswitch.runners.processes import start_group, stop_group
 
@@ -63,8 +64,11 @@ def migrate(env: Mapping[str, str]) -> None:
 
 def standalone(home: str | Path) -> int:
     """``airflow standalone`` with this repo's DAGs, in its own process group; Ctrl-C (or
-    SIGTERM) stops the whole group, so no scheduler, triggerer or API server is left behind."""
-    env = {**os.environ, **airflow_environment(home)}
+    SIGTERM) stops the whole group, so no scheduler, triggerer or API server is left behind,
+    and then every warm engine its tasks started (they outlive tasks by design, in process
+    groups of their own): their address files are under ``home``/engines."""
+    engines = Path(home).resolve() / "engines"
+    env = {**os.environ, **airflow_environment(home), ENGINE_DIR_ENV: str(engines)}
     migrate(env)
     process = start_group([str(Path(sys.executable).parent / "airflow"), "standalone"], env)
 
@@ -78,6 +82,8 @@ def standalone(home: str | Path) -> int:
         return 0
     finally:
         stop_group(process, grace=20)
+        for pipeline in stop_engines_in(engines):
+            print(f"stopped the warm engine of pipeline {pipeline!r}")
 
 
 if __name__ == "__main__":  # python -m modeswitch.airflow.local [HOME]

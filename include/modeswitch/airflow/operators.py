@@ -19,7 +19,7 @@ from modeswitch.airflow.settings import (
 from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.runners.base import EpochKind, EpochRunner, choose_runner
+from modeswitch.runners.base import EpochKind, EpochRunner, runner_choice
 from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
@@ -42,6 +42,13 @@ def require_spark_connection(conn_id: str) -> Any:
             f"target YARN. Define it, e.g. AIRFLOW_CONN_{conn_id.upper()}="
             '\'{"conn_type": "spark", "host": "local[*]"}\''
         ) from exc
+
+
+def airflow_executor() -> str:
+    """Airflow's ``[core] executor`` as this task's process sees it (empty if unset)."""
+    from airflow.sdk.configuration import conf
+
+    return conf.get("core", "executor", fallback="") or ""
 
 
 def job_environment() -> dict[str, str]:
@@ -142,11 +149,18 @@ class EpochJobOperator(SparkSubmitOperator):
     def epoch_runner(
         self, plan: Mapping[str, Any], settings: PipelineSettings, context: Any
     ) -> EpochRunner:
-        """The runner the settings choose for this task (:func:`choose_runner`): a
-        spark-submit of this task's job, or the pipeline's warm engine, started here with this
-        task's connection, conf and environment if none runs (or if the one that runs, idle,
-        has other credentials than this task's). The engine outlives the task."""
-        name = choose_runner(settings.engine, airflow=True, deploy_mode=self._deploy_mode_used())
+        """The runner the settings choose for this task (:func:`runner_choice`, said in the
+        log): a spark-submit of this task's job, or the pipeline's warm engine, started here
+        with this task's connection, conf and environment if none runs (or if the one that
+        runs, idle, has other credentials than this task's). The engine outlives the task."""
+        name, why = runner_choice(
+            settings.engine,
+            airflow=True,
+            deploy_mode=self._deploy_mode_used(),
+            master=self._master,
+            executor=airflow_executor(),
+        )
+        self.log.info("%s epoch %s: %s", self.kind, plan.get("epoch"), why)
         if name == "engine":
             return EngineRunner(
                 lambda path: self.start_engine(plan, settings, path),

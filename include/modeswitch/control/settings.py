@@ -311,7 +311,7 @@ BatchWriter = Literal["native", "python"]
 StreamWriter = Literal["python", "delta_spark"]
 BatchReader = Literal["arrow", "bucketlog", "native"]
 StartFrom = Literal["earliest", "latest"]
-Engine = Literal["submit", "warm"]
+Engine = Literal["auto", "submit", "warm"]
 STREAM_TRIGGERS: tuple[str, ...] = get_args(StreamTrigger)
 BATCH_WRITERS: tuple[str, ...] = get_args(BatchWriter)
 STREAM_WRITERS: tuple[str, ...] = get_args(StreamWriter)
@@ -640,12 +640,15 @@ class PipelineSettings:
     )
     # The engine: modeswitch.runners.engine.
     engine: Engine = setting(
-        "submit",
+        "auto",
         parse=parse_choice,
-        doc="`submit`: under Airflow each epoch is its own `spark-submit` job, under "
-        "`modeswitch run` a child process; `warm` hands every epoch to the pipeline's "
-        'long-lived engine, one Spark application that runs them all ("The warm engine" '
-        "above), under Airflow and `modeswitch run` alike. `make demo` uses `warm`",
+        doc="`warm` hands every epoch to the pipeline's long-lived engine, one Spark application "
+        'that runs them all ("The warm engine" above), under Airflow and `modeswitch run` '
+        "alike; `submit`: under Airflow each epoch is its own `spark-submit` job, under "
+        "`modeswitch run` a child process; `auto`: `warm` on a local or standalone master in "
+        "client deploy mode with an executor that runs tasks on one host (LocalExecutor) and "
+        "under `modeswitch run`, else `submit` (cluster deploy mode, YARN, Kubernetes, Celery): "
+        "the task's log says which and why",
     )
     policy: PolicySettings = PolicySettings()
     planner: PlannerSettings = PlannerSettings()

@@ -47,6 +47,9 @@ BURST_AFTER_SECONDS = 25.0
 # back for well over a minute, longer than the enter threshold plus the dwell.
 DEMO_SETTINGS = {
     "pipeline": "demo",
+    # `modeswitch demo` (make demo-local) shows the local runner: a child process per epoch,
+    # each stream handed to a job started in standby. `make demo` shows the engine.
+    "engine": "submit",
     # The demo's events, parsed by the default transform (transform = "value_schema").
     "value_schema": EVENT_VALUE_SCHEMA,
     "trigger_interval": "500ms",

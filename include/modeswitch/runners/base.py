@@ -13,8 +13,9 @@ There are three, each usable under Airflow and from ``modeswitch run``:
 - ``local``: each epoch's job a child process of this one, with the stream standby
   (:class:`modeswitch.runners.local.LocalRunner`).
 
-:func:`choose_runner` makes the choice, a pure function of the ``engine`` setting, whether the
-caller is an Airflow task and the Spark connection's deploy mode. The epoch lifecycle around
+:func:`runner_choice` makes the choice, a pure function of the ``engine`` setting, whether the
+caller is an Airflow task, the Spark connection's master and deploy mode and Airflow's
+executor. The epoch lifecycle around
 a runner (decide, run, close) is :func:`modeswitch.runners.lifecycle.run_one_epoch`.
 """
 
@@ -45,16 +46,51 @@ class EpochRunner(Protocol):
         ...
 
 
-def choose_runner(engine: str, *, airflow: bool, deploy_mode: str | None = None) -> RunnerName:
-    """The runner for the ``engine`` setting (``submit`` or ``warm``).
+LOCAL_EXECUTORS = ("LocalExecutor", "SequentialExecutor", "DebugExecutor")
+"""Airflow executors that run every task on the scheduler's host: the only ones under which
+``engine = auto`` chooses the warm engine."""
+
+
+def choose_runner(
+    engine: str,
+    *,
+    airflow: bool,
+    deploy_mode: str | None = None,
+    master: str | None = None,
+    executor: str | None = None,
+) -> RunnerName:
+    """The runner for the ``engine`` setting; see :func:`runner_choice`."""
+    return runner_choice(
+        engine, airflow=airflow, deploy_mode=deploy_mode, master=master, executor=executor
+    )[0]
+
+
+def runner_choice(
+    engine: str,
+    *,
+    airflow: bool,
+    deploy_mode: str | None = None,
+    master: str | None = None,
+    executor: str | None = None,
+) -> tuple[RunnerName, str]:
+    """The runner for the ``engine`` setting (``auto``, ``submit`` or ``warm``) and why, in
+    words for the task's log.
 
     - ``warm``: the warm engine, whose driver must run beside the task that talks to it: a
       Spark connection in ``cluster`` deploy mode is refused, naming both.
     - ``submit``: under Airflow a spark-submit per epoch; without Airflow (``modeswitch run``,
       the demo) a child process per epoch on the local master.
+    - ``auto`` (the default): ``warm`` wherever the engine works as designed, ``submit``
+      where it does not (:func:`_why_not_warm`: cluster deploy mode, a YARN or Kubernetes
+      master, an Airflow executor that runs tasks on other hosts). ``modeswitch run`` always
+      runs on the local master: the engine.
+
+    ``master`` is the Spark connection's (under Airflow), ``executor`` Airflow's
+    ``[core] executor``.
     """
     if engine not in ENGINES:
         raise ConfigError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
+    per_epoch: RunnerName = "submit" if airflow else "local"
     if engine == "warm":
         if deploy_mode == "cluster":
             raise ConfigError(
@@ -62,5 +98,45 @@ def choose_runner(engine: str, *, airflow: bool, deploy_mode: str | None = None)
                 "(client deploy mode); the Spark connection submits in cluster mode: set "
                 "engine to 'submit' or the connection's deploy-mode to 'client'"
             )
-        return "engine"
-    return "submit" if airflow else "local"
+        return "engine", "engine = warm: the pipeline's warm engine"
+    if engine == "submit":
+        return per_epoch, "engine = submit: a job per epoch"
+    why_not = _why_not_warm(deploy_mode=deploy_mode, master=master, executor=executor)
+    if why_not:
+        return per_epoch, f"engine = auto: a job per epoch, not the warm engine: {why_not}"
+    where = f"master {master}" if master else "the local master"
+    return "engine", f"engine = auto: the pipeline's warm engine ({where}, driver beside the tasks)"
+
+
+def _why_not_warm(
+    *, deploy_mode: str | None, master: str | None, executor: str | None
+) -> str | None:
+    """Why ``auto`` does not choose the warm engine here, or None where it does."""
+    if deploy_mode == "cluster":
+        return (
+            "the Spark connection submits in cluster deploy mode, so an engine's driver would "
+            "not run beside the tasks that talk to it on loopback"
+        )
+    cluster_manager = (master or "").lower()
+    if cluster_manager.startswith(("yarn", "k8s://")):
+        return (
+            f"master {master!r}: an application that never ends would hold the cluster "
+            "manager's executors between epochs (set engine = warm to have it anyway)"
+        )
+    remote = [name for name in _executor_names(executor) if name not in LOCAL_EXECUTORS]
+    if remote:
+        return (
+            f"Airflow's executor {', '.join(remote)} may run tasks on other hosts, and each host "
+            "would start an engine of its own (tasks find the engine through a file on theirs)"
+        )
+    return None
+
+
+def _executor_names(executor: str | None) -> list[str]:
+    """The class names in Airflow's ``[core] executor`` (a list, each maybe ``alias:path``)."""
+    names = []
+    for entry in (executor or "").split(","):
+        entry = entry.strip().rsplit(":", 1)[-1].strip()
+        if entry:
+            names.append(entry.rsplit(".", 1)[-1])
+    return names

@@ -251,7 +251,22 @@ def stop_engine(settings: PipelineSettings, *, grace: float = 20.0) -> bool:
     """Stop the pipeline's engine: SIGTERM to its driver, which stops its session (and so its
     JVM) and exits; then, after at most ``grace`` seconds, SIGKILL to its whole process group,
     whatever is left. Returns whether there was one."""
-    path = engine_file(settings)
+    return _stop_engine_at(engine_file(settings), grace)
+
+
+def stop_engines_in(folder: str | Path, *, grace: float = 20.0) -> list[str]:
+    """Stop every engine whose address file is in ``folder`` (as :func:`stop_engine`): what a
+    deployment that set ``MODESWITCH_ENGINE_DIR`` for its tasks does when it stops (``make
+    airflow``). Returns the pipelines stopped."""
+    stopped = []
+    for path in sorted(Path(folder).glob("*.json")):
+        address = EngineAddress.read(path)
+        if address is not None and _stop_engine_at(path, grace):
+            stopped.append(address.pipeline)
+    return stopped
+
+
+def _stop_engine_at(path: Path, grace: float) -> bool:
     address = EngineAddress.read(path)
     if address is None:
         return False

@@ -48,7 +48,7 @@ from modeswitch.errors import (
     RewindRefusedError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_json
-from modeswitch.runners.base import EpochRunner, choose_runner
+from modeswitch.runners.base import EpochRunner, runner_choice
 from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
 from modeswitch.sinks.features import check_tables
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
@@ -461,7 +461,7 @@ def open_runner(
     timeout: float = 1800,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[EpochRunner]:
-    """The runner the settings choose outside Airflow (:func:`choose_runner`), stopped at
+    """The runner the settings choose outside Airflow (:func:`runner_choice`), stopped at
     the end of the block: a :class:`~modeswitch.runners.local.LocalRunner`, or an
     :class:`~modeswitch.runners.engine.EngineRunner` whose engine this block starts (a child
     process group on the local master) and stops."""
@@ -469,7 +469,8 @@ def open_runner(
     from modeswitch.runners.local import LocalRunner
     from modeswitch.runners.processes import SparkScratch
 
-    name = choose_runner(settings.engine, airflow=False)
+    name, why = runner_choice(settings.engine, airflow=False)
+    log.info("pipeline %s: %s", settings.pipeline, why)
     runner: EpochRunner
     scratch = SparkScratch()  # the engine's; a LocalRunner keeps its own jobs'
     if name == "engine":

@@ -1,0 +1,194 @@
+"""Benchmark: the handoff under ``make airflow`` with the default settings, the README's path
+into Airflow (the real scheduler, triggerer and API server of ``airflow standalone``).
+
+    .venv/bin/python bench/bench_airflow_handoff.py [--rounds 3] [--records 1000000]
+        [--json FILE] [--workdir DIR]
+
+Each round starts ``python -m modeswitch.airflow.local HOME`` (what ``make airflow`` runs) in
+a process group of its own, with only ``source`` and ``warehouse`` set (Variables, as a user
+points the pipeline at their data): every other setting is its default, the engine too
+(``auto``). The source is the demo's skewed backlog of ``--records`` in 16 buckets with its
+live producer. The round unpauses ``modeswitch_pipeline`` (as a user does in the UI) and
+waits for its first batch → stream handoff; then it queues ``switch_to_batch`` (the page's
+button) and appends a burst of ``--records`` / 4, and waits for the second handoff. Then it
+stops ``make airflow`` as Ctrl-C does (SIGTERM to its leader) and checks that no process of
+the round is left, the engine included.
+
+A handoff is a batch's last sink commit to the next stream's first (commitInfo timestamps in
+the sink's Delta log). Reported with the runner the tasks chose (their logs say it), the
+time from the unpause to the first commit, and medians with the spread, for
+docs/BENCHMARKS.md. Target (issue 36): every handoff <= 3 s, the first included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from modeswitch.airflow.local import airflow_environment
+from modeswitch.airflow.tasks import submit_control_command
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.demo import demo_sources
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.processes import start_group, stop_group
+from modeswitch.sinks.commits import sink_commits
+
+AIRFLOW = Path(sys.executable).parent / "airflow"
+
+
+def _handoffs(settings: PipelineSettings) -> list[tuple[float, str]]:
+    """Each batch → stream handoff in the sink's log: seconds, and when (the stream's commit)."""
+    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
+    return [
+        ((after.committed_at_ms - before.committed_at_ms) / 1000, str(after.committed_at_ms))
+        for before, after in itertools.pairwise(commits)
+        if (before.mode, after.mode) == ("batch", "stream")
+    ]
+
+
+def _wait(what: str, check, timeout: float, leader: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if leader.poll() is not None:
+            raise SystemExit(f"make airflow exited ({leader.returncode}) while waiting for {what}")
+        found = check()
+        if found:
+            return found
+        time.sleep(1)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _runner_choices(home: Path) -> list[str]:
+    """What the epoch tasks' logs say about the runner they chose."""
+    said = set()
+    for log in (home / "logs").rglob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if "engine = " in line:
+                start = line.index("engine = ")
+                said.add(line[start : line.index('"', start) if '"' in line[start:] else None])
+    return sorted(said)
+
+
+def one_round(root: Path, records: int, console: Console) -> dict:
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    home = root / "airflow"
+    variables = {"source": str(root / "log"), "warehouse": str(root / "warehouse")}
+    settings = PipelineSettings.from_mapping(variables)
+    env = {
+        **os.environ,
+        **airflow_environment(home, variables=variables),
+        "AIRFLOW__API__PORT": os.environ.get("BENCH_AIRFLOW_PORT", "28793"),
+    }
+    with demo_sources(settings, records=records, buckets=16, console=console) as log:
+        with open(root / "make-airflow.log", "wb") as out:
+            leader = start_group(
+                [sys.executable, "-m", "modeswitch.airflow.local", str(home)], env, out
+            )
+        try:
+            _wait(
+                "the pipeline DAG to be parsed",
+                lambda: (
+                    subprocess.run(
+                        [str(AIRFLOW), "dags", "unpause", "modeswitch_pipeline"],
+                        env=env,
+                        capture_output=True,
+                    ).returncode
+                    == 0
+                ),
+                300,
+                leader,
+            )
+            unpaused = time.time()
+            console.print("modeswitch_pipeline unpaused")
+            first = _wait("the first handoff", lambda: _handoffs(settings), 600, leader)
+            first_commit_s = (
+                min(c.committed_at_ms for c in sink_commits(settings.sink, settings.pipeline))
+                / 1000
+                - unpaused
+            )
+            console.print(f"handoff 1: {first[0][0]:.1f} s")
+            submit_control_command(
+                {"command": "switch_to_batch", "note": "bench"}, settings=settings
+            )
+            burst = EventGenerator(seed=11, buckets=16, skew="zipf:1.1")
+            produce_backlog(log, burst, records=records // 4, first=50_000_000)
+            second = _wait("the second handoff", lambda: _handoffs(settings)[1:], 900, leader)
+            console.print(f"handoff 2: {second[0][0]:.1f} s")
+        finally:
+            leader.send_signal(15)  # Ctrl-C's way: standalone stops Airflow, then the engines
+            try:
+                leader.wait(120)
+            finally:
+                stop_group(leader, grace=5)
+    left = [
+        p.pid
+        for p in psutil.process_iter(["environ"])
+        if (p.info["environ"] or {}).get("AIRFLOW_HOME") == str(home.resolve())
+    ]
+    return {
+        "runner": "; ".join(_runner_choices(home)),
+        "first_commit_after_unpause_s": round(first_commit_s, 1),
+        "handoff_1_s": first[0][0],
+        "handoff_2_s": second[0][0],
+        "processes_left": left,
+    }
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--json", help="write every round's figures here")
+    parser.add_argument("--workdir", help="keep the rounds (logs, tables) here")
+    args = parser.parse_args(argv)
+    console = Console()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-airflow-handoff-"))
+    results = []
+    try:
+        for number in range(args.rounds):
+            result = one_round(work / f"round-{number}", args.records, console)
+            console.print(result)
+            results.append(result)
+            if args.json:
+                Path(args.json).write_text(json.dumps(results, indent=1))
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    table = Table(title=f"make airflow, default settings (s), medians of {args.rounds} (spread)")
+    for column in ("first commit after unpause", "handoff 1", "handoff 2"):
+        table.add_column(column)
+    table.add_row(
+        *(
+            spread([r[k] for r in results])
+            for k in ("first_commit_after_unpause_s", "handoff_1_s", "handoff_2_s")
+        )
+    )
+    console.print(table)
+    console.print("runners chosen:", sorted({r["runner"] for r in results}))
+    leaks = [r["processes_left"] for r in results if r["processes_left"]]
+    if leaks:
+        console.print(f"[red]processes left after make airflow stopped: {leaks}[/red]")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
