@@ -9,8 +9,8 @@ a process group of its own, with only ``source`` and ``warehouse`` set (Variable
 points the pipeline at their data): every other setting is its default, the engine too
 (``auto``). The source is the demo's skewed backlog of ``--records`` in 16 buckets with its
 live producer. The round unpauses ``modeswitch_pipeline`` (as a user does in the UI) and
-waits for its first batch → stream handoff; then it queues ``switch_to_batch`` (the page's
-button) and appends a burst of ``--records`` / 4, and waits for the second handoff. Then it
+waits for its first batch → stream handoff; then it appends a burst of ``--records`` / 4 and
+queues ``switch_to_batch`` (the page's button), and waits for the second handoff. Then it
 stops ``make airflow`` as Ctrl-C does (SIGTERM to its leader) and checks that no process of
 the round is left, the engine included.
 
@@ -23,10 +23,12 @@ docs/BENCHMARKS.md. Target (issue 36): every handoff <= 3 s, the first included.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -71,6 +73,20 @@ def _wait(what: str, check, timeout: float, leader: subprocess.Popen):
     raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def _paused(database: Path) -> bool | None:
+    """Whether the pipeline DAG is paused (None: not parsed yet), from the metadata DB."""
+    if not database.exists():
+        return None
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        try:
+            rows = db.execute(
+                "SELECT is_paused FROM dag WHERE dag_id = 'modeswitch_pipeline'"
+            ).fetchall()
+        except sqlite3.OperationalError:  # the tables are not there yet
+            return None
+    return bool(rows[0][0]) if rows else None
+
+
 def _runner_choices(home: Path) -> list[str]:
     """What the epoch tasks' logs say about the runner they chose."""
     said = set()
@@ -91,27 +107,28 @@ def one_round(root: Path, records: int, console: Console) -> dict:
     env = {
         **os.environ,
         **airflow_environment(home, variables=variables),
-        "AIRFLOW__API__PORT": os.environ.get("BENCH_AIRFLOW_PORT", "28793"),
     }
+    port = os.environ.get("BENCH_AIRFLOW_PORT")  # make airflow's own: 8080
+    if port:
+        env["AIRFLOW__API__PORT"] = port
+        env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"http://localhost:{port}/execution/"
     with demo_sources(settings, records=records, buckets=16, console=console) as log:
         with open(root / "make-airflow.log", "wb") as out:
             leader = start_group(
                 [sys.executable, "-m", "modeswitch.airflow.local", str(home)], env, out
             )
         try:
+            database = home / "airflow.db"
             _wait(
-                "the pipeline DAG to be parsed",
-                lambda: (
-                    subprocess.run(
-                        [str(AIRFLOW), "dags", "unpause", "modeswitch_pipeline"],
-                        env=env,
-                        capture_output=True,
-                    ).returncode
-                    == 0
-                ),
-                300,
-                leader,
+                "the pipeline DAG to be parsed", lambda: _paused(database) is not None, 300, leader
             )
+            subprocess.run(
+                [str(AIRFLOW), "dags", "unpause", "modeswitch_pipeline"],
+                env=env,
+                capture_output=True,
+                check=True,
+            )
+            assert _paused(database) is False
             unpaused = time.time()
             console.print("modeswitch_pipeline unpaused")
             first = _wait("the first handoff", lambda: _handoffs(settings), 600, leader)
@@ -121,11 +138,11 @@ def one_round(root: Path, records: int, console: Console) -> dict:
                 - unpaused
             )
             console.print(f"handoff 1: {first[0][0]:.1f} s")
+            burst = EventGenerator(seed=11, buckets=16, skew="zipf:1.1")
+            produce_backlog(log, burst, records=records // 4, first=50_000_000)
             submit_control_command(
                 {"command": "switch_to_batch", "note": "bench"}, settings=settings
             )
-            burst = EventGenerator(seed=11, buckets=16, skew="zipf:1.1")
-            produce_backlog(log, burst, records=records // 4, first=50_000_000)
             second = _wait("the second handoff", lambda: _handoffs(settings)[1:], 900, leader)
             console.print(f"handoff 2: {second[0][0]:.1f} s")
         finally:

@@ -149,6 +149,46 @@ def test_a_batch_is_told_done_only_once_the_engines_handoff_queued_its_stream(
         served.close()
 
 
+def test_a_stream_that_ended_before_its_task_came_is_done_not_run_again(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine hands batch 1 over to stream 2, which stops by itself (a command, its
+    policy) before the next DAG run's task comes for it: that task is told it is done, and
+    the stream does not run again. bench/bench_airflow_handoff.py found it: a switch_to_batch
+    queued right after the handoff stopped the stream, then the same stream ran again for its
+    whole max_stream_runtime. An epoch whose run failed runs again when asked (a retry)."""
+    ran: list[tuple[str, int]] = []
+
+    def runner(kind, spark, epoch, s):
+        ran.append((kind, epoch))
+        if epoch == 3:
+            raise FencedError("epoch 3 is fenced out")
+
+    served = Served(settings, runner)
+    served.engine.handoff = True
+    monkeypatch.setattr(served.engine, "_hand_off", lambda batch_epoch, _s: batch_epoch + 1)
+    config = settings.to_json()
+    try:
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+        run_on_engine(served.address, "batch", 1, config)
+        worker.join(10)
+        assert served.engine.run_next(timeout=5) is not None  # stream 2, no task attached
+        assert served.engine.running() is None
+        # The next DAG run's task; were it queued again, this worker would run it.
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=2))
+        run_on_engine(served.address, "stream", 2, config)
+        worker.join(10)
+        assert ran == [("batch", 1), ("stream", 2)] and not served.engine.pending()
+        for _ in range(2):
+            worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+            with pytest.raises(ModeswitchError, match="fenced"):
+                run_on_engine(served.address, "stream", 3, config)
+            worker.join(10)
+        assert ran[2:] == [("stream", 3), ("stream", 3)]
+    finally:
+        served.close()
+
+
 ENGINE_PROCESS = """
 import sys, threading, time
 from pathlib import Path

@@ -33,6 +33,10 @@ from modeswitch.runners.engine import (
 
 log = logging.getLogger(__name__)
 
+ENDED_KEPT = 16
+"""Epochs that ran to their end, remembered so that a task that comes for one after its end
+is told it is done (:meth:`Engine.submit`); epoch ids only grow, so a few suffice."""
+
 
 class Engine:
     """Runs one epoch at a time in one session; a ``run`` of the running epoch attaches.
@@ -56,6 +60,7 @@ class Engine:
         self._runner = runner or _run_epoch
         self._lock = threading.Lock()
         self._running: tuple[str, int, Future] | None = None
+        self._ended: dict[tuple[str, int], Future] = {}  # the last epochs that ran to their end
         self._queue: queue.Queue[tuple[str, int, PipelineSettings, Future]] = queue.Queue()
 
     def running(self) -> tuple[str, int] | None:
@@ -65,7 +70,15 @@ class Engine:
             return self._running[0], self._running[1]
 
     def submit(self, kind: str, epoch: int, config: str) -> Future:
+        """Run ``kind`` epoch ``epoch``, or attach to it: while it runs, and once it has run
+        to its end here (a stream the engine handed a batch over to may stop, on a command or
+        its policy, before the next DAG run's task comes for it; running it again would lose
+        why it stopped). An epoch whose run failed runs again (a task's retry)."""
         with self._lock:
+            ended = self._ended.get((kind, epoch))
+            if ended is not None:
+                log.info("engine: %s epoch %d already ran to its end here", kind, epoch)
+                return ended
             if self._running is not None and not self._running[2].done():
                 running_kind, running_epoch, future = self._running
                 if (running_kind, running_epoch) == (kind, epoch):
@@ -107,6 +120,9 @@ class Engine:
             return kind, settings
         stream = self._hand_off(epoch, settings) if kind == "batch" and self.handoff else None
         with self._lock:
+            self._ended[(kind, epoch)] = future
+            while len(self._ended) > ENDED_KEPT:
+                del self._ended[next(iter(self._ended))]
             if stream is not None:
                 log.info("engine: handing off to stream epoch %d at once", stream)
                 self._enqueue("stream", stream, settings)
