@@ -24,12 +24,19 @@ def test_the_newest_of_several_switches_decides_and_all_are_applied() -> None:
     assert applied == [4, 5]
 
 
-def test_a_pause_decides_and_a_later_resume_is_applied_without_deciding() -> None:
+def test_a_pause_decides_and_a_later_resume_lifts_it() -> None:
     assert operator_override([(2, "pause")]) == (OperatorCommand("pause", "#2"), [2])
     command, applied = operator_override([(2, "pause"), (3, "resume")])
-    assert command == OperatorCommand("pause", "#2")  # the resume lifts nothing by itself
+    assert command == OperatorCommand("resume", "#3")  # the newest: paused, then running
     assert applied == [2, 3]
-    assert operator_override([(3, "resume")]) == (None, [3])
+    assert operator_override([(3, "resume")]) == (OperatorCommand("resume", "#3"), [3])
+
+
+def test_a_command_the_stream_applied_at_its_stop_decides_unless_a_newer_one_is_pending() -> None:
+    carried = OperatorCommand("force_batch", "#5, which stopped the stream")
+    assert operator_override([], carried=carried) == (carried, [])
+    command, applied = operator_override([(6, "switch_to_stream")], carried=carried)
+    assert command == OperatorCommand("force_stream", "#6") and applied == [6]
 
 
 def test_a_rewind_is_not_decides_business() -> None:

@@ -427,9 +427,27 @@ def test_operator_commands_override_and_record_the_reason():
     )
     assert paused.mode == "paused"
 
-    resumed = decide_mode(observe(T0 + MIN, 60 * MIN), settings=SETTINGS, previous=paused.state)
+    # Paused until a resume comes, whatever the signals.
+    held = decide_mode(observe(T0 + MIN, 60 * MIN), settings=SETTINGS, previous=paused.state)
+    assert (held.mode, held.switched) == ("paused", False)
+    assert held.reason == "paused by an operator's command until a resume"
+
+    resumed = decide_mode(
+        observe(T0 + MIN, 60 * MIN),
+        settings=SETTINGS,
+        previous=held.state,
+        command=OperatorCommand("resume", "#9"),
+    )
     assert resumed.mode == "batch"
-    assert "resumed after pause" in resumed.reason
+    assert "resumed after pause (#9)" in resumed.reason
+    # A resume with nothing paused leaves the policy to decide as it would.
+    running = decide_mode(
+        observe(T0 + MIN, 60 * MIN),
+        settings=SETTINGS,
+        previous=resumed.state,
+        command=OperatorCommand("resume"),
+    )
+    assert running.mode == "batch" and "backlog" in running.reason
 
 
 def test_unknown_command_is_refused():

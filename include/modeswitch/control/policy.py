@@ -45,7 +45,7 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 log = logging.getLogger(__name__)
 
 Mode = Literal["batch", "stream", "paused"]
-CommandAction = Literal["force_batch", "force_stream", "pause"]
+CommandAction = Literal["force_batch", "force_stream", "pause", "resume"]
 WatermarkState = Literal["defined", "undefined", "idle"]
 
 _COMMAND_MODES: dict[str, Mode] = {
@@ -53,6 +53,8 @@ _COMMAND_MODES: dict[str, Mode] = {
     "force_stream": "stream",
     "pause": "paused",
 }
+RESUME = "resume"
+"""The command that lifts a pause: the policy decides again. Nothing else does."""
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,9 @@ class OperatorCommand:
     note: str = ""
 
     def __post_init__(self) -> None:
-        if self.action not in _COMMAND_MODES:
-            raise ConfigError(
-                f"command: {self.action!r} is not one of {', '.join(sorted(_COMMAND_MODES))}"
-            )
+        if self.action not in (*_COMMAND_MODES, RESUME):
+            actions = ", ".join(sorted((*_COMMAND_MODES, RESUME)))
+            raise ConfigError(f"command: {self.action!r} is not one of {actions}")
 
 
 @dataclass(frozen=True)
@@ -403,13 +404,15 @@ def decide_mode(
     """The mode to run now: the one function the Airflow ``decide`` task and the stream job
     both call. Pure: everything it uses is in its arguments, and it is all in the result.
 
-    1. A ``command`` decides, whatever the signals (``pause`` gives mode ``"paused"``).
-    2. With no previous state, or after a pause: batch if the enter condition (backlog signal
-       and watermark lag above ``enter_threshold``) holds now, else stream. No dwell: there is
-       nothing to flap from.
-    3. In stream: switch to batch once the enter condition has held for ``enter_dwell``
+    1. A ``command`` decides, whatever the signals (``pause`` gives mode ``"paused"``); a
+       ``resume`` lifts a pause and leaves the choice to the rules below.
+    2. Paused, the pipeline stays paused until a ``resume`` (or another command) comes.
+    3. With no previous state, or resumed after a pause: batch if the enter condition
+       (backlog signal and watermark lag above ``enter_threshold``) holds now, else stream.
+       No dwell: there is nothing to flap from.
+    4. In stream: switch to batch once the enter condition has held for ``enter_dwell``
        and the stream has run for ``min_time_in_stream``.
-    4. In batch: switch to stream once the backlog is drained (no strategy says backlog, so
+    5. In batch: switch to stream once the backlog is drained (no strategy says backlog, so
        the epoch's boundary is reached), watermark lag is at most ``exit_threshold`` and the
        batch mode has lasted ``min_time_in_batch``.
 
@@ -489,18 +492,20 @@ def _choose(
 ) -> tuple[Mode, str]:
     now = obs.now
     backlog = combined.backlog is True
-    if command is not None:
-        note = f" ({command.note})" if command.note else ""
+    note = f" ({command.note})" if command is not None and command.note else ""
+    if command is not None and command.action != RESUME:
         policy_view = "backlog" if backlog else "no backlog"
         return (
             _COMMAND_MODES[command.action],
             f"operator command {command.action}{note} overrides the policy "
             f"(signals: {policy_view}; {combined.reason})",
         )
+    if previous is not None and previous.mode == "paused" and command is None:
+        return "paused", "paused by an operator's command until a resume"
 
     enter = settings.enter_threshold
     if previous is None or previous.mode == "paused":
-        start = "first decision" if previous is None else "resumed after pause"
+        start = "first decision" if previous is None else f"resumed after pause{note}"
         if backlog_since is not None:
             return "batch", f"{start}: backlog ({combined.reason})"
         if backlog:

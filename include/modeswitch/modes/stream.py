@@ -60,6 +60,7 @@ from modeswitch.sinks.options import sink_options
 from modeswitch.sources import log_type, open_log
 from modeswitch.sources.spark_kafka import read_stream
 from modeswitch.state import Epoch, StateStore
+from modeswitch.state.records import STREAM_EXIT
 from modeswitch.storage import is_local, remove_tree
 from modeswitch.transforms import pipeline_reader_options, pipeline_transform
 
@@ -409,7 +410,7 @@ def run_stream_epoch(
         start_json,
         point.sequence_base,
     )
-    reason, next_mode, command_id = "", "stream", None
+    reason, next_mode, command_id, command_action = "", "stream", None, None
     commands_checked: datetime | None = None
     try:
         deadline = started_at + settings.max_stream_runtime
@@ -433,7 +434,7 @@ def run_stream_epoch(
                 if action is None:
                     reason += " (left pending: decide applies it before the next epoch)"
                 else:
-                    command_id = stop_id
+                    command_id, command_action = stop_id, action
                     decision = supervisor.evaluate(OperatorCommand(action, f"#{stop_id}"))
                     next_mode = decision.mode
                 break
@@ -469,14 +470,18 @@ def run_stream_epoch(
     end = {**epoch.start, **store.committed_offsets()}
     if command_id is not None:
         store.apply_command(command_id, epoch_id, end)
-    # The exit itself is a decision: close_epoch reads its reason.
+    # The exit itself is a decision: close_epoch reads its reason, and the next decide the
+    # command it applied (modeswitch.runners.lifecycle.carried_command).
+    inputs = {"end": offsets_to_dict(end), "state": supervisor.state.to_record(), "mode": next_mode}
+    if command_id is not None:
+        inputs["command"] = {"id": command_id, "action": command_action}
     store.record_decision(
         "batch" if next_mode == "batch" else "stream",
         f"stream stopped: {reason}",
-        {"end": offsets_to_dict(end), "state": supervisor.state.to_record()},
+        inputs,
         switched=next_mode != "stream",
         epoch=epoch_id,
-        decided_by="stream-exit",
+        decided_by=STREAM_EXIT,
     )
     log.info("stream epoch %d stopped: %s; end offsets %s", epoch_id, reason, end)
     return StreamRunReport(

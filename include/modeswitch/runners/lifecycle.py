@@ -54,7 +54,7 @@ from modeswitch.sinks.features import check_tables
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
 from modeswitch.state import StateStore
-from modeswitch.state.records import RecordedDecision
+from modeswitch.state.records import STREAM_EXIT, RecordedDecision
 
 log = logging.getLogger(__name__)
 
@@ -81,30 +81,48 @@ class EpochPlan:
 
 
 def operator_override(
-    pending: Sequence[tuple[int, str]], force_mode: ForceMode = "auto"
+    pending: Sequence[tuple[int, str]],
+    force_mode: ForceMode = "auto",
+    carried: OperatorCommand | None = None,
 ) -> tuple[OperatorCommand | None, list[int]]:
     """What overrides the policy at a ``decide``, and which commands it applies.
 
-    ``pending`` are the pending commands as ``(id, kind)``, oldest first. Each switch or
-    pause command is applied when the epoch opens, and the newest of them decides (an operator
-    who asked for batch, then stream, wants stream); a ``resume`` is applied and decides
-    nothing (the policy decides: a pause is lifted by deciding again); a ``rewind`` is not
-    this function's (:func:`apply_rewinds` applies it before). A ``force_mode`` other than
-    ``auto`` (a run param) wins over every command, which are still applied. Returns the
-    override for :func:`~modeswitch.control.policy.decide_mode` (None: the policy decides) and the
-    ids of the commands applied.
+    ``carried`` is a command the last stream applied when it stopped for it
+    (:func:`carried_command`): it decides this once, as if it were still pending.
+    ``pending`` are the pending commands as ``(id, kind)``, oldest first. Each switch, pause
+    or resume command is applied when the epoch opens (or the decision is made), and the
+    newest of them decides (an operator who asked for batch, then stream, wants stream; a
+    pause then a resume, running); a ``resume`` lifts a pause and leaves the choice to the
+    policy; a ``rewind`` is not this function's (:func:`apply_rewinds` applies it before).
+    A ``force_mode`` other than ``auto`` (a run param) wins over every command, which are
+    still applied. Returns the override for :func:`~modeswitch.control.policy.decide_mode`
+    (None: the policy decides) and the ids of the commands applied.
     """
-    command = None
+    command = carried
     applied: list[int] = []
     for command_id, kind in pending:
         if kind in _COMMAND_OVERRIDES:
             command = OperatorCommand(_COMMAND_OVERRIDES[kind], f"#{command_id}")
             applied.append(command_id)
         elif kind == "resume":
+            command = OperatorCommand("resume", f"#{command_id}")
             applied.append(command_id)
     if force_mode != "auto":
         command = OperatorCommand(f"force_{force_mode}", "run param force_mode")
     return command, applied
+
+
+def carried_command(decision: RecordedDecision | None) -> OperatorCommand | None:
+    """The command a stream applied when it stopped for it, if that stop is the newest
+    decision: ``switch_to_batch`` stops the stream so that a batch epoch runs next, and the
+    policy alone would not choose one when its signals see no backlog (a stream that keeps
+    up), so the next ``decide`` applies it as the override, once."""
+    if decision is None or decision.decided_by != STREAM_EXIT:
+        return None
+    command = decision.inputs.get("command")
+    if not command or command.get("action") not in ("force_batch", "pause"):
+        return None
+    return OperatorCommand(command["action"], f"#{command['id']}, which stopped the stream")
 
 
 def previous_state(store: StateStore) -> PolicyState | None:
@@ -292,7 +310,8 @@ def decide(
     if dry_run:
         committed = {**committed, **applied_end(rewinds)}
     pending = [(c.id, c.kind) for c in store.pending_commands()]
-    command, applied = operator_override(pending, force_mode)
+    carried = carried_command(store.latest_decision())
+    command, applied = operator_override(pending, force_mode, carried)
     decision: Decision = decide_mode(
         observation, settings=settings.policy, previous=previous_state(store), command=command
     )

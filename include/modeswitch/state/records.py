@@ -34,6 +34,9 @@ EPOCH_STATUSES: tuple[str, ...] = get_args(EpochStatus)
 CLOSED_EPOCH_STATUSES: tuple[str, ...] = tuple(s for s in EPOCH_STATUSES if s != "running")
 SPLIT_STATUSES: tuple[str, ...] = get_args(SplitStatus)
 COMMAND_KINDS: tuple[str, ...] = get_args(CommandKind)
+STREAM_EXIT = "stream-exit"
+"""``decided_by`` of the decision a stream records when it stops (its reason, its end, and
+the command it applied, if one stopped it)."""
 RUN_KINDS: tuple[str, ...] = ("backfill", "maintain")
 """Kinds that are not queued for a pipeline but record a run of their own while it runs
 (``running``), claimed when it starts: a backfill's window, the maintenance lease."""

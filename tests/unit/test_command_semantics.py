@@ -1,0 +1,111 @@
+"""What an operator's command means across epochs, through ``decide`` on real control tables
+(no Spark: a stream's stop is recorded as the stream job records it).
+
+- ``switch_to_batch`` sent to a running stream: the stream applies it at its stop, and the next
+  epoch is a batch, even when the policy's signals see no backlog (a stream that keeps up
+  under the default, watermark-only policy). Found with ``bench/bench_airflow_handoff.py``:
+  the next ``decide`` chose stream again.
+- ``pause``: no epoch opens until a ``resume``, however many times ``decide`` runs (under
+  Airflow the continuous pipeline DAG decides every ``idle_wait``); before, the next
+  ``decide`` resumed by itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fault_tools import commit_to_sink
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.runners.lifecycle import EpochPlan, carried_command, close_epoch, decide
+from modeswitch.sources.segments import SegmentLog
+from modeswitch.state import StateStore
+from modeswitch.state.records import STREAM_EXIT
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path) -> tuple[PipelineSettings, StateStore]:
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
+    produce_backlog(log, EventGenerator(seed=1, buckets=2), records=100)
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "cmds", "source": str(tmp_path / "log"), "warehouse": str(tmp_path / "w")}
+    )
+    return settings, StateStore.from_settings(settings)
+
+
+def _stream_stops_for(store: StateStore, epoch: int, kind: str, action: str, mode: str) -> None:
+    """What the stream job does at its stop for a pending ``kind`` command
+    (:func:`modeswitch.modes.stream.run_stream_epoch`): apply it, record its exit."""
+    [command] = [c for c in store.pending_commands() if c.kind == kind]
+    end = store.committed_offsets() or store.epochs()[-1].start
+    store.apply_command(command.id, epoch, end)
+    store.record_decision(
+        "batch" if mode == "batch" else "stream",
+        f"stream stopped: command #{command.id} {kind}",
+        {
+            "end": {str(b): o for b, o in end.items()},
+            "state": {
+                "mode": mode,
+                "mode_since": "2026-11-27T10:00:00+00:00",
+                "backlog_since": None,
+            },
+            "mode": mode,
+            "command": {"id": command.id, "action": action},
+        },
+        switched=True,
+        epoch=epoch,
+        decided_by=STREAM_EXIT,
+    )
+
+
+def _drain(settings: PipelineSettings, plan: EpochPlan) -> None:
+    """What the epoch's job does: commit everything up to the log's end, then close it."""
+    end = SegmentLog(settings.source).latest_offsets()
+    commit_to_sink(settings.sink, plan.epoch, 0, plan.start, end, mode=plan.mode, pipeline="cmds")
+    assert close_epoch(settings, plan.epoch)[0] == "completed"
+
+
+def test_switch_to_batch_sent_to_a_stream_makes_the_next_epoch_a_batch(pipeline) -> None:
+    settings, store = pipeline
+    stream = decide(settings, force_mode="stream")
+    # The stream has read everything: the policy alone would stream on.
+    end = SegmentLog(settings.source).latest_offsets()
+    commit_to_sink(
+        settings.sink, stream.epoch, 0, stream.start, end, mode="stream", pipeline="cmds"
+    )
+    store.submit_command("switch_to_batch", {"note": "reprocess"}, issuer="alice")
+    _stream_stops_for(store, stream.epoch, "switch_to_batch", "force_batch", "batch")
+    assert close_epoch(settings, stream.epoch) == ("completed", end)
+    assert decide(settings, dry_run=True).mode == "batch"
+    batch = decide(settings)
+    assert batch.mode == "batch", batch.reason
+    assert "operator command force_batch (#1, which stopped the stream)" in batch.reason
+    assert carried_command(store.latest_decision()) is None  # carried once
+    _drain(settings, batch)
+    assert decide(settings, dry_run=True).mode == "stream"
+
+
+def test_a_pause_holds_until_a_resume(pipeline) -> None:
+    settings, store = pipeline
+    stream = decide(settings, force_mode="stream")
+    store.submit_command("pause", {}, issuer="alice")
+    _stream_stops_for(store, stream.epoch, "pause", "pause", "paused")
+    close_epoch(settings, stream.epoch)
+    for _ in range(3):
+        held = decide(settings)
+        assert (held.mode, held.epoch) == ("paused", None), held.reason
+    assert [e.id for e in store.epochs()] == [stream.epoch]
+
+    # Paused by decide itself (no stream running): the same.
+    store.submit_command("resume", {}, issuer="alice")
+    resumed = decide(settings)
+    assert resumed.epoch is not None and "resumed after pause (#2)" in resumed.reason
+    _drain(settings, resumed)
+    store.submit_command("pause", {}, issuer="bob")
+    assert decide(settings).mode == "paused"
+    assert decide(settings).reason == "paused by an operator's command until a resume"
+    store.submit_command("resume", {}, issuer="bob")
+    assert decide(settings).epoch is not None
