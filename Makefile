@@ -100,13 +100,16 @@ SOAK_MINUTES ?= 30
 soak: install
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json soak-result.json
 
-# The random-fault test of `make test` (3 seeds, 5 SIGKILLs each, ~5 min; odd seeds on the
-# local runner, even ones on the warm engine) for longer: SOAK_SEEDS seeds with SOAK_FAULTS
-# faults each (about 1.5-2 minutes a seed on 2 cores).
+# The random-fault tests of `make test` (3 seeds, 5 SIGKILLs each, ~5 min; odd seeds on the
+# local runner, even ones on the warm engine; and one seed on a Kafka topic whose broker is
+# SIGKILLed 3 times) for longer: SOAK_SEEDS seeds with SOAK_FAULTS faults each (about
+# 1.5-2 minutes a seed on 2 cores), and SOAK_BROKER_SEEDS on Kafka.
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
+SOAK_BROKER_SEEDS ?= $(shell seq -s, 200 205)
 soak-faults: install
 	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
+		MODESWITCH_BROKER_FAULT_SEEDS=$(SOAK_BROKER_SEEDS) \
 		$(PY) -m pytest -rP tests/faults/test_random_faults.py $(PYTEST_ARGS)
 
 clean:

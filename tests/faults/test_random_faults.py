@@ -38,6 +38,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -46,7 +47,8 @@ import psutil
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
 from modeswitch.errors import ModeswitchError
 from modeswitch.ops.verify import audit
 from modeswitch.runners.base import EpochRunner
@@ -54,6 +56,7 @@ from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineLostError
 from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
 from modeswitch.runners.local import LocalRunner
 from modeswitch.sinks.commits import offset_regressions, sink_commits
+from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog, kafka_environment
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -148,7 +151,7 @@ class Killer(threading.Thread):
 class Producer:
     """The live producer, and bursts at the seed's moments while faults are still coming."""
 
-    def __init__(self, log: SegmentLog, rng: random.Random, journal: Journal) -> None:
+    def __init__(self, log: EventLog, rng: random.Random, journal: Journal) -> None:
         self.log, self.journal = log, journal
         self.stop = threading.Event()
         self.live = threading.Thread(
@@ -197,14 +200,14 @@ class Producer:
 
 
 def chaos_settings(
-    tmp_path: Path, stream_writer: str = "python", runner: str = "local"
+    tmp_path: Path, stream_writer: str = "python", runner: str = "local", source: str = ""
 ) -> PipelineSettings:
     return PipelineSettings.from_mapping(
         {
             "pipeline": "chaos",
             "engine": "warm" if runner == "engine" else "submit",
             "stream_writer": stream_writer,
-            "source": str(tmp_path / "log"),
+            "source": source or str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
             # Offset lag alone switches: a burst puts a stream 50 000 records behind, and at
             # 5 000 per micro-batch it stays over 20 000 for longer than the dwell.
@@ -231,12 +234,21 @@ def run_epochs(
     *,
     caught_up: threading.Event,
     target: dict[int, int],
+    outage: Callable[[BaseException], bool] = lambda exc: False,
 ) -> None:
     """The operator's loop, until a stream epoch closes at ``target`` once ``caught_up`` is set
-    (the faults are over and the producer has stopped)."""
+    (the faults are over and the producer has stopped). ``outage`` tells a failure that an
+    injected outage explains (a broker down), besides a SIGKILLed job."""
     tries: dict[int, int] = {}
     while True:
-        plan = decide(settings, decided_by="random-faults")
+        try:
+            plan = decide(settings, decided_by="random-faults")
+        except Exception as exc:
+            if not outage(exc):
+                raise
+            journal.note(f"decide failed on the broker's outage: {str(exc)[:160]}")
+            time.sleep(1)
+            continue
         assert plan.epoch is not None, f"decide opened no epoch: {plan.reason}"
         tries[plan.epoch] = tries.get(plan.epoch, 0) + 1
         how = "re-attached, rerun" if plan.attached else plan.reason[:80]
@@ -246,8 +258,10 @@ def run_epochs(
             status, end = close_epoch(settings, plan.epoch)
         except ModeswitchError as exc:
             journal.note(f"epoch {plan.epoch} failed: {str(exc)[:200]}")
-            killed = isinstance(exc, EngineLostError) or str(exc).endswith(
-                f"exited with status -{signal.SIGKILL.value}"
+            killed = (
+                isinstance(exc, EngineLostError)
+                or str(exc).endswith(f"exited with status -{signal.SIGKILL.value}")
+                or outage(exc)
             )
             if not killed or tries[plan.epoch] >= TRIES_PER_EPOCH:
                 # Only our SIGKILLs may fail a job, and a retry must get past them.
@@ -277,19 +291,126 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(
     monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
     settings = chaos_settings(tmp_path, writer, runner_name)
     log = SegmentLog.create(settings.source, buckets=BUCKETS)
+    killer = Killer(rng, FAULTS, journal)
+    what = (
+        f"random faults, seed {seed}, {runner_name} runner, stream writer {writer} "
+        f"(replay: MODESWITCH_FAULT_SEEDS={seed})"
+    )
+    live_cycle(settings, log, rng, journal, [killer], tmp_path, what=what)
+    assert len(killer.kills) == FAULTS
+
+
+BROKER_SEEDS = [
+    int(s) for s in os.environ.get("MODESWITCH_BROKER_FAULT_SEEDS", "4").split(",") if s
+]
+BROKER_FAULTS = int(os.environ.get("MODESWITCH_BROKER_FAULTS_PER_SEED", "3"))
+JOB_FAULTS_ON_KAFKA = 2
+
+
+class BrokerKiller(threading.Thread):
+    """SIGKILLs the broker ``faults`` times, a random few seconds apart, and starts it again
+    on its data after a random 1-8 s (inside ``source_outage_grace``: the jobs ride it out)."""
+
+    def __init__(self, broker: KafkaBroker, rng: random.Random, faults: int, journal: Journal):
+        super().__init__(name="broker-killer", daemon=True)
+        self.broker, self.rng, self.faults, self.journal = broker, rng, faults, journal
+        self.stop = threading.Event()
+        self.done = threading.Event()
+        self.kills: list[str] = []
+        self.last_at = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            for _ in range(self.faults):
+                if self.stop.wait(self.rng.uniform(3.0, 15.0)):
+                    return
+                down = self.rng.uniform(1.0, 8.0)
+                running = job_groups()
+                self.broker.kill()
+                self.journal.note(f"SIGKILL the broker (jobs running: {sorted(running.values())})")
+                time.sleep(down)
+                self.broker.start()
+                self.kills.append(f"broker down {down:.1f} s")
+                self.last_at = time.monotonic()
+                self.journal.note(f"broker started again on its data after {down:.1f} s")
+        finally:
+            self.done.set()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("seed", "runner_name"),
+    [(seed, runner_of(seed)) for seed in BROKER_SEEDS],
+    ids=[f"{seed}-{runner_of(seed)}-kafka" for seed in BROKER_SEEDS],
+)
+def test_random_broker_kills_during_a_live_cycle_on_kafka_converge_exactly_once(
+    tmp_path, monkeypatch, seed, runner_name
+) -> None:
+    """The same cycle on a topic of a real broker (Apache Kafka, KRaft, this test's own), which
+    is SIGKILLed at random moments and started again on its data, beside SIGKILLs of the
+    jobs. A failure the outage explains (its message names the broker) is retried as a
+    killed job is. Seeds: ``MODESWITCH_BROKER_FAULT_SEEDS`` (default 4: the warm engine)."""
+    rng = random.Random(seed)
+    journal = Journal(seed)
+    journal.note(f"the {runner_name} runner on a Kafka topic")
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    with KafkaBroker(tmp_path / "broker") as broker:
+        broker.create_topic("chaos", BUCKETS)
+        monkeypatch.setenv(ENV_KAFKA_CONFIG, kafka_environment(broker.config)[ENV_KAFKA_CONFIG])
+        settings = chaos_settings(tmp_path, runner=runner_name, source=f"{SCHEME}chaos")
+        log = KafkaLog(settings.source, broker.config)
+        killers = [
+            Killer(rng, JOB_FAULTS_ON_KAFKA, journal),
+            BrokerKiller(broker, rng, BROKER_FAULTS, journal),
+        ]
+        what = (
+            f"random broker faults, seed {seed}, {runner_name} runner "
+            f"(replay: MODESWITCH_BROKER_FAULT_SEEDS={seed})"
+        )
+        try:
+            live_cycle(
+                settings,
+                log,
+                rng,
+                journal,
+                killers,
+                tmp_path,
+                what=what,
+                outage=lambda exc: broker.bootstrap in str(exc),
+            )
+        finally:
+            log.close()
+    assert [len(k.kills) for k in killers] == [JOB_FAULTS_ON_KAFKA, BROKER_FAULTS]
+
+
+def live_cycle(
+    settings: PipelineSettings,
+    log: EventLog,
+    rng: random.Random,
+    journal: Journal,
+    killers: list[Killer | BrokerKiller],
+    tmp_path: Path,
+    *,
+    what: str,
+    outage: Callable[[BaseException], bool] = lambda exc: False,
+) -> None:
+    """The seeded live cycle on ``log`` with ``killers`` at work; asserts liveness and
+    safety, and on a failure names ``what`` (seed, runner) and prints the journal."""
     produce_backlog(
         log,
-        EventGenerator(seed=seed, buckets=BUCKETS, skew="zipf:1.1", malformed_fraction=0.01),
+        EventGenerator(
+            seed=journal.seed, buckets=BUCKETS, skew="zipf:1.1", malformed_fraction=0.01
+        ),
         records=BACKLOG,
         span=timedelta(minutes=20),
     )
     producer = Producer(log, rng, journal)
-    killer = Killer(rng, FAULTS, journal)
     caught_up = threading.Event()
     target: dict[int, int] = {}
 
     def quiet_after_faults() -> None:
-        killer.done.wait()
+        for killer in killers:
+            killer.done.wait()
         producer.wait_for_bursts()
         producer.close()
         target.update(log.latest_offsets())
@@ -300,26 +421,26 @@ def test_random_sigkills_during_a_live_cycle_converge_exactly_once(
     try:
         with open_runner(settings, log_dir=tmp_path / "logs", timeout=240) as runner:
             producer.start()
-            killer.start()
+            for killer in killers:
+                killer.start()
             quieter.start()
-            run_epochs(settings, runner, journal, caught_up=caught_up, target=target)
-        took = time.monotonic() - killer.last_at
+            run_epochs(settings, runner, journal, caught_up=caught_up, target=target, outage=outage)
+        took = time.monotonic() - max(k.last_at for k in killers)
         journal.note(f"caught up {took:.0f} s after the last fault")
         assert took <= LIVENESS_BOUND.total_seconds()
-        assert len(killer.kills) == FAULTS
         assert_safe(settings, journal)
-        print(f"seed {seed}:\n{journal}")  # shown with -rP: what a passing run went through
+        print(f"seed {journal.seed}:\n{journal}")  # shown with -rP: what a passing run went through
     except BaseException as exc:
         raise AssertionError(
-            f"random faults, seed {seed}, {runner_name} runner, stream writer {writer} (replay: "
-            f"MODESWITCH_FAULT_SEEDS={seed}): {exc}\n"
-            f"what happened:\n{journal}\njob logs: {tmp_path / 'logs'}"
+            f"{what}: {exc}\nwhat happened:\n{journal}\njob logs: {tmp_path / 'logs'}"
         ) from exc
     finally:
-        killer.stop.set()
+        for killer in killers:
+            killer.stop.set()
         producer.close()
         caught_up.set()
-        killer.join(timeout=30)
+        for killer in killers:
+            killer.join(timeout=30)
         quieter.join(timeout=60)
         for pid in job_groups():  # nothing may outlive the test
             with contextlib.suppress(ProcessLookupError):
