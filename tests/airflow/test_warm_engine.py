@@ -124,6 +124,19 @@ def run_stream_until(
     return run
 
 
+def kill_attached(settings: PipelineSettings) -> int:
+    """:func:`kill_engine` once the stream task has attached to the stream epoch the engine
+    runs (the engine started it itself at the batch's end): killed before, the task would
+    start a new engine and run the epoch in its first try (ci30 saw that, under load)."""
+    [epoch] = [e.id for e in StateStore.from_settings(settings).epochs() if e.running]
+    said = engine_file(settings).with_suffix(".log")
+    deadline = time.monotonic() + WAIT
+    while f"attached to stream epoch {epoch}, still running" not in said.read_text():
+        assert time.monotonic() < deadline, "the stream task never attached to the engine"
+        time.sleep(0.2)
+    return kill_engine(settings)
+
+
 def kill_engine(settings: PipelineSettings) -> int:
     """SIGKILL the engine's whole process group (driver, JVM, Python workers); its pid."""
     address = EngineAddress.read(engine_file(settings))
@@ -220,7 +233,7 @@ def test_an_engine_killed_mid_stream_and_mid_wave_is_replaced_and_nothing_is_los
     # Mid-stream: the engine is killed after the stream's second commit.
     produce_backlog(log, EventGenerator(seed=4, buckets=4), records=60_000, first=1_000_000)
     run = run_stream_until(
-        pipeline, settings, log.latest_offsets(), lambda: killed.append(kill_engine(settings))
+        pipeline, settings, log.latest_offsets(), lambda: killed.append(kill_attached(settings))
     )
     assert str(run.state) == "success", _states(run)
     [stream_ti] = [ti for ti in run.get_task_instances() if ti.task_id == "stream"]

@@ -56,6 +56,9 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         "exit_threshold": "1h",
         "enter_threshold": "2h",
         "watermark_lag_threshold": "2h",
+        # The first two epochs a spark-submit each (what `auto` gives in cluster deploy mode);
+        # the last two with `auto`, which chooses the engine on this client-mode master.
+        "engine": "submit",
     }
     settings = PipelineSettings.from_mapping(variables)
     monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
@@ -94,13 +97,13 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
             "batch_writer": "native",
             "transform": "modeswitch.transforms:parse_events",
             "value_schema": "",  # the explicit transform parses the same payload
-            "engine": "warm",
+            "engine": "auto",
         }
         dag_run({"force_mode": "batch", "settings": spark_io})
         produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
         # The engine hands off to this stream itself, before the run attaches to it.
         with pause_when_caught_up(settings, log.latest_offsets(), again=True):
-            dag_run({"force_mode": "stream", "settings": {"engine": "warm"}})
+            dag_run({"force_mode": "stream", "settings": {"engine": "auto"}})
     finally:
         stopped = stop_engine(settings)
     assert stopped, "the batch task started the engine, and it outlived the runs"

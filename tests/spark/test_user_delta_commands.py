@@ -180,6 +180,7 @@ def test_the_pipeline_goes_on_beside_a_teams_own_delta_commands(spark, tmp_path:
     drain = PipelineSettings.from_mapping(
         {**settings.to_mapping(), "stream_trigger": "available_now"}
     )
+    store.submit_command("resume", {"note": "go on"}, issuer="test")  # the pause holds until it
     after = decide(drain)
     assert after.start == committed_offsets(settings.sink, PIPELINE)
     run_job_process(after.mode, drain, after.epoch, timeout=600)
