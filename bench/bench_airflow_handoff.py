@@ -151,11 +151,7 @@ def one_round(root: Path, records: int, console: Console) -> dict:
                 leader.wait(120)
             finally:
                 stop_group(leader, grace=5)
-    left = [
-        p.pid
-        for p in psutil.process_iter(["environ"])
-        if (p.info["environ"] or {}).get("AIRFLOW_HOME") == str(home.resolve())
-    ]
+    left = _left(home)
     return {
         "runner": "; ".join(_runner_choices(home)),
         "first_commit_after_unpause_s": round(first_commit_s, 1),
@@ -163,6 +159,23 @@ def one_round(root: Path, records: int, console: Console) -> dict:
         "handoff_2_s": second[0][0],
         "processes_left": left,
     }
+
+
+def _left(home: Path, wait: float = 30.0) -> list[str]:
+    """The processes of the round still there ``wait`` seconds after ``make airflow`` exited
+    (zombies aside): their command lines."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for process in psutil.process_iter(["environ", "cmdline", "status"]):
+            environ = process.info["environ"] or {}
+            if environ.get("AIRFLOW_HOME") != str(home.resolve()):
+                continue
+            if process.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.info["cmdline"] or [])[:160])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
 
 
 def spread(values: list[float]) -> str:
