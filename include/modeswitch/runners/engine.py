@@ -251,7 +251,9 @@ def stop_engine(settings: PipelineSettings, *, grace: float = 20.0) -> bool:
     """Stop the pipeline's engine: SIGTERM to its driver, which stops its session (and so its
     JVM) and exits; then, after at most ``grace`` seconds, SIGKILL to its whole process group,
     whatever is left. Returns whether there was one."""
-    return _stop_engine_at(engine_file(settings), grace)
+    path = engine_file(settings)
+    address = EngineAddress.read(path)
+    return address is not None and _stop_engine_at(path, address, grace)
 
 
 def stop_engines_in(folder: str | Path, *, grace: float = 20.0) -> list[str]:
@@ -261,15 +263,12 @@ def stop_engines_in(folder: str | Path, *, grace: float = 20.0) -> list[str]:
     stopped = []
     for path in sorted(Path(folder).glob("*.json")):
         address = EngineAddress.read(path)
-        if address is not None and _stop_engine_at(path, grace):
+        if address is not None and _stop_engine_at(path, address, grace):
             stopped.append(address.pipeline)
     return stopped
 
 
-def _stop_engine_at(path: Path, grace: float) -> bool:
-    address = EngineAddress.read(path)
-    if address is None:
-        return False
+def _stop_engine_at(path: Path, address: EngineAddress, grace: float) -> bool:
     # Not the group first: a JVM that receives SIGTERM beside its driver leaves the driver's
     # session stop waiting on it (seen: the whole grace).
     with contextlib.suppress(ProcessLookupError):

@@ -119,8 +119,8 @@ def carried_command(decision: RecordedDecision | None) -> OperatorCommand | None
     up), so the next ``decide`` applies it as the override, once."""
     if decision is None or decision.decided_by != STREAM_EXIT:
         return None
-    command = decision.inputs.get("command")
-    if not command or command.get("action") not in ("force_batch", "pause"):
+    command = decision.inputs.get("command")  # recorded only for a command with an action
+    if not command:
         return None
     return OperatorCommand(command["action"], f"#{command['id']}, which stopped the stream")
 
