@@ -59,6 +59,7 @@ from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.backfill import backfill_commits
 from modeswitch.ops.verify import audit
+from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.processes import stop_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
@@ -203,9 +204,13 @@ def airflow_processes(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
 @pytest.fixture
 def airflow_on_postgres(sources: dict[str, Path]) -> Iterator[RunningAirflow]:
     """The same four components on a throwaway PostgreSQL server (LocalExecutor); each stream
-    epoch may run ten minutes, so that only the command stops it within the test's time."""
+    epoch may run ten minutes, so that only the command stops it within the test's time. The
+    engine setting's default (``auto``): the warm engine, each epoch task deferred while it
+    runs the epoch."""
     with throwaway_postgres() as database:
-        yield from _airflow(sources, database, supervise=True, max_stream_runtime="10m")
+        yield from _airflow(
+            sources, database, supervise=True, max_stream_runtime="10m", engine="auto"
+        )
 
 
 def _airflow(
@@ -245,7 +250,7 @@ def _airflow(
         "storage_connection": "lake",
         "asset_event_interval": "5s",
         # A spark-submit per epoch under the real scheduler (the default on YARN, Kubernetes,
-        # cluster deploy mode; tests/airflow/test_warm_engine.py runs the default, the engine).
+        # cluster deploy mode), unless the test asks for another.
         "engine": "submit",
         **settings,
     }
@@ -286,6 +291,8 @@ def _airflow(
         # The alerts DAG runs when the test triggers it; its notifier writes here.
         "MODESWITCH_ALERTS_SCHEDULE": "none",
         "MODESWITCH_TEST_ALERTS_FILE": str(tmp / "alerts.jsonl"),
+        # Where the tasks find (and start) the warm engine; stopped with the components.
+        ENGINE_DIR_ENV: str(tmp / "engines"),
         **{f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()},
     }
     subprocess.run(
@@ -307,6 +314,7 @@ def _airflow(
         yield RunningAirflow(home, env, port, leader, database)
     finally:
         _stop_group(leader, home)
+        stop_engines_in(tmp / "engines")  # as make airflow does, once no task can start one
 
 
 def _live_reads(airflow: RunningAirflow, first_epoch: int) -> list[dict] | None:
@@ -617,10 +625,12 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     airflow_on_postgres: RunningAirflow, sources: dict[str, Path]
 ) -> None:
     """Airflow's metadata on PostgreSQL: the continuous pipeline runs a batch epoch and then
-    a stream epoch through the scheduler and the LocalExecutor. The database crashes under the
-    stream epoch and comes back: the stream goes on committing, a command from the operator's
-    path stops it at a commit boundary, the scheduler comes back, and a command sent through
-    the control DAG is applied; nothing is lost or doubled."""
+    a stream epoch through the scheduler and the LocalExecutor, on the warm engine (the
+    default here), the stream task deferred to the triggerer while the engine runs it. The
+    database crashes under the stream epoch and comes back: the stream goes on committing, a
+    command from the operator's path stops it at a commit boundary, the scheduler and the
+    triggerer come back, the deferred task resumes, and a command sent through the control
+    DAG is applied; nothing is lost or doubled."""
     airflow = airflow_on_postgres
     [(version,)] = airflow.wait_for(
         "the metadata database", lambda: airflow.query("SELECT version()"), 60
@@ -642,6 +652,20 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
 
     airflow.wait_for("the stream's first commit", stream_committed, 240)
     [running] = [e for e in store.epochs() if e.running]
+    # The warm engine runs the stream (it opened it at the batch's end); the stream task
+    # handed it over and is deferred, its wait in the triggerer: no worker slot held.
+    airflow.wait_for(
+        "the stream task to defer to the engine's trigger",
+        lambda: (
+            airflow.query(
+                "SELECT t.classpath FROM task_instance ti JOIN trigger t ON ti.trigger_id = t.id "
+                "WHERE ti.dag_id = 'modeswitch_pipeline' AND ti.task_id = 'stream' "
+                "AND ti.state = 'deferred'"
+            )
+            == [("modeswitch.airflow.triggers.EngineEpochTrigger",)]
+        ),
+        240,
+    )
 
     # The metadata database crashes mid-epoch (SIGKILL, as when its machine is lost) and is
     # back 10 s later, recovering its data.
@@ -649,10 +673,10 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     airflow.database.crash()
     time.sleep(10)
     airflow.database.start()
-    # The stream's task and job ride it out: records produced now are committed by the same
-    # epoch, while Airflow's scheduler is out. (Its loop ended on the lost database; under the
-    # LocalExecutor it then waits for its running tasks, the stream among them, to end before
-    # it exits and its supervisor starts it again.)
+    # The engine and the deferred task ride it out: records produced now are committed by the
+    # same epoch, while Airflow's scheduler and triggerer are out (their loops ended on the
+    # lost database; their supervisor starts them again, and the triggerer's trigger attaches
+    # to the epoch anew).
     log = SegmentLog(str(sources["log"]))
     produce_backlog(log, EventGenerator(seed=11, buckets=4), records=LIVE_RECORDS)
     latest = log.latest_offsets()

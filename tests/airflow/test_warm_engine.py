@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import threading
@@ -178,6 +179,11 @@ def _batch_stream_batch_stream(settings: PipelineSettings, log: SegmentLog) -> N
     assert str(run.state) == "success", _states(run)
 
     assert engine_pid(settings) == engine  # every epoch ran in the one engine
+    # Each epoch task handed its epoch over and deferred: the engine was waited for by the
+    # task's trigger (dag.test() runs it in line), not by the task.
+    said = engine_file(settings).with_suffix(".log").read_text()
+    waited = re.findall(r"a deferred task waits for (\w+) epoch (\d+)", said)
+    assert [(e.mode, str(e.id)) for e in store.epochs()] == waited, waited
     epochs = store.epochs()
     assert [(e.mode, e.status) for e in epochs] == [
         ("batch", "completed"),

@@ -2,10 +2,12 @@
 a stand-in runner (the Spark side is tests/airflow/test_warm_engine.py). A run of the running
 epoch attaches, another is refused, a failure comes back with its message, a request without
 the token is refused, the engine going away mid-epoch is an EngineLostError, and a stale or
-silent engine is found out."""
+silent engine is found out. A deferred task's side: the epoch handed over without waiting, and
+the trigger's wait (done, failed, an epoch the engine never ran, an engine killed)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -25,11 +27,13 @@ from modeswitch.runners.engine import (
     EngineLostError,
     EngineRefusedError,
     _exchange,
+    await_epoch,
     credentials_fingerprint,
     engine_file,
     ensure_engine,
     live_engine,
     run_on_engine,
+    start_on_engine,
     stop_engines_in,
 )
 from modeswitch.runners.engine_server import Engine, _Server
@@ -189,8 +193,75 @@ def test_a_stream_that_ended_before_its_task_came_is_done_not_run_again(
         served.close()
 
 
+def test_a_deferred_task_hands_its_epoch_over_and_its_trigger_waits_for_the_end(
+    settings: PipelineSettings, tmp_path: Path
+) -> None:
+    """start_on_engine returns as soon as the engine has taken the epoch, which runs on
+    without a client; EngineEpochTrigger attaches through the address file and fires once,
+    with the epoch's end: done, or its failure; an epoch this engine never ran is lost (the
+    task's retry runs it again)."""
+    from modeswitch.airflow.triggers import EngineEpochTrigger
+
+    release = threading.Event()
+    ran: list[tuple[str, int]] = []
+
+    def runner(kind, spark, epoch, s):
+        ran.append((kind, epoch))
+        release.wait(10)
+        if epoch == 2:
+            raise FencedError("epoch 2 is fenced out")
+
+    served = Served(settings, runner)
+    address_file = tmp_path / "engine.json"
+    served.address.write(address_file)
+    config = settings.to_json()
+
+    def fire(kind: str, epoch: int) -> list[dict]:
+        trigger = EngineEpochTrigger(address_file=str(address_file), kind=kind, epoch=epoch)
+        classpath, kwargs = trigger.serialize()
+        assert classpath == "modeswitch.airflow.triggers.EngineEpochTrigger"
+        assert "secret" not in json.dumps(kwargs)  # the token stays in the address file
+
+        async def events() -> list[dict]:
+            return [event.payload async for event in EngineEpochTrigger(**kwargs).run()]
+
+        return asyncio.run(events())
+
+    try:
+        start_on_engine(served.address, "stream", 1, config)  # back before the epoch ends
+        assert served.engine.running() == ("stream", 1) and not ran
+        worker, _ = in_thread(lambda: served.engine.run_next(timeout=5))
+        waiting, events = in_thread(lambda: fire("stream", 1))
+        time.sleep(0.5)
+        assert events == []  # the epoch runs on: nothing fired
+        release.set()
+        waiting.join(10)
+        worker.join(10)
+        assert events == [[{"status": "done", "kind": "stream", "epoch": 1}]]
+        assert ran == [("stream", 1)]
+        # An epoch that ended before the trigger came is told at once, as is a failure.
+        assert fire("stream", 1) == [{"status": "done", "kind": "stream", "epoch": 1}]
+        start_on_engine(served.address, "batch", 2, config)
+        served.engine.run_next(timeout=5)
+        [failed] = fire("batch", 2)
+        assert failed["status"] == "failed" and failed["modeswitch"]
+        assert "batch epoch 2 failed in the engine" in failed["error"]
+        assert "fenced" in failed["error"]
+        [lost] = fire("stream", 7)
+        assert lost["status"] == "lost" and "has not run stream epoch 7" in lost["error"]
+        # Another epoch while one runs is refused, as for a waiting task.
+        start_on_engine(served.address, "stream", 3, config)
+        with pytest.raises(EngineRefusedError, match="running stream epoch 3"):
+            start_on_engine(served.address, "batch", 4, config)
+    finally:
+        release.set()
+        served.close()
+    [gone] = fire("stream", 3)  # the server is shut: nobody answers
+    assert gone["status"] == "lost", gone
+
+
 ENGINE_PROCESS = """
-import sys, threading, time
+import os, sys, threading, time
 from pathlib import Path
 from modeswitch.runners.engine import EngineAddress
 from modeswitch.runners.engine_server import Engine, _Server
@@ -198,7 +269,8 @@ engine = Engine(None, "p", lambda *a: time.sleep(60), handoff=False)
 server = _Server(engine, "secret")
 threading.Thread(target=server.serve_forever, daemon=True).start()
 host, port = server.server_address[:2]
-EngineAddress("p", sys.argv[2], 0, 0, host, port, "secret").write(Path(sys.argv[1]))
+address = EngineAddress("p", sys.argv[2], os.getpid(), os.getpgid(0), host, port, "secret")
+address.write(Path(sys.argv[1]))
 while True:
     engine.run_next(timeout=0.5)
 """
@@ -217,11 +289,24 @@ def test_the_engine_killed_mid_epoch_is_an_engine_lost_error(
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
         address = EngineAddress.read(path)
-        killer = threading.Timer(1.0, process.kill)  # mid-epoch: the runner sleeps 60 s
+        killer = threading.Timer(1.5, process.kill)  # mid-epoch: the runner sleeps 60 s
         killer.start()
+        # A deferred task's trigger waits on the same epoch (attached once it runs).
+        waiter = threading.Timer(
+            0.5, lambda: waited.append(asyncio.run(await_epoch(path, "stream", 4)))
+        )
+        waited: list[dict] = []
+        waiter.start()
         with pytest.raises(EngineLostError, match="went away while running stream epoch 4"):
             run_on_engine(address, "stream", 4, settings.to_json())
         killer.join()
+        waiter.join(10)
+        assert [w["status"] for w in waited] == ["lost"], waited
+        assert "went away while running stream epoch 4" in waited[0]["error"]
+        process.wait(10)
+        # Its retry, or a triggerer restarted, finds the engine gone: lost at once.
+        ended = asyncio.run(await_epoch(path, "stream", 4, check_every=0.2))
+        assert ended["status"] == "lost", ended
     finally:
         process.kill()
         process.wait()

@@ -17,10 +17,11 @@ from modeswitch.airflow.settings import (
     connection_storage_environment,
 )
 from modeswitch.airflow.tasks import require_running_epoch
+from modeswitch.airflow.triggers import EngineEpochTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners.base import EpochKind, EpochRunner, runner_choice
-from modeswitch.runners.engine import EngineRunner, credentials_fingerprint
+from modeswitch.runners.engine import EngineLostError, EngineRunner, credentials_fingerprint
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
 from modeswitch.runners.processes import SparkScratch
@@ -91,6 +92,11 @@ class EpochJobOperator(SparkSubmitOperator):
 
     The epoch id and the resolved settings JSON come from ``decide_task_id``'s return value at
     run time; the job itself refuses an epoch that is no longer running (FencedError).
+
+    ``deferrable`` (the default): an epoch handed to the warm engine is waited for in Airflow's
+    triggerer (:class:`~modeswitch.airflow.triggers.EngineEpochTrigger`), the task deferred,
+    holding no worker slot while the engine runs it; False waits in the task. A spark-submit
+    per epoch always runs in the task, which owns it.
     """
 
     def __init__(
@@ -99,6 +105,7 @@ class EpochJobOperator(SparkSubmitOperator):
         kind: str,
         decide_task_id: str = "decide",
         conn_id: str = "spark_default",
+        deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"modeswitch-{kind}")
@@ -106,6 +113,7 @@ class EpochJobOperator(SparkSubmitOperator):
         super().__init__(application=application, conn_id=conn_id, **kwargs)
         self.kind = kind
         self.decide_task_id = decide_task_id
+        self.deferrable = deferrable
 
     def execute(self, context: Any) -> None:
         plan = context["ti"].xcom_pull(task_ids=self.decide_task_id)
@@ -115,7 +123,38 @@ class EpochJobOperator(SparkSubmitOperator):
             self.submit(context)
             return
         runner = self.epoch_runner(plan, settings, context)
-        runner.run(self.kind, settings, int(plan["epoch"]))  # type: ignore[arg-type]
+        epoch = int(plan["epoch"])
+        if self.deferrable and isinstance(runner, EngineRunner):
+            address_file = runner.hand_over(self.kind, settings, epoch)  # type: ignore[arg-type]
+            self.log.info(
+                "%s epoch %d runs in the engine: deferred until it ends", self.kind, epoch
+            )
+            self.defer(
+                trigger=EngineEpochTrigger(
+                    address_file=str(address_file), kind=self.kind, epoch=epoch
+                ),
+                method_name="engine_epoch_ended",
+                timeout=self.execution_timeout,
+            )
+        runner.run(self.kind, settings, epoch)  # type: ignore[arg-type]
+
+    def engine_epoch_ended(self, context: Any, event: Mapping[str, Any]) -> None:
+        """Back from the triggerer (:class:`EngineEpochTrigger`): the epoch ended in the
+        engine, failed there (its error, as if the task had waited), or the engine went away
+        (:class:`EngineLostError`: the task's retry starts a new one and runs the epoch
+        again, which re-attaches as after any lost engine)."""
+        plan = context["ti"].xcom_pull(task_ids=self.decide_task_id) or {}
+        if plan.get("settings"):
+            self._lineage_settings = PipelineSettings.from_json(plan["settings"])
+        status, where = event.get("status"), f"{event.get('kind')} epoch {event.get('epoch')}"
+        if status == "done":
+            self.log.info("%s ended in the engine", where)
+            return
+        if status == "failed":
+            raise ModeswitchError(str(event.get("error")))
+        raise EngineLostError(
+            f"{event.get('error')}; the task's retry starts a new engine and runs {where} again"
+        )
 
     _lineage_settings: PipelineSettings | None = None
     _master = ""  # the Spark connection's master, lower case (set by prepare)

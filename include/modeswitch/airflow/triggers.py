@@ -1,8 +1,9 @@
 """Triggers, run in Airflow's triggerer: :class:`LagThresholdTrigger` fires when a pipeline's
 lag crosses a threshold (a deferred sensor waits on it); :class:`SinkProgressTrigger` watches
-the sink for its live Asset (an ``AssetWatcher``).
+the sink for its live Asset (an ``AssetWatcher``); :class:`EngineEpochTrigger` waits for an
+epoch the warm engine runs (a deferred epoch task).
 
-Both run in the triggerer's event loop: the control-table and log reads are synchronous, so
+They run in the triggerer's event loop: the control-table and log reads are synchronous, so
 each poll runs them in a thread (``asyncio.to_thread``); between polls they only sleep.
 """
 
@@ -25,6 +26,7 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
 )
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.runners.engine import await_epoch
 from modeswitch.sources.kafka import kafka_config_scope
 from modeswitch.state import StateStore
 
@@ -205,3 +207,48 @@ def _newest_recorded_version(store: StateStore) -> int:
     versions = store.control_table("progress").read(columns=["sink_version"])
     column = versions.column("sink_version").drop_null()
     return int(pc.max(column).as_py()) if len(column) else -1
+
+
+class EngineEpochTrigger(BaseTrigger):
+    """Wait for the end of ``kind`` epoch ``epoch`` in the pipeline's warm engine, whose
+    address is in ``address_file`` (:func:`modeswitch.runners.engine.await_epoch`): the epoch
+    task defers to it once the engine has taken the epoch, so no worker slot is held while
+    the engine runs it. The event's payload: ``status`` (``done``, ``failed``: the epoch's own
+    error, ``lost``: the engine went away or never ran it), ``error``, ``kind``, ``epoch``.
+
+    A triggerer that restarts makes the trigger again: it attaches to the epoch anew. The
+    engine's token stays in the address file, read where the trigger runs (the engine's host:
+    the warm engine is chosen only for executors that run tasks there)."""
+
+    def __init__(
+        self, *, address_file: str, kind: str, epoch: int, check_every: float = 10.0
+    ) -> None:
+        super().__init__()
+        if kind not in ("batch", "stream"):
+            raise ValueError(f"kind: {kind!r} is not batch or stream")
+        self.address_file = address_file
+        self.kind = kind
+        self.epoch = int(epoch)
+        self.check_every = check_every
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "address_file": self.address_file,
+                "kind": self.kind,
+                "epoch": self.epoch,
+                "check_every": self.check_every,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        self.log.info("waiting for %s epoch %d in the engine", self.kind, self.epoch)
+        ended = await await_epoch(
+            self.address_file,
+            self.kind,  # type: ignore[arg-type]
+            self.epoch,
+            check_every=self.check_every,
+        )
+        self.log.info("%s epoch %d in the engine: %s", self.kind, self.epoch, ended["status"])
+        yield TriggerEvent({**ended, "kind": self.kind, "epoch": self.epoch})

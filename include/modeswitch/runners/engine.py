@@ -15,7 +15,14 @@ epoch paid for, the next does not.
 - **Protocol.** One JSON line per request, answered with JSON lines: ``ping`` → ``pong``;
   ``run`` (``kind``, ``epoch``, ``config``) → ``running``, then ``done`` or ``failed`` with the
   error. A ``run`` of the epoch already running attaches to it (an Airflow retry after its task
-  was killed); any other ``run`` while one runs is ``refused``.
+  was killed); any other ``run`` while one runs is ``refused``. ``wait`` (``kind``, ``epoch``)
+  only attaches: ``running``, then ``done`` or ``failed``, or ``unknown`` if this engine has
+  not run that epoch (it was restarted since).
+- **Deferred tasks.** An Airflow task hands its epoch over (:func:`start_on_engine`: back once
+  the engine answers ``running``) and defers to :class:`~modeswitch.airflow.triggers.
+  EngineEpochTrigger`, which waits in the triggerer (:func:`await_epoch`): the task holds no
+  worker slot while the engine runs the epoch. The trigger reads the address file where it
+  runs; the engine's token is never in the metadata database.
 - **The handoff.** When a batch epoch ends in the engine, the engine closes it and, if
   ``decide`` chooses stream, opens the stream epoch and starts it at once (decided by
   ``engine``), all before it tells the batch's task it is done: the next DAG run's ``decide``
@@ -247,6 +254,82 @@ def run_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: s
     )
 
 
+def start_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: str) -> None:
+    """Hand ``kind`` epoch ``epoch`` to the engine (or attach to it) and return once the engine
+    has taken it, without waiting for its end (:func:`await_epoch` waits); raises
+    :class:`EngineRefusedError` if the engine runs another epoch, :class:`EngineLostError` if
+    it went away first."""
+    request = {"op": "run", "kind": kind, "epoch": epoch, "config": config}
+    try:
+        answers = _exchange(address, request, PING_TIMEOUT)
+        answer = next(answers, {})
+        answers.close()  # the engine runs the epoch on: the client going away is not a stop
+    except OSError as exc:
+        raise EngineLostError(
+            f"the engine (pid {address.pid}) went away before it took {kind} epoch {epoch}: {exc}"
+        ) from exc
+    if answer.get("event") == "refused":
+        raise EngineRefusedError(answer.get("error", "refused"))
+    if answer.get("event") != "running":
+        raise EngineLostError(
+            f"the engine (pid {address.pid}) answered {answer!r} to {kind} epoch {epoch}"
+        )
+    log.info("engine pid %d: running %s epoch %d", address.pid, kind, epoch)
+
+
+async def await_epoch(
+    address_file: str | Path, kind: EpochKind, epoch: int, *, check_every: float = 10.0
+) -> dict[str, Any]:
+    """Wait, in an event loop, for the end of ``kind`` epoch ``epoch`` in the engine whose
+    address is in ``address_file``: ``{"status": "done"}``, ``{"status": "failed", "error":
+    ...}`` (``modeswitch``: whether it was the pipeline's own error), or ``{"status": "lost",
+    "error": ...}`` if there is no engine, it has not run the epoch or it went away. Every
+    ``check_every`` seconds without an answer, the engine's process is looked at: a process
+    that is gone is lost even if its connection lingers."""
+    import asyncio
+
+    where = f"{kind} epoch {epoch}"
+    address = EngineAddress.read(Path(address_file))
+    if address is None or not _alive(address.pid):
+        return {"status": "lost", "error": f"no engine runs ({address_file}) to wait for {where}"}
+    try:
+        reader, writer = await asyncio.open_connection(address.host, address.port, limit=1 << 20)
+    except OSError as exc:
+        return {"status": "lost", "error": f"the engine (pid {address.pid}) is out of reach: {exc}"}
+    try:
+        request = {"op": "wait", "kind": kind, "epoch": epoch, "token": address.token}
+        writer.write((json.dumps(request) + "\n").encode())
+        await writer.drain()
+        while True:
+            try:
+                line = await asyncio.wait_for(reader.readline(), check_every)
+            except TimeoutError:
+                if not _alive(address.pid):
+                    return {"status": "lost", "error": f"the engine (pid {address.pid}) is gone"}
+                continue
+            if not line:
+                return {
+                    "status": "lost",
+                    "error": f"the engine (pid {address.pid}) went away while running {where}",
+                }
+            answer = json.loads(line)
+            event = answer.get("event")
+            if event == "done":
+                return {"status": "done"}
+            if event == "failed":
+                return {
+                    "status": "failed",
+                    "error": f"{where} failed in the engine: {answer.get('error')}",
+                    "modeswitch": bool(answer.get("modeswitch")),
+                }
+            if event in ("unknown", "refused"):
+                return {"status": "lost", "error": str(answer.get("error"))}
+    except (OSError, ValueError) as exc:
+        return {"status": "lost", "error": f"the engine (pid {address.pid}): {exc}"}
+    finally:
+        writer.close()
+
+
 def stop_engine(settings: PipelineSettings, *, grace: float = 20.0) -> bool:
     """Stop the pipeline's engine: SIGTERM to its driver, which stops its session (and so its
     JVM) and exits; then, after at most ``grace`` seconds, SIGKILL to its whole process group,
@@ -350,6 +433,14 @@ class EngineRunner:
         self.settings = settings
         address = ensure_engine(settings, self._start, credentials=self.credentials)
         run_on_engine(address, kind, epoch, settings.to_json())
+
+    def hand_over(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> Path:
+        """Hand ``kind`` epoch ``epoch`` to the engine (started if none runs) without waiting
+        for its end; returns the engine's address file, for :func:`await_epoch`."""
+        self.settings = settings
+        address = ensure_engine(settings, self._start, credentials=self.credentials)
+        start_on_engine(address, kind, epoch, settings.to_json())
+        return engine_file(settings)
 
     def alive(self) -> bool:
         return self.settings is not None and live_engine(self.settings) is not None

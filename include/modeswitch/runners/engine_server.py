@@ -90,6 +90,18 @@ class Engine:
                 )
             return self._enqueue(kind, epoch, load_job_settings(config, pipeline=self.pipeline))
 
+    def attached(self, kind: str, epoch: int) -> Future | None:
+        """The run of ``kind`` epoch ``epoch`` here, to wait on: the one running, the last one
+        that ended (failed or not), or one of the epochs that ran to their end; None if this
+        engine has not run it (it was restarted since, or was never asked)."""
+        with self._lock:
+            ended = self._ended.get((kind, epoch))
+            if ended is not None:
+                return ended
+            if self._running is not None and self._running[:2] == (kind, epoch):
+                return self._running[2]
+            return None
+
     def _enqueue(self, kind: str, epoch: int, settings: PipelineSettings) -> Future:
         """Make ``kind`` epoch ``epoch`` the running one and queue it (``_lock`` held)."""
         future: Future = Future()
@@ -174,12 +186,21 @@ class _Handler(socketserver.StreamRequestHandler):
             op = request.get("op")
             if op == "ping":
                 return self._send(event="pong", pid=os.getpid(), running=engine.running())
-            if op != "run":
+            if op not in ("run", "wait"):
                 return self._send(event="refused", error=f"engine: unknown op {op!r}")
             kind, epoch, config = request.get("kind"), request.get("epoch"), request.get("config")
             if kind not in ("batch", "stream") or not isinstance(epoch, int):
-                return self._send(event="refused", error=f"engine: bad run request {request!r}")
-            future = engine.submit(kind, epoch, str(config))
+                return self._send(event="refused", error=f"engine: bad {op} request {request!r}")
+            if op == "wait":  # attach only: a deferred task's trigger
+                future = engine.attached(kind, epoch)
+                if future is None:
+                    return self._send(
+                        event="unknown",
+                        error=f"engine pid {os.getpid()} has not run {kind} epoch {epoch}",
+                    )
+                log.info("engine: a deferred task waits for %s epoch %d", kind, epoch)
+            else:
+                future = engine.submit(kind, epoch, str(config))
         except (ModeswitchError, ValueError) as exc:
             return self._send(event="refused", error=str(exc))
         self._send(event="running", kind=kind, epoch=epoch)
