@@ -101,16 +101,21 @@ soak: install
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json soak-result.json
 
 # The random-fault tests of `make test` (3 seeds, 5 SIGKILLs each, ~5 min; odd seeds on the
-# local runner, even ones on the warm engine; and one seed on a Kafka topic whose broker is
-# SIGKILLed 3 times) for longer: SOAK_SEEDS seeds with SOAK_FAULTS faults each (about
-# 1.5-2 minutes a seed on 2 cores), and SOAK_BROKER_SEEDS on Kafka.
+# local runner, even ones on the warm engine; one seed on a Kafka topic whose broker is
+# SIGKILLed 3 times; one under the real scheduler, whose tasks and jobs are SIGKILLed 3 times)
+# for longer: SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a seed on 2
+# cores), SOAK_BROKER_SEEDS on Kafka and SOAK_SCHEDULER_SEEDS under the scheduler.
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
 SOAK_BROKER_SEEDS ?= $(shell seq -s, 200 205)
+SOAK_SCHEDULER_SEEDS ?= $(shell seq -s, 300 303)
 soak-faults: install
 	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
 		MODESWITCH_BROKER_FAULT_SEEDS=$(SOAK_BROKER_SEEDS) \
-		$(PY) -m pytest -rP tests/faults/test_random_faults.py $(PYTEST_ARGS)
+		MODESWITCH_SCHEDULER_FAULT_SEEDS=$(SOAK_SCHEDULER_SEEDS) \
+		MODESWITCH_SCHEDULER_FAULTS=$(SOAK_FAULTS) \
+		$(PY) -m pytest -rP tests/faults/test_random_faults.py \
+		tests/airflow/test_scheduler_faults.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf .demo .pytest_cache .ruff_cache soak-result.json

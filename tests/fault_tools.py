@@ -1,18 +1,22 @@
 """What the fault tests share: kill a job at a fault point, stop a stream once caught up,
 audit exactly once, count a backfill window's records in the log, commit to a sink as the sink
-does without Spark. (Imported by tests of the
-faults, kafka, spark and airflow tiers; pytest puts this folder on the import path.)"""
+does without Spark; the random-fault cycles' journal, live producer and safety checks.
+(Imported by tests of the faults, kafka, spark and airflow tiers; pytest puts this folder on
+the import path.)"""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import random
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,10 +24,16 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.ops.verify import audit
 from modeswitch.runners.local import job_command
-from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
+from modeswitch.sinks.commits import (
+    SinkCommit,
+    committed_offsets,
+    offset_regressions,
+    sink_commits,
+)
 from modeswitch.state import StateStore
 
 HELD_IN_STREAM = {
@@ -235,3 +245,101 @@ def files_holding(root: Path, marker: str) -> list[str]:
             if path.is_file() and wanted in path.read_bytes():
                 holding.append(str(path))
     return holding
+
+
+@dataclass
+class Journal:
+    """What the run did, for the failure message."""
+
+    seed: int
+    started: float = field(default_factory=time.monotonic)
+    lines: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.lines.append(f"{time.monotonic() - self.started:6.1f}s {text}")
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+class Producer:
+    """The live producer, and bursts at the seed's moments while faults are still coming."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        rng: random.Random,
+        journal: Journal,
+        *,
+        buckets: int = 4,
+        rate: float = 300.0,
+        burst: int = 50_000,
+        bursts: int = 2,
+        burst_window: tuple[float, float] = (5.0, 35.0),
+    ) -> None:
+        self.log, self.journal = log, journal
+        self.buckets, self.burst = buckets, burst
+        self.stop = threading.Event()
+        self.live = threading.Thread(
+            target=produce_live,
+            args=(log, EventGenerator(seed=rng.randrange(1000), buckets=buckets)),
+            kwargs={
+                "rate": rate,
+                "duration": timedelta(hours=1),
+                "first": 10_000_000,
+                # Half-second flushes: each flush rewrites every bucket's open segment;
+                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
+                # in the handoff test.
+                "flush_every": timedelta(milliseconds=500),
+                "should_stop": self.stop.is_set,
+            },
+            name="live-producer",
+            daemon=True,
+        )
+        self.bursts = [
+            threading.Timer(at, self._burst, args=(number, rng.randrange(1000)))
+            for number, at in enumerate(sorted(rng.uniform(*burst_window) for _ in range(bursts)))
+        ]
+
+    def wait_for_bursts(self) -> None:
+        for timer in self.bursts:
+            timer.join()
+
+    def _burst(self, number: int, seed: int) -> None:
+        first = 20_000_000 + number * 1_000_000
+        produce_backlog(
+            self.log,
+            EventGenerator(seed=seed, buckets=self.buckets),
+            records=self.burst,
+            first=first,
+        )
+        self.journal.note(f"burst of {self.burst} records")
+
+    def start(self) -> None:
+        self.live.start()
+        for timer in self.bursts:
+            timer.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for timer in self.bursts:
+            timer.cancel()
+            timer.join()
+        self.live.join(timeout=30)
+
+
+def assert_safe(settings: PipelineSettings, journal: Journal) -> None:
+    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
+    totals = report.totals
+    assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
+    assert report.ok, report
+    commits = list(sink_commits(settings.sink, settings.pipeline))
+    keys = [(c.epoch, c.sequence) for c in commits]
+    assert len(keys) == len(set(keys)), "a wave or micro-batch was committed twice"
+    assert offset_regressions(commits) == []
+    epochs = StateStore(settings.state_root, settings.sink, settings.pipeline).epochs()
+    assert all(not e.running for e in epochs)
+    for before, after in itertools.pairwise(epochs):
+        assert after.start == before.end, f"epoch {after.id} does not start where {before.id} ended"
+    modes = " ".join(e.mode for e in epochs)
+    journal.note(f"epochs: {modes}; {len(commits)} sink commits")

@@ -32,33 +32,29 @@ names its seed: rerun with
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import random
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 import psutil
 import pytest
+from fault_tools import Journal, Producer, assert_safe
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
-from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
+from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog
 from modeswitch.errors import ModeswitchError
-from modeswitch.ops.verify import audit
 from modeswitch.runners.base import EpochRunner
 from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineLostError
 from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
 from modeswitch.runners.local import LocalRunner
-from modeswitch.sinks.commits import offset_regressions, sink_commits
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog, kafka_environment
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
 
 SEEDS = [int(s) for s in os.environ.get("MODESWITCH_FAULT_SEEDS", "1,2,3").split(",") if s]
 
@@ -85,21 +81,6 @@ TRIES_PER_EPOCH = FAULTS + 1  # every fault may hit the same epoch: it must stil
 LIVENESS_BOUND = timedelta(minutes=4)
 """After the last fault: time to a closed stream epoch that has caught up."""
 JOB_SCRIPTS = ("backlog_batch.py", "stream.py", "engine.py")
-
-
-@dataclass
-class Journal:
-    """What the run did, for the failure message."""
-
-    seed: int
-    started: float = field(default_factory=time.monotonic)
-    lines: list[str] = field(default_factory=list)
-
-    def note(self, text: str) -> None:
-        self.lines.append(f"{time.monotonic() - self.started:6.1f}s {text}")
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines)
 
 
 def job_groups() -> dict[int, str]:
@@ -146,57 +127,6 @@ class Killer(threading.Thread):
                 self.journal.note(f"SIGKILL process group {pid}: {groups[pid]}")
         finally:
             self.done.set()
-
-
-class Producer:
-    """The live producer, and bursts at the seed's moments while faults are still coming."""
-
-    def __init__(self, log: EventLog, rng: random.Random, journal: Journal) -> None:
-        self.log, self.journal = log, journal
-        self.stop = threading.Event()
-        self.live = threading.Thread(
-            target=produce_live,
-            args=(log, EventGenerator(seed=rng.randrange(1000), buckets=BUCKETS)),
-            kwargs={
-                "rate": LIVE_RATE,
-                "duration": timedelta(hours=1),
-                "first": 10_000_000,
-                # Half-second flushes: each flush rewrites every bucket's open segment;
-                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
-                # in the handoff test.
-                "flush_every": timedelta(milliseconds=500),
-                "should_stop": self.stop.is_set,
-            },
-            name="live-producer",
-            daemon=True,
-        )
-        self.bursts = [
-            threading.Timer(at, self._burst, args=(number, rng.randrange(1000)))
-            for number, at in enumerate(sorted(rng.uniform(5, 35) for _ in range(2)))
-        ]
-
-    def wait_for_bursts(self) -> None:
-        for timer in self.bursts:
-            timer.join()
-
-    def _burst(self, number: int, seed: int) -> None:
-        first = 20_000_000 + number * 1_000_000
-        produce_backlog(
-            self.log, EventGenerator(seed=seed, buckets=BUCKETS), records=BURST, first=first
-        )
-        self.journal.note(f"burst of {BURST} records")
-
-    def start(self) -> None:
-        self.live.start()
-        for timer in self.bursts:
-            timer.start()
-
-    def close(self) -> None:
-        self.stop.set()
-        for timer in self.bursts:
-            timer.cancel()
-            timer.join()
-        self.live.join(timeout=30)
 
 
 def chaos_settings(
@@ -404,7 +334,7 @@ def live_cycle(
         records=BACKLOG,
         span=timedelta(minutes=20),
     )
-    producer = Producer(log, rng, journal)
+    producer = Producer(log, rng, journal, buckets=BUCKETS, rate=LIVE_RATE, burst=BURST)
     caught_up = threading.Event()
     target: dict[int, int] = {}
 
@@ -459,20 +389,3 @@ def _tail(path: Path | None, lines: int = 40) -> str:
     if path is None or not path.exists():
         return "(no job log)"
     return f"last lines of {path}:\n" + "\n".join(path.read_text().splitlines()[-lines:])
-
-
-def assert_safe(settings: PipelineSettings, journal: Journal) -> None:
-    report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
-    totals = report.totals
-    assert (totals.missing, totals.duplicated, totals.out_of_range) == (0, 0, 0), report
-    assert report.ok, report
-    commits = list(sink_commits(settings.sink, settings.pipeline))
-    keys = [(c.epoch, c.sequence) for c in commits]
-    assert len(keys) == len(set(keys)), "a wave or micro-batch was committed twice"
-    assert offset_regressions(commits) == []
-    epochs = StateStore(settings.state_root, settings.sink, settings.pipeline).epochs()
-    assert all(not e.running for e in epochs)
-    for before, after in itertools.pairwise(epochs):
-        assert after.start == before.end, f"epoch {after.id} does not start where {before.id} ended"
-    modes = " ".join(e.mode for e in epochs)
-    journal.note(f"epochs: {modes}; {len(commits)} sink commits")
