@@ -55,7 +55,7 @@ pytestmark = pytest.mark.scheduler
 SEEDS = [int(s) for s in os.environ.get("MODESWITCH_SCHEDULER_FAULT_SEEDS", "5").split(",") if s]
 FAULTS = int(os.environ.get("MODESWITCH_SCHEDULER_FAULTS", "3"))
 BUCKETS = 4
-BACKLOG = 40_000
+BACKLOG = 30_000
 BURST = 40_000
 LIVENESS_BOUND = timedelta(minutes=5)
 """After the last fault: time to a closed stream epoch that has caught up. A killed try is
@@ -130,12 +130,12 @@ class TaskKiller(threading.Thread):
         tried = 0
         try:
             while len(self.kills) < self.faults and tried < 3 * self.faults:
-                if self.stop.wait(self.rng.uniform(3.0, 15.0)):
+                if self.stop.wait(self.rng.uniform(2.0, 8.0)):
                     return
                 while not (jobs := epoch_jobs(self.home)):  # between jobs: wait for one
                     if self.stop.wait(0.5):
                         return
-                if self.stop.wait(self.rng.uniform(0.0, 8.0)):
+                if self.stop.wait(self.rng.uniform(0.0, 5.0)):
                     return
                 jobs = epoch_jobs(self.home) or jobs
                 pid = self.rng.choice(sorted(jobs))
@@ -192,7 +192,7 @@ def test_random_task_and_job_kills_under_the_scheduler_converge_exactly_once(
     airflow.cli("dags", "unpause", "modeswitch_pipeline")
     journal.note("pipeline DAG unpaused")
     killer = TaskKiller(airflow.home, rng, FAULTS, journal)
-    producer = Producer(log, rng, journal, buckets=BUCKETS, burst=BURST, burst_window=(20.0, 60.0))
+    producer = Producer(log, rng, journal, buckets=BUCKETS, burst=BURST, burst_window=(15.0, 40.0))
     target: dict[int, int] = {}
 
     def converged() -> bool:

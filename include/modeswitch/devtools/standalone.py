@@ -129,7 +129,9 @@ class StandaloneCluster:
                 alive = [w for w in seen.get("workers", []) if w.get("state") == "ALIVE"]
                 if len(alive) == self.workers:
                     return
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet; or up, but its /json/ answered with the HTML page (seen once,
+                # ci33: the master had bound the port a second before).
                 pass
             time.sleep(0.5)
         raise ModeswitchError(
