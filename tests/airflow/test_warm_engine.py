@@ -184,6 +184,11 @@ def _batch_stream_batch_stream(settings: PipelineSettings, log: SegmentLog) -> N
     said = engine_file(settings).with_suffix(".log").read_text()
     waited = re.findall(r"a deferred task waits for (\w+) epoch (\d+)", said)
     assert [(e.mode, str(e.id)) for e in store.epochs()] == waited, waited
+    # The warm-up stream started with the engine ran beside the first batch instead of giving
+    # way to it: it ended (here, stopped by the first stream epoch: this batch is short) only
+    # after the batch had started. (Before, it stopped at the task's first request.)
+    warm_up_end = said.index("stream warm-up: ")
+    assert said.index("engine: running batch epoch") < warm_up_end, said[:warm_up_end][-3000:]
     epochs = store.epochs()
     assert [(e.mode, e.status) for e in epochs] == [
         ("batch", "completed"),

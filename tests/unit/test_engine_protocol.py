@@ -477,3 +477,66 @@ def test_make_airflow_stops_the_engines_its_tasks_started_when_it_stops(
     finally:
         if engine.poll() is None:
             engine.kill()
+
+
+class FakeWarmUp:
+    """A warm-up stream as :class:`~modeswitch.modes.warmup.WarmingUp` shows it."""
+
+    def __init__(self, journal: list[str], records: int) -> None:
+        self.journal, self.records, self.running = journal, records, True
+        journal.append("warm-up started")
+
+    def ended(self) -> bool:
+        return not self.running
+
+    def finish(self):
+        from modeswitch.modes.warmup import WarmUp
+
+        self.journal.append("warm-up stopped" if self.running else "warm-up collected")
+        self.running = False
+        return WarmUp(self.records, 1.0)
+
+
+def test_the_engines_warm_up_runs_beside_the_first_batch_and_gives_way_to_a_stream(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up stream started with the engine is not cut short by the first batch, nor by
+    the first stream epoch (it runs beside both, and is collected once it has ended); once a
+    stream ran, no warm-up starts again; a warm-up that read nothing leaves the path cold, and
+    an idle engine tries again."""
+    from modeswitch.modes import warmup
+    from modeswitch.runners.engine_server import StreamPath
+
+    journal: list[str] = []
+    records = iter([2_000, 0, 2_000])
+    warming: list[FakeWarmUp] = []
+
+    def start(spark, s, **_):
+        warming.append(FakeWarmUp(journal, next(records)))
+        return warming[-1]
+
+    monkeypatch.setattr(warmup, "start_warm_up", start)
+    path = StreamPath(None, lambda kind, spark, epoch, s: journal.append(f"{kind} {epoch}"))
+    path.start(settings)
+    path.run("batch", None, 1, settings)
+    path.collect()
+    assert journal == ["warm-up started", "batch 1"]  # beside the batch, still running
+    path.run("stream", None, 2, settings)
+    assert journal[2:] == ["stream 2"] and path.warm  # the warm-up runs on beside it
+    path.collect()
+    assert path.warming is warming[0]  # not ended yet: left to run
+    warming[0].running = False
+    path.collect()
+    assert journal[3:] == ["warm-up collected"] and path.warming is None
+    path.start(settings)
+    assert len(warming) == 1  # warm: no warm-up again
+
+    cold = StreamPath(None, lambda kind, spark, epoch, s: journal.append(f"{kind} {epoch}"))
+    cold.start(settings)
+    warming[-1].running = False  # it ended by itself, having read nothing
+    cold.collect()
+    assert not cold.warm and cold.warming is None
+    cold.start(settings)  # an idle engine tries again
+    warming[-1].running = False
+    cold.collect()
+    assert cold.warm and journal[-1] == "warm-up collected"

@@ -4,6 +4,7 @@ that follows in the same session starts warm (:func:`warm_up`; used by ``jobs/st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -120,35 +121,49 @@ def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any
     return {f.name: _SAMPLES[f.type](index) for f in fields}
 
 
-def warm_up(
-    spark,
-    settings: PipelineSettings,
-    *,
-    records: int = WARM_UP_RECORDS,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> WarmUp | None:
-    """Run a throwaway stream the way an epoch runs, so that the epoch that follows starts warm.
+class WarmingUp:
+    """A warm-up stream started and not waited for (:func:`start_warm_up`): it runs in Spark's
+    own threads beside whatever the session does next, and :meth:`finish` collects it."""
 
-    A stream's first micro-batch in a new session pays for everything that starts on first
-    use: a Python process for each step of the ``bucketlog`` source and the ``modeswitch_delta``
-    sink (lookup, schema, planning, reading and writing workers, the commit) and the JVM's
-    first compilations of the query. Measured here: a stream's
-    start to its first commit of 80 000 records took 9.3 s in a new session and 2.9 s in a
-    session that had run one stream before.
+    def __init__(self, query: Any, work: str, started: float, start: OffsetsMap) -> None:
+        self.query, self.work, self.started, self.start = query, work, started, start
 
-    The warm-up stream reads ``records`` generated events from a two-bucket log in a folder of
-    its own under ``<state_root>/warm-up/`` (where the executors of a cluster reach it, unlike
-    the driver's disk), applies the pipeline's transform with its watermark, and writes them
-    with the ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is
-    removed after. On a Kafka topic it reads the topic's own last ``records`` (spread over its
-    partitions: :func:`kafka_tail`) with Spark's Kafka source, as the epoch will, so that the
-    Kafka source, its consumers and their connections are warm too; a topic with nothing in
-    it gets the generated events.
-    Nothing of the pipeline's is touched, and the session's settings are put back. It stops
-    early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
-    it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
-    epoch itself reports any real fault).
-    """
+    def ended(self) -> bool:
+        """Whether the warm-up query has ended (its ``availableNow`` run read everything)."""
+        return not self.query.isActive
+
+    def finish(self) -> WarmUp | None:
+        """Stop the query if it still runs (what is warm by then is kept), remove its folder,
+        and say what it did; None if it failed (logged: it only means a cold start)."""
+        try:
+            self.query.stop()
+            error = self.query.exception()
+            if error is not None:
+                raise StreamQueryError(f"the warm-up query failed: {error}") from error
+            committed = committed_offsets(f"{self.work}/sink", "warm-up")
+            done = WarmUp(
+                sum(end - self.start.get(b, 0) for b, end in committed.items()),
+                time.monotonic() - self.started,
+                sum(c.quarantined for c in sink_commits(f"{self.work}/sink", "warm-up")),
+            )
+        except Exception as exc:  # a warm-up that fails only means a cold start
+            log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
+            return None
+        finally:
+            remove_tree(self.work)
+        log.info(
+            "stream warm-up: %d records through source, transform and sink in %.1f s",
+            done.records,
+            done.seconds,
+        )
+        return done
+
+
+def start_warm_up(
+    spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
+) -> WarmingUp | None:
+    """Start the warm-up stream of :func:`warm_up` and return without waiting for it (None if
+    it could not start: logged, a cold start)."""
     started = time.monotonic()
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
@@ -177,30 +192,49 @@ def warm_up(
         )
         with session_conf(spark, checkpoint_conf(work)):
             query = writer.trigger(availableNow=True).start()
-            deadline = started + WARM_UP_TIMEOUT.total_seconds()
-            try:
-                while not query.awaitTermination(WARM_UP_POLL.total_seconds()):
-                    if should_stop() or time.monotonic() > deadline:
-                        break
-            finally:
-                query.stop()
-        error = query.exception()
-        if error is not None:
-            raise StreamQueryError(f"the warm-up query failed: {error}") from error
-        committed = committed_offsets(f"{work}/sink", "warm-up")
-        done = WarmUp(
-            sum(end - start.get(b, 0) for b, end in committed.items()),
-            time.monotonic() - started,
-            sum(c.quarantined for c in sink_commits(f"{work}/sink", "warm-up")),
-        )
     except Exception as exc:  # a warm-up that fails only means a cold start
         log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
-        return None
-    finally:
         remove_tree(work)
-    log.info(
-        "stream warm-up: %d records through source, transform and sink in %.1f s",
-        done.records,
-        done.seconds,
-    )
-    return done
+        return None
+    return WarmingUp(query, work, started, start)
+
+
+def warm_up(
+    spark,
+    settings: PipelineSettings,
+    *,
+    records: int = WARM_UP_RECORDS,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> WarmUp | None:
+    """Run a throwaway stream the way an epoch runs, so that the epoch that follows starts warm.
+
+    A stream's first micro-batch in a new session pays for everything that starts on first
+    use: a Python process for each step of the ``bucketlog`` source and the ``modeswitch_delta``
+    sink (lookup, schema, planning, reading and writing workers, the commit) and the JVM's
+    first compilations of the query. Measured here: a stream's
+    start to its first commit of 80 000 records took 9.3 s in a new session and 2.9 s in a
+    session that had run one stream before.
+
+    The warm-up stream reads ``records`` generated events from a two-bucket log in a folder of
+    its own under ``<state_root>/warm-up/`` (where the executors of a cluster reach it, unlike
+    the driver's disk), applies the pipeline's transform with its watermark, and writes them
+    with the ``modeswitch_delta`` sink into that folder (``availableNow``); the folder is
+    removed after. On a Kafka topic it reads the topic's own last ``records`` (spread over its
+    partitions: :func:`kafka_tail`) with Spark's Kafka source, as the epoch will, so that the
+    Kafka source, its consumers and their connections are warm too; a topic with nothing in
+    it gets the generated events.
+    Nothing of the pipeline's is touched, and the session's settings are put back. It stops
+    early once ``should_stop()`` (its epoch has come: what is warm by then is kept). Returns what
+    it did, or None if it failed: a failed warm-up is logged and only means a cold start (the
+    epoch itself reports any real fault). :func:`start_warm_up` starts the same stream without
+    waiting for it (the warm engine runs it beside its first batch).
+    """
+    warming = start_warm_up(spark, settings, records=records)
+    if warming is None:
+        return None
+    deadline = warming.started + WARM_UP_TIMEOUT.total_seconds()
+    with contextlib.suppress(Exception):  # a failed query is told by finish()
+        while not warming.query.awaitTermination(WARM_UP_POLL.total_seconds()):
+            if should_stop() or time.monotonic() > deadline:
+                break
+    return warming.finish()
