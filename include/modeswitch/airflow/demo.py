@@ -6,7 +6,7 @@
 3. Four runs of ``modeswitch_pipeline``, each a child process (``dag.test()``, its log in
    ``<dir>/logs/airflow-run-N.log``): batch (the backlog) -> stream (a burst holds it back
    until its offset lag has stayed over the threshold for the dwell) -> batch (the burst)
-   -> stream (20 s, set by the run's ``settings`` param; with the warm engine, the stream
+   -> stream (15 s, set by the run's ``settings`` param; with the warm engine, the stream
    the engine started right after the batch keeps the demo's own ``max_stream_runtime``).
    The epochs run in the pipeline's warm engine (``engine = warm``,
    :mod:`modeswitch.runners.engine`):
@@ -43,7 +43,8 @@ DAG_ID = "modeswitch_pipeline"
 CONSUMER_DAG_ID = "modeswitch_example_consumer"
 RUN_TIMEOUT = 600.0
 BURST_RECORDS = 400_000
-BURST_AFTER_SECONDS = 20.0
+BURST_AFTER_SECONDS = 10.0
+"""Into run 2, whose stream the engine started at the batch's end: a few seconds live first."""
 # The demo's settings, switching on offset lag (FLIP-328's second strategy): records behind
 # the source's latest offsets. Unlike watermark lag, it does not depend on how fast this
 # machine runs Airflow and Spark: the backlog and the burst are far above the threshold, the
@@ -57,9 +58,9 @@ AIRFLOW_DEMO_SETTINGS = {
     "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "auto"),
     "offset_lag_threshold": "100000",
     "watermark_lag_threshold": "10m",
-    # The last stream: the run's 20 s param with spark-submit, this with the warm engine
+    # The last stream: the run's 15 s param with spark-submit, this with the warm engine
     # (which starts the stream itself, before that run); the burst stops the first one.
-    "max_stream_runtime": "30s",
+    "max_stream_runtime": "15s",
     "enter_threshold": "none",
     "exit_threshold": "none",
 }
@@ -94,8 +95,8 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
             ):
                 _run(env, root, 2, {}, settings, console, "from the batch's end, until a burst")
             _run(env, root, 3, {}, settings, console, "drains what the burst left")
-            short = {"settings": {"max_stream_runtime": "20s"}}
-            note = "live again, 20 s (run param; an epoch the engine started keeps its own)"
+            short = {"settings": {"max_stream_runtime": "15s"}}
+            note = "live again, 15 s (run param; an epoch the engine started keeps its own)"
             _run(env, root, 4, short, settings, console, note)
     finally:
         if stop_engine(settings):
