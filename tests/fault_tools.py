@@ -47,6 +47,23 @@ HELD_IN_STREAM = {
 """Settings of a pipeline whose stream runs until the test pauses it (the policy never sends it
 back to batch), with no standby: for tests that time their faults against its commits."""
 
+LIVE_CYCLE = {
+    # Offset lag alone switches: a burst puts a stream 40 000-50 000 records behind, and at
+    # 5 000 per micro-batch it stays over 20 000 for longer than the dwell.
+    "offset_lag_threshold": "20000",
+    "watermark_lag_threshold": "none",
+    "enter_threshold": "none",
+    "exit_threshold": "none",
+    "enter_dwell": "2s",
+    "min_time_in_stream": "3s",
+    "max_records_per_trigger": "5000",
+    "trigger_interval": "300ms",
+    "max_stream_runtime": "25s",
+    "wave_records": "20000",
+    "max_split_records": "10000",
+}
+"""Settings of the random-fault tests' live cycle (stream -> batch -> stream on bursts)."""
+
 
 def kill_at(settings: PipelineSettings, kind: str, epoch: int, fault: str, markers: Path) -> None:
     """Start the epoch's job, wait until it reaches ``fault``, SIGKILL its process group."""

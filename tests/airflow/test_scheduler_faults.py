@@ -41,7 +41,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_tools import Journal, Producer, assert_safe
+from fault_tools import LIVE_CYCLE, Journal, Producer, assert_safe
 from test_scheduler_run import RunningAirflow, _airflow
 
 from modeswitch.airflow.tasks import submit_control_command
@@ -61,21 +61,7 @@ LIVENESS_BOUND = timedelta(minutes=5)
 """After the last fault: time to a closed stream epoch that has caught up. A killed try is
 retried 30 s later (the DAG's retry_delay), and a run whose tries are spent is followed by
 the next run, which re-attaches the epoch."""
-CHAOS = {
-    # Offset lag alone switches, as in tests/faults/test_random_faults.py.
-    "offset_lag_threshold": "20000",
-    "watermark_lag_threshold": "none",
-    "enter_threshold": "none",
-    "exit_threshold": "none",
-    "enter_dwell": "2s",
-    "min_time_in_stream": "3s",
-    "max_records_per_trigger": "5000",
-    "trigger_interval": "300ms",
-    "max_stream_runtime": "25s",
-    "wave_records": "20000",
-    "max_split_records": "10000",
-    "engine": "submit",
-}
+CHAOS = {**LIVE_CYCLE, "engine": "submit"}
 EPOCH_SCRIPTS = ("backlog_batch.py", "stream.py")
 
 

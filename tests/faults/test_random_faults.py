@@ -43,7 +43,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_tools import Journal, Producer, assert_safe
+from fault_tools import LIVE_CYCLE, Journal, Producer, assert_safe
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
@@ -139,19 +139,7 @@ def chaos_settings(
             "stream_writer": stream_writer,
             "source": source or str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),
-            # Offset lag alone switches: a burst puts a stream 50 000 records behind, and at
-            # 5 000 per micro-batch it stays over 20 000 for longer than the dwell.
-            "offset_lag_threshold": "20000",
-            "watermark_lag_threshold": "none",
-            "enter_threshold": "none",
-            "exit_threshold": "none",
-            "enter_dwell": "2s",
-            "min_time_in_stream": "3s",
-            "max_records_per_trigger": "5000",
-            "trigger_interval": "300ms",
-            "max_stream_runtime": "25s",
-            "wave_records": "20000",
-            "max_split_records": "10000",
+            **LIVE_CYCLE,
             "stream_standby_lead": "60s",
         }
     )
