@@ -279,6 +279,44 @@ class Journal:
         return "\n".join(self.lines)
 
 
+class LiveProducer:
+    """Appends events at a steady rate in a thread until stopped (or an hour has passed)."""
+
+    def __init__(self, log: EventLog, generator: EventGenerator, rate: float) -> None:
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(
+            target=produce_live,
+            args=(log, generator),
+            kwargs={
+                "rate": rate,
+                "duration": timedelta(hours=1),
+                "first": 10_000_000,
+                # Half-second flushes: each flush rewrites every bucket's open segment;
+                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
+                # in the handoff test.
+                "flush_every": timedelta(milliseconds=500),
+                "should_stop": self.stop_flag.is_set,
+            },
+            name="live-producer",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+    def __enter__(self) -> LiveProducer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 class Producer:
     """The live producer, and bursts at the seed's moments while faults are still coming."""
 
@@ -296,22 +334,8 @@ class Producer:
     ) -> None:
         self.log, self.journal = log, journal
         self.buckets, self.burst = buckets, burst
-        self.stop = threading.Event()
-        self.live = threading.Thread(
-            target=produce_live,
-            args=(log, EventGenerator(seed=rng.randrange(1000), buckets=buckets)),
-            kwargs={
-                "rate": rate,
-                "duration": timedelta(hours=1),
-                "first": 10_000_000,
-                # Half-second flushes: each flush rewrites every bucket's open segment;
-                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
-                # in the handoff test.
-                "flush_every": timedelta(milliseconds=500),
-                "should_stop": self.stop.is_set,
-            },
-            name="live-producer",
-            daemon=True,
+        self.live = LiveProducer(
+            log, EventGenerator(seed=rng.randrange(1000), buckets=buckets), rate
         )
         self.bursts = [
             threading.Timer(at, self._burst, args=(number, rng.randrange(1000)))
@@ -338,11 +362,11 @@ class Producer:
             timer.start()
 
     def close(self) -> None:
-        self.stop.set()
+        self.live.stop_flag.set()
         for timer in self.bursts:
             timer.cancel()
             timer.join()
-        self.live.join(timeout=30)
+        self.live.stop()
 
 
 def assert_safe(settings: PipelineSettings, journal: Journal) -> None:

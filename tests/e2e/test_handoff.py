@@ -25,10 +25,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from fault_tools import LiveProducer
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.demo import DEMO_SETTINGS
-from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
+from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import LocalRunner
@@ -54,36 +55,6 @@ def settings(tmp_path: Path) -> PipelineSettings:
             "exit_threshold": "25s",
         }
     )
-
-
-class LiveProducer:
-    """Appends events at a steady rate in a thread until stopped."""
-
-    def __init__(self, log: SegmentLog, generator: EventGenerator, rate: float) -> None:
-        self.stop_flag = threading.Event()
-        self.thread = threading.Thread(
-            target=produce_live,
-            args=(log, generator),
-            kwargs={
-                "rate": rate,
-                "duration": timedelta(minutes=30),
-                "first": 10_000_000,
-                # Half-second flushes: each flush rewrites every bucket's open segment;
-                # at 100 ms (the default) that was 60 of the test process's 90 CPU-s
-                # in the handoff test.
-                "flush_every": timedelta(milliseconds=500),
-                "should_stop": self.stop_flag.is_set,
-            },
-            daemon=True,
-        )
-
-    def __enter__(self) -> LiveProducer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop_flag.set()
-        self.thread.join(timeout=30)
 
 
 class BurstOnceCaughtUp:
