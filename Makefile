@@ -87,7 +87,7 @@ postgres:
 	@bash tools/ensure-postgres.sh
 
 test: install chromium postgres lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=40 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install
@@ -100,22 +100,35 @@ SOAK_MINUTES ?= 30
 soak: install
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json soak-result.json
 
-# The random-fault tests of `make test` (3 seeds, 5 SIGKILLs each, ~5 min; odd seeds on the
-# local runner, even ones on the warm engine; one seed on a Kafka topic whose broker is
-# SIGKILLed 3 times; one under the real scheduler, whose tasks and jobs are SIGKILLed 3 times)
-# for longer: SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a seed on 2
-# cores), SOAK_BROKER_SEEDS on Kafka and SOAK_SCHEDULER_SEEDS under the scheduler.
+# The fault tests of `make test`, for longer. Random SIGKILLs (3 seeds, 5 each, ~5 min; odd
+# seeds on the local runner, even ones on the warm engine; one seed on a Kafka topic whose
+# broker is SIGKILLed 3 times; one under the real scheduler, whose tasks and jobs are
+# SIGKILLed 3 times): SOAK_SEEDS seeds with SOAK_FAULTS faults each (about 1.5-2 minutes a
+# seed on 2 cores), SOAK_BROKER_SEEDS on Kafka and SOAK_SCHEDULER_SEEDS under the scheduler.
+# The warehouse filling up at SOAK_FULL_SIZES and turning read-only after SOAK_READ_ONLY_WAVES;
+# PostgreSQL crashed SOAK_PG_CRASHES times under the stream; SOAK_FUZZ_EXAMPLES hostile
+# requests per API fuzz test.
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
 SOAK_BROKER_SEEDS ?= $(shell seq -s, 200 205)
 SOAK_SCHEDULER_SEEDS ?= $(shell seq -s, 300 303)
-soak-faults: install
+SOAK_FULL_SIZES ?= 12m,18m,24m,32m
+SOAK_READ_ONLY_WAVES ?= 1,3,6
+SOAK_PG_CRASHES ?= 4
+SOAK_FUZZ_EXAMPLES ?= 3000
+soak-faults: install postgres
 	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
 		MODESWITCH_BROKER_FAULT_SEEDS=$(SOAK_BROKER_SEEDS) \
 		MODESWITCH_SCHEDULER_FAULT_SEEDS=$(SOAK_SCHEDULER_SEEDS) \
 		MODESWITCH_SCHEDULER_FAULTS=$(SOAK_FAULTS) \
+		MODESWITCH_STORAGE_FULL_SIZES=$(SOAK_FULL_SIZES) \
+		MODESWITCH_STORAGE_READ_ONLY_WAVES=$(SOAK_READ_ONLY_WAVES) \
+		MODESWITCH_PG_CRASHES=$(SOAK_PG_CRASHES) \
+		MODESWITCH_API_FUZZ_EXAMPLES=$(SOAK_FUZZ_EXAMPLES) \
 		$(PY) -m pytest -rP tests/faults/test_random_faults.py \
-		tests/airflow/test_scheduler_faults.py $(PYTEST_ARGS)
+		tests/airflow/test_scheduler_faults.py tests/faults/test_storage_faults.py \
+		"tests/airflow/test_scheduler_run.py::test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command" \
+		tests/airflow/test_web_api.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf .demo .pytest_cache .ruff_cache soak-result.json

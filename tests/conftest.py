@@ -7,7 +7,7 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,36 +33,86 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JAVA_OPTIONS)
 TIERS = ("unit", "spark", "airflow", "e2e", "faults", "browser", "kafka", "cluster")
 
 
-LONGEST_FIRST = (
-    "kafka/test_kafka_pipeline.py",
-    "faults/test_random_faults.py",
-    "faults/test_job_crashes.py",
-    "airflow/test_scheduler_run.py",
-    "cluster/test_cluster_cycle.py",
-    "spark/test_user_delta_commands.py",
-    "browser/test_operator_page.py",
-    "e2e/test_handoff.py",
-    "airflow/test_warm_engine.py",
-    "kafka/test_broker_faults.py",
-    "airflow/test_backfill_run.py",
-    "spark/test_three_readers.py",
-    "cluster/test_cluster_kafka.py",
-    "spark/test_bucketlog_source.py",
-    "airflow/test_stream_retry.py",
-    "spark/test_delta_sink.py",
-    "spark/test_arrow_parse.py",
-    "kafka/test_kafka_cli.py",
-    "e2e/test_rewind_pipeline.py",
-    "spark/test_maintenance_beside_stream.py",
-    "unit/test_state_concurrency.py",
-    "unit/test_maintenance.py",
-    "e2e/test_new_buckets.py",
-    "spark/test_transforms.py",
-)
-"""Test files that take half a minute or more, longest first (their wall time under two
-workers, measured in a whole run). In one process they run first. Two workers take files in
-this order only among files of as many tests: pytest-xdist hands out the files with the most
-tests first unless given ``--no-loadscope-reorder`` (tried on 2026-11-26, not measured whole)."""
+FILE_SECONDS = {
+    "faults/test_random_faults.py": 354,
+    "kafka/test_kafka_pipeline.py": 212,
+    "airflow/test_scheduler_run.py": 290,
+    "airflow/test_scheduler_faults.py": 185,
+    "faults/test_job_crashes.py": 159,
+    "cluster/test_cluster_cycle.py": 148,
+    "kafka/test_broker_faults.py": 128,
+    "kafka/test_kafka_demo_cycle.py": 112,
+    "e2e/test_handoff.py": 91,
+    "spark/test_user_delta_commands.py": 90,
+    "airflow/test_warm_engine.py": 89,
+    "faults/test_storage_faults.py": 66,
+    "browser/test_operator_page.py": 63,
+    "cluster/test_cluster_kafka.py": 55,
+    "airflow/test_stream_retry.py": 54,
+    "airflow/test_backfill_run.py": 48,
+    "spark/test_three_readers.py": 47,
+    "spark/test_delta_sink.py": 47,
+    "kafka/test_kafka_cli.py": 41,
+    "e2e/test_rewind_pipeline.py": 41,
+    "spark/test_maintenance_beside_stream.py": 39,
+    "spark/test_arrow_parse.py": 37,
+    "airflow/test_pipeline_run.py": 28,
+    "airflow/test_web_api.py": 28,
+    "kafka/test_real_broker.py": 26,
+    "spark/test_bucketlog_source.py": 25,
+    "e2e/test_new_buckets.py": 24,
+    "unit/test_maintenance.py": 23,
+    "spark/test_delta_spark_writer.py": 23,
+    "airflow/test_kafka_under_airflow.py": 22,
+    "spark/test_transforms.py": 21,
+    "spark/test_backfill.py": 20,
+    "kafka/test_compacted_topic.py": 19,
+    "kafka/test_kafka_log.py": 18,
+    "browser/test_page_zoom_paging.py": 17,
+    "kafka/test_kafka_backfill.py": 17,
+    "e2e/test_run_engine.py": 16,
+    "unit/test_state_concurrency.py": 16,
+    "kafka/test_spark_kafka_source.py": 16,
+    "unit/test_state_store.py": 14,
+    "spark/test_native_writer.py": 13,
+    "unit/test_sink_commits.py": 11,
+    "spark/test_user_payload.py": 10,
+    "kafka/test_kafka_spark.py": 10,
+}
+"""Seconds each test file took in a whole ``make test`` (setup, calls and teardown under two
+workers; ci36, 2026-11-27, ``--durations=0`` summed by file); files not named took less.
+Refresh it when a file's time moves by a minute."""
+
+
+def _file_order(items: list[pytest.Item]) -> dict[Path, int]:
+    """The order two workers take the test files in (``make test`` passes pytest-xdist
+    ``--dist loadfile --no-loadscope-reorder``, so a file is a unit of work and the workers
+    take them in the order of the collected items).
+
+    First the files with an ``exclusive`` test, one after the other, and beside them the unit
+    files, which take no lock: the worker running an exclusive test holds the next exclusive
+    file too (xdist hands a worker its next file when it has two tests or fewer left), the other
+    works through the unit files instead of waiting on the lock. Then every other file, longest
+    first, so that the two workers end together (the shortest files last fill the gap)."""
+    files: dict[Path, pytest.Item] = {}
+    for item in items:
+        files.setdefault(item.path, item)
+
+    def seconds(path: Path) -> int:
+        name = path.as_posix()
+        return next((n for f, n in FILE_SECONDS.items() if name.endswith(f"tests/{f}")), 5)
+
+    def has(marker: str, path: Path) -> bool:
+        return any(i.get_closest_marker(marker) for i in items if i.path == path)
+
+    def longest_first(paths: Iterable[Path]) -> list[Path]:
+        return sorted(paths, key=lambda path: -seconds(path))  # stable among equals
+
+    exclusive = longest_first(p for p in files if has("exclusive", p))
+    unit = longest_first(p for p in files if has("unit", p) and p not in exclusive)
+    rest = longest_first(p for p in files if p not in exclusive and p not in unit)
+    order = [*exclusive[:1], *unit[:1], *exclusive[1:], *unit[1:], *rest]
+    return {path: at for at, path in enumerate(order)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -71,15 +121,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
-
-    def rank(item: pytest.Item) -> int:
-        path = Path(str(item.fspath)).as_posix()
-        return next(
-            (at for at, name in enumerate(LONGEST_FIRST) if path.endswith(name)),
-            len(LONGEST_FIRST),
-        )
-
-    items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
+    order = _file_order(items)
+    items.sort(key=lambda item: order[item.path])  # stable: the order within a file is kept
 
 
 # --- two workers, and tests that run alone ------------------------------------------------------
