@@ -172,8 +172,8 @@ def test_commands_go_through_the_control_dags_checks(client, pipeline) -> None:
 # -- hostile input --------------------------------------------------------------------------
 PIPELINES = ("orders", "refunds")
 """The pipelines of the ``pipeline`` fixture's warehouse."""
-FUZZ_EXAMPLES = 120
-"""Requests per route: bounded, so the fuzz takes seconds (a longer run: raise it)."""
+FUZZ_EXAMPLES = int(os.environ.get("MODESWITCH_API_FUZZ_EXAMPLES", "120"))
+"""Requests per test: bounded, so the fuzz takes seconds; ``make soak-faults`` sends more."""
 ANY_TEXT = st.text(max_size=40) | st.sampled_from(["", "../..", "orders", "%00", "1e309", "-1"])
 QUERY_VALUE = (
     ANY_TEXT

@@ -32,6 +32,13 @@ from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 RECORDS = 1_500_000
 """About 40 MB of sink files: more than the small filesystem holds."""
+FULL_SIZES = os.environ.get("MODESWITCH_STORAGE_FULL_SIZES", "24m").split(",")
+"""The small filesystem's sizes, one run each: it fills up after more or fewer waves
+(``make soak-faults`` tries several)."""
+READ_ONLY_AFTER = [
+    int(wave) for wave in os.environ.get("MODESWITCH_STORAGE_READ_ONLY_WAVES", "2").split(",")
+]
+"""The waves committed before the warehouse turns read-only, one run each."""
 
 
 def _mount(folder: Path, options: str) -> None:
@@ -44,12 +51,13 @@ def _remount(folder: Path, options: str) -> None:
 
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Iterator[Path]:
-    """An empty tmpfs of 24 MB at ``tmp_path/warehouse``, unmounted at the end."""
+    """An empty tmpfs at ``tmp_path/warehouse`` (its size set by each test), unmounted at the
+    end."""
     if os.geteuid() != 0:
         pytest.skip("mounting the small filesystem needs root (CI runs as root)")
     folder = tmp_path / "warehouse"
     folder.mkdir()
-    _mount(folder, "size=24m")
+    _mount(folder, "size=256m")
     try:
         yield folder
     finally:
@@ -98,9 +106,11 @@ def _converge(settings: PipelineSettings, epoch: int, log_file: Path) -> None:
     assert report.totals.in_sink + report.totals.in_quarantine == RECORDS
 
 
+@pytest.mark.parametrize("size", FULL_SIZES)
 def test_a_warehouse_that_fills_up_fails_the_job_by_name_and_converges_once_freed(
-    tmp_path: Path, warehouse: Path
+    tmp_path: Path, warehouse: Path, size: str
 ) -> None:
+    _remount(warehouse, f"size={size}")
     settings = _settings(tmp_path, warehouse)
     plan = decide(settings, force_mode="batch")
     failed_log = tmp_path / "full.log"
@@ -118,15 +128,15 @@ def test_a_warehouse_that_fills_up_fails_the_job_by_name_and_converges_once_free
     assert set(before) <= set(after)  # nothing committed was lost
 
 
+@pytest.mark.parametrize("waves", READ_ONLY_AFTER)
 def test_a_warehouse_turned_read_only_between_waves_fails_by_name_and_converges(
-    tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, warehouse: Path, monkeypatch: pytest.MonkeyPatch, waves: int
 ) -> None:
-    _remount(warehouse, "size=256m")
     settings = _settings(tmp_path, warehouse)
     plan = decide(settings, force_mode="batch")
     markers = tmp_path / "markers"
-    # The job waits 5 s after its second wave's commit: the folder turns read-only then.
-    monkeypatch.setenv(ENV_FAULTS, "batch.after_wave_commit=5@2")
+    # The job waits 5 s after the commit of its wave ``waves``: the folder turns read-only.
+    monkeypatch.setenv(ENV_FAULTS, f"batch.after_wave_commit=5@{waves}")
     monkeypatch.setenv(ENV_MARKERS, str(markers))
 
     def read_only_at_the_pause() -> None:
@@ -150,7 +160,7 @@ def test_a_warehouse_turned_read_only_between_waves_fails_by_name_and_converges(
     assert f"{warehouse}/" in output
     monkeypatch.delenv(ENV_FAULTS)
     before = _assert_intact(settings)
-    assert len(before) == 2  # the two waves before the pause
+    assert len(before) == waves  # the waves before the pause
 
     _remount(warehouse, "rw")
     _converge(settings, plan.epoch, tmp_path / "retry.log")
