@@ -29,7 +29,13 @@ from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.ops.verify import audit
-from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, engine_file, stop_engine
+from modeswitch.runners.engine import (
+    ENGINE_DIR_ENV,
+    EngineAddress,
+    engine_file,
+    engine_scratch,
+    stop_engine,
+)
 from modeswitch.sinks.commits import SinkCommit, committed_offsets, sink_commits
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
@@ -73,6 +79,7 @@ def warm_env(airflow_db, tmp_path: Path):
         finally:
             stop_engine(settings)  # the engine outlives its tasks: the test stops it
     assert EngineAddress.read(engine_file(settings)) is None
+    assert not engine_scratch(engine_file(settings)).exists()
 
 
 def engine_pid(settings: PipelineSettings) -> int | None:
@@ -148,8 +155,16 @@ def kill_engine(settings: PipelineSettings) -> int:
 
 def test_batch_stream_batch_stream_in_one_warm_engine(warm_env, tmp_path: Path) -> None:
     settings, log = warm_env
-    with CommandLineWatch(ENGINE_DIR_ENV, str(tmp_path / "engines"), STORAGE_SECRET) as lines:
+    engines = str(tmp_path / "engines")
+    scratch = f"-Djava.io.tmpdir={engine_scratch(engine_file(settings))}"
+    with (
+        CommandLineWatch(ENGINE_DIR_ENV, engines, STORAGE_SECRET) as lines,
+        CommandLineWatch(ENGINE_DIR_ENV, engines, scratch) as in_scratch,
+    ):
         _batch_stream_batch_stream(settings, log)
+    # On the local master the engine's JVM keeps its temporary files in the engine's scratch,
+    # removed with the engine (tests/e2e/test_run_engine.py), not in the machine's /tmp.
+    assert in_scratch.holding, "the engine's JVM did not have its scratch as java.io.tmpdir"
     # The storage secret went to the engine (its environment), and is in no command line of
     # it or its Spark processes, nor in any file: its address file and log, the task logs and
     # Airflow's metadata DB (XComs, rendered fields), the tables and the checkpoints.

@@ -8,6 +8,8 @@ engine before it exits. Every record is in the sink or the quarantine exactly on
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -19,7 +21,15 @@ import pytest
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.ops.verify import audit
-from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, engine_file, stop_engine
+from modeswitch.runners.engine import (
+    ENGINE_DIR_ENV,
+    EngineAddress,
+    engine_file,
+    engine_scratch,
+    ensure_engine,
+    start_local_engine,
+    stop_engine,
+)
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 
@@ -97,3 +107,40 @@ def test_modeswitch_run_on_the_warm_engine_hands_off_inside_it_and_stops_it(
         address = EngineAddress.read(engine_file(settings))
         if address is not None or engine_pids:
             stop_engine(settings)
+
+
+def test_the_engine_keeps_its_spark_scratch_beside_its_address_and_it_goes_with_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's local dirs and the JVM's temporary files (native libraries it unpacks) are in
+    the engine's scratch folder, not the machine's ``/tmp``; a SIGKILLed engine's are removed
+    when the next engine starts, and the folder when the engine is stopped."""
+    monkeypatch.setenv(ENGINE_DIR_ENV, str(tmp_path / "engines"))
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "scratch",
+            "source": str(SegmentLog.create(str(tmp_path / "log"), buckets=2).root),
+            "warehouse": str(tmp_path / "warehouse"),
+            "engine": "warm",
+        }
+    )
+    path = engine_file(settings)
+    scratch = engine_scratch(path)
+    start = start_local_engine(settings, log_dir=tmp_path / "logs")
+    try:
+        first = ensure_engine(settings, start)
+        jvm = [p for p in psutil.Process(first.pid).children(recursive=True) if "java" in p.name()]
+        assert jvm and f"-Djava.io.tmpdir={scratch}" in " ".join(jvm[0].cmdline())
+        left = {p.name for p in scratch.iterdir()}
+        assert any(name.startswith("blockmgr-") for name in left), left  # Spark's local dir
+
+        os.killpg(first.pgid, signal.SIGKILL)  # what it left stays, until the next start
+        psutil.wait_procs([psutil.Process(first.pid)], timeout=10)
+        assert left <= {p.name for p in scratch.iterdir()}
+        second = ensure_engine(settings, start)
+        assert second.pid != first.pid
+        assert not left & {p.name for p in scratch.iterdir()}, "the dead engine's scratch stayed"
+    finally:
+        stop_engine(settings)
+    assert not scratch.exists()

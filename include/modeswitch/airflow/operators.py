@@ -21,7 +21,12 @@ from modeswitch.airflow.triggers import EngineEpochTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners.base import EpochKind, EpochRunner, runner_choice
-from modeswitch.runners.engine import EngineLostError, EngineRunner, credentials_fingerprint
+from modeswitch.runners.engine import (
+    EngineLostError,
+    EngineRunner,
+    credentials_fingerprint,
+    engine_scratch,
+)
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
 from modeswitch.runners.processes import SparkScratch
@@ -221,7 +226,8 @@ class EpochJobOperator(SparkSubmitOperator):
     ) -> Any:
         """``spark-submit jobs/engine.py`` in its own process group, its output beside its
         address file; it outlives this task (:func:`modeswitch.runners.engine.stop_engine`
-        stops it).
+        stops it, and removes its Spark scratch on a local master,
+        :func:`~modeswitch.runners.engine.engine_scratch`).
 
         The Spark provider's public API cannot start it: ``SparkSubmitHook.submit`` waits for
         the application to end, and the engine must outlive this task in a process group of
@@ -249,8 +255,11 @@ class EpochJobOperator(SparkSubmitOperator):
             command = self._get_hook()._build_spark_submit_command(str(job_script("engine")))
         finally:
             self.name, self.application_args, self.conf = saved
+        env = dict(self.env_vars or {})
+        if self._master.startswith("local"):  # its driver's and executors' scratch
+            env = {**SparkScratch(at=engine_scratch(address_file)).environment(), **env}
         with open(address_file.with_suffix(".log"), "ab") as output:
-            return start_group(command, env=self.env_vars, output=output)
+            return start_group(command, env=env, output=output)
 
     def prepare(self, plan: Mapping[str, Any]) -> PipelineSettings:
         """Set the job's arguments, environment and Spark conf for ``plan``'s epoch; returns

@@ -51,6 +51,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -174,6 +175,14 @@ def live_engine(settings: PipelineSettings) -> EngineAddress | None:
     return None
 
 
+def engine_scratch(address_file: Path) -> Path:
+    """The engine's Spark scratch (its local dirs and its JVM's ``java.io.tmpdir``,
+    :class:`~modeswitch.runners.processes.SparkScratch`) on a local master: a folder beside
+    its address file, removed when the engine is stopped, and before a new engine starts (what
+    a SIGKILLed one left)."""
+    return address_file.with_suffix(".scratch")
+
+
 def ensure_engine(
     settings: PipelineSettings,
     start: Callable[[Path], Any],
@@ -206,6 +215,7 @@ def ensure_engine(
         if address is not None:
             return address
         path.unlink(missing_ok=True)
+        shutil.rmtree(engine_scratch(path), ignore_errors=True)  # a dead engine's, if any
         log.info("starting the engine of pipeline %s", settings.pipeline)
         process = start(path)
         deadline = time.monotonic() + timeout
@@ -362,6 +372,7 @@ def _stop_engine_at(path: Path, address: EngineAddress, grace: float) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(address.pgid, signal.SIGKILL)
     path.unlink(missing_ok=True)
+    shutil.rmtree(engine_scratch(path), ignore_errors=True)
     return True
 
 
@@ -373,11 +384,12 @@ def start_local_engine(
 ) -> Callable[[Path], Any]:
     """How ``modeswitch run`` starts an engine: ``jobs/engine.py`` with this Python, on the
     local master (as the local runner's jobs), in its own process group, its output in
-    ``log_dir`` (else beside its address file). For :func:`ensure_engine`."""
+    ``log_dir`` (else beside its address file), its Spark scratch :func:`engine_scratch`. For
+    :func:`ensure_engine`."""
 
     def start(address_file: Path) -> Any:
         from modeswitch.runners.jobs import job_script
-        from modeswitch.runners.processes import start_group
+        from modeswitch.runners.processes import SparkScratch, start_group
 
         command = [
             sys.executable,
@@ -395,8 +407,9 @@ def start_local_engine(
             else address_file.with_suffix(".log")
         )
         output.parent.mkdir(parents=True, exist_ok=True)
+        scratch = SparkScratch(at=engine_scratch(address_file)).environment()
         with open(output, "ab") as out:
-            return start_group(command, env=dict(env) if env else None, output=out)
+            return start_group(command, env={**scratch, **(env or {})}, output=out)
 
     return start
 

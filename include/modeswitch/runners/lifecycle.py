@@ -486,24 +486,20 @@ def open_runner(
     process group on the local master) and stops."""
     from modeswitch.runners.engine import EngineRunner, start_local_engine
     from modeswitch.runners.local import LocalRunner
-    from modeswitch.runners.processes import SparkScratch
 
     name, why = runner_choice(settings.engine, airflow=False)
     log.info("pipeline %s: %s", settings.pipeline, why)
     runner: EpochRunner
-    scratch = SparkScratch()  # the engine's; a LocalRunner keeps its own jobs'
-    if name == "engine":
-        engine_env = {**scratch.environment(), **(env or {})}
+    if name == "engine":  # its Spark scratch is the engine's own (engine_scratch)
         runner = EngineRunner(
-            start_local_engine(settings, env=engine_env, log_dir=log_dir), owns_engine=True
+            start_local_engine(settings, env=env, log_dir=log_dir), owns_engine=True
         )
-    else:
+    else:  # it keeps its own jobs' scratch
         runner = LocalRunner(log_dir=log_dir, timeout=timeout, env=env)
     try:
         yield runner
     finally:
         runner.stop()
-        scratch.remove()
 
 
 UNTIL_CAUGHT_UP = "caught-up"

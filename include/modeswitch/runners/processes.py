@@ -101,16 +101,21 @@ class SparkScratch:
     machine's ``/tmp``. Spark removes its folders when a JVM stops cleanly; a SIGKILLed job
     leaves them, and here whoever started it removes them with :meth:`remove`. Made when
     first asked for; the environment's own ``SPARK_LOCAL_DIRS`` and a ``java.io.tmpdir`` in
-    its ``SPARK_SUBMIT_OPTS`` win."""
+    its ``SPARK_SUBMIT_OPTS`` win. ``at``: a fixed folder (made when first asked for), for a
+    process that outlives whoever started it (the warm engine's, beside its address file)."""
 
-    def __init__(self, prefix: str = "modeswitch-spark-") -> None:
+    def __init__(self, prefix: str = "modeswitch-spark-", *, at: str | Path | None = None) -> None:
         self.prefix = prefix
+        self.at = Path(at) if at is not None else None  # a fixed folder instead of a new one
         self.folder: Path | None = None
 
     def environment(self) -> dict[str, str]:
         """What to add to a child's environment (spark-submit reads both)."""
         import tempfile
 
+        if self.folder is None and self.at is not None:
+            self.at.mkdir(parents=True, exist_ok=True)
+            self.folder = self.at
         if self.folder is None:
             self.folder = Path(tempfile.mkdtemp(prefix=self.prefix))
         env = {}
