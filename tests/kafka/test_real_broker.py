@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -182,8 +183,10 @@ def test_records_survive_a_killed_broker_started_again_on_its_data(tmp_path: Pat
         finally:
             log.close()
         pid = own.process.pid if own.process else None
-        own.kill()
         assert pid is not None
+        # Its temporary files are in its own folder (a killed broker's stay there, not in /tmp).
+        assert f"-Djava.io.tmpdir={tmp_path / 'broker' / 'tmp'}" in psutil.Process(pid).cmdline()
+        own.kill()
         with pytest.raises(ProcessLookupError):
             os.killpg(pid, 0)  # the whole group is gone
         own.start()

@@ -145,9 +145,14 @@ class KafkaBroker:
         return path
 
     def _command(self, main: str, *args: str) -> list[str]:
+        # Its temporary files (the native libraries it unpacks: lz4, zstd, snappy) in its own
+        # folder, not the machine's /tmp, where a SIGKILLed broker would leave them.
+        scratch = self.directory / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
         return [
             str(java_executable() or "java"),
             *JVM_OPTIONS,
+            f"-Djava.io.tmpdir={scratch}",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             "-cp",
             f"{broker_jars()}/*",
