@@ -1,7 +1,7 @@
 """Benchmark: the batch path on the warm engine, an epoch of 10 M records on an engine already up.
 
     .venv/bin/python bench/bench_warm_batch.py [--records 10000000] [--rounds 3]
-        [--first 1000000] [--json FILE] [--workdir DIR]
+        [--first 1000000] [--wave-records 2000000] [--json FILE] [--workdir DIR]
 
 Issue 36's target (a) on the warm engine: drain >= 1 000 000 records/s on two cores once the
 engine is up. One engine (``engine = warm``, ``modeswitch.runners.lifecycle.open_runner``: the
@@ -92,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--first", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--wave-records", default="2000000", help="default: (a)'s 2 M (the setting's: 10 M)"
+    )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--workdir", help="default: a temporary folder, removed at the end")
     args = parser.parse_args(argv)
@@ -101,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         log = SegmentLog.create(str(work / "log"), buckets=BUCKETS)
         generator = EventGenerator(seed=1, buckets=BUCKETS, skew="zipf:1.1")
         produce_backlog(log, generator, records=args.first, span=timedelta(hours=1))
-        settings = settings_for(work, "warm", log.root, engine="warm", max_stream_runtime="2s")
+        settings = settings_for(
+            work,
+            "warm",
+            log.root,
+            engine="warm",
+            max_stream_runtime="2s",
+            wave_records=args.wave_records,
+        )
         with open_runner(settings, log_dir=work / "logs") as runner:
             results.append(batch_epoch(runner, settings, "first (starts the engine)"))
             for number in range(1, args.rounds + 1):
@@ -121,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = [r for r in results if r["epoch"].startswith("warm")]
     summary = {
         "records": args.records,
+        "wave_records": int(args.wave_records),
         "warm_median_s": statistics.median(r["seconds"] for r in warm),
         "warm_median_records_per_s": round(statistics.median(r["records_per_s"] for r in warm)),
         "warm_median_cpu_s": statistics.median(r["cpu_s"] for r in warm),
