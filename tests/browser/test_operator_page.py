@@ -43,8 +43,13 @@ def open_page(browser, url: str, pipeline: str) -> None:
 
 
 def cells(browser, table: str) -> list[list[str]]:
-    rows = browser.find_elements("css selector", f"#{table} tbody tr")
-    return [[td.text for td in row.find_elements("tag name", "td")] for row in rows]
+    """The table's cells as shown, read in one script: the page's 5 s poll replaces its rows
+    at any time (ci39: a row read element by element went stale halfway)."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map((row) => [...row.querySelectorAll('td')].map((cell) => cell.innerText.trim()))",
+        f"#{table} tbody tr",
+    )
 
 
 def test_the_page_shows_what_the_control_tables_hold(
