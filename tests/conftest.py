@@ -94,23 +94,21 @@ def _file_order(items: list[pytest.Item]) -> dict[Path, int]:
     file too (xdist hands a worker its next file when it has two tests or fewer left), the other
     works through the unit files instead of waiting on the lock. Then every other file, longest
     first, so that the two workers end together (the shortest files last fill the gap)."""
-    files: dict[Path, pytest.Item] = {}
+    marked: dict[Path, set[str]] = {}  # each file, in collection order: its tests' markers
     for item in items:
-        files.setdefault(item.path, item)
+        names = marked.setdefault(item.path, set())
+        names.update(m for m in ("exclusive", "unit") if item.get_closest_marker(m))
 
     def seconds(path: Path) -> int:
         name = path.as_posix()
         return next((n for f, n in FILE_SECONDS.items() if name.endswith(f"tests/{f}")), 5)
 
-    def has(marker: str, path: Path) -> bool:
-        return any(i.get_closest_marker(marker) for i in items if i.path == path)
-
     def longest_first(paths: Iterable[Path]) -> list[Path]:
         return sorted(paths, key=lambda path: -seconds(path))  # stable among equals
 
-    exclusive = longest_first(p for p in files if has("exclusive", p))
-    unit = longest_first(p for p in files if has("unit", p) and p not in exclusive)
-    rest = longest_first(p for p in files if p not in exclusive and p not in unit)
+    exclusive = longest_first(p for p, names in marked.items() if "exclusive" in names)
+    unit = longest_first(p for p, names in marked.items() if names == {"unit"})
+    rest = longest_first(p for p, names in marked.items() if not names & {"exclusive", "unit"})
     order = [*exclusive[:1], *unit[:1], *exclusive[1:], *unit[1:], *rest]
     return {path: at for at, path in enumerate(order)}
 
