@@ -1,6 +1,8 @@
 """A stream epoch whose query fails (modeswitch.modes.stream.run_stream_epoch) raises
 StreamQueryError naming the epoch, with the query's own exception as its cause, after
-stopping the query: a job reports it as a modeswitch error (exit 1 with the message)."""
+stopping the query: a job reports it as a modeswitch error (exit 1 with the message). The
+message names the source (a Kafka source with its brokers: the Java client's errors name a
+partition, not where it was looked for)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from pyspark.errors import StreamingQueryException
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import StreamQueryError
-from modeswitch.modes.stream import run_stream_epoch
+from modeswitch.modes.stream import _source_named, run_stream_epoch
 from modeswitch.runners.lifecycle import decide
+from modeswitch.sources.kafka import KafkaLog
 from modeswitch.sources.segments import SegmentLog
 
 pytestmark = pytest.mark.spark
@@ -39,4 +42,13 @@ def test_a_failed_query_is_a_stream_query_error_naming_the_epoch(spark, tmp_path
     with pytest.raises(StreamQueryError, match=f"stream epoch {plan.epoch}: the query") as raised:
         run_stream_epoch(spark, settings, plan.epoch)
     assert isinstance(raised.value.__cause__, StreamingQueryException)
+    assert str(raised.value).endswith(f"(reading {settings.source})")
     assert spark.streams.active == []
+
+
+def test_a_kafka_source_is_named_with_its_brokers() -> None:
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": "kafka://events", "warehouse": "/tmp/w"}
+    )
+    log = KafkaLog("kafka://events", {"bootstrap.servers": "broker-a:9092,broker-b:9092"})
+    assert _source_named(settings, log) == "kafka://events at broker-a:9092,broker-b:9092"

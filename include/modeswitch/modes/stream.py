@@ -357,6 +357,13 @@ def sink_stream(
     return stream.format("modeswitch_delta").options(**options)
 
 
+def _source_named(settings: PipelineSettings, source_log: object) -> str:
+    """The source as a failure names it: a Kafka source with its brokers, since the query's
+    own error (a Java client's timeout, say) names a partition but not where it was looked for."""
+    servers = getattr(source_log, "servers", None)
+    return f"{settings.source} at {servers}" if servers else settings.source
+
+
 def run_stream_epoch(
     spark,
     settings: PipelineSettings,
@@ -457,14 +464,18 @@ def run_stream_epoch(
             error = query.exception()
             if not available_now or error is not None:
                 raise StreamQueryError(
-                    f"stream epoch {epoch_id}: the query stopped: {error}"
+                    f"stream epoch {epoch_id}: the query stopped: {error} "
+                    f"(reading {_source_named(settings, supervisor.log)})"
                 ) from error
             reason = "availableNow: read everything that was there at the start"
     finally:
         query.stop()
     error = query.exception()
     if error is not None:
-        raise StreamQueryError(f"stream epoch {epoch_id}: the query failed: {error}") from error
+        raise StreamQueryError(
+            f"stream epoch {epoch_id}: the query failed: {error} "
+            f"(reading {_source_named(settings, supervisor.log)})"
+        ) from error
     supervisor.follow_commits()
     supervisor.record_progress(force=True)
     end = {**epoch.start, **store.committed_offsets()}
