@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fault_tools import LIVE_CYCLE, Journal, Producer, assert_safe
-from test_scheduler_run import RunningAirflow, _airflow
+from test_scheduler_run import RunningAirflow, _airflow, _healthy
 
 from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.control.settings import PipelineSettings
@@ -175,7 +175,8 @@ def test_random_task_and_job_kills_under_the_scheduler_converge_exactly_once(
         lambda: airflow.query("SELECT dag_id FROM dag WHERE dag_id = 'modeswitch_pipeline'"),
         240,
     )
-    airflow.cli("dags", "unpause", "modeswitch_pipeline")
+    airflow.wait_for("the components to be healthy", lambda: _healthy(airflow.port), 240)
+    airflow.unpause("modeswitch_pipeline")
     journal.note("pipeline DAG unpaused")
     killer = TaskKiller(airflow.home, rng, FAULTS, journal)
     producer = Producer(log, rng, journal, buckets=BUCKETS, burst=BURST, burst_window=(15.0, 40.0))

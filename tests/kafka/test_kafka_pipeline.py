@@ -132,14 +132,14 @@ def test_modeswitch_run_for_a_duration_ends_its_stream_epoch_in_time(
 ) -> None:
     settings = kafka_settings
     began = time.monotonic()
-    done = run_pipeline(settings, duration=timedelta(seconds=45))
+    done = run_pipeline(settings, duration=timedelta(seconds=30))
     took = time.monotonic() - began
     assert [plan.mode for plan, _, _ in done][:2] == ["batch", "stream"]
     assert all(status == "completed" for _, status, _ in done)
     # The stream epoch was cut to the time left (its max_stream_runtime is 10 minutes); a
     # stream job stops at a micro-batch boundary, and its process then ends: within a minute
     # of the deadline even beside another test's Spark jobs.
-    assert took < 45 + 60, took
+    assert took < 30 + 60, took
     assert_exactly_once(settings)
 
 
