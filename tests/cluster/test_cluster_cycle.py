@@ -15,19 +15,18 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 from fault_tools import pause_when_caught_up
 
+from modeswitch.airflow.demo import DAG_ID, DagRuns
 from modeswitch.airflow.local import airflow_environment, migrate
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.devtools.standalone import StandaloneCluster, application_names, executor_folders
 from modeswitch.ops.verify import audit
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
-from modeswitch.runners.processes import run_process_group
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
@@ -72,38 +71,35 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         }
     )
     migrate(env)
-    runs = itertools.count(1)
+    numbers = itertools.count(1)
+    # The four runs in one child that imports Airflow once (as make demo runs them).
+    runs = DagRuns({**env, ENGINE_DIR_ENV: os.environ[ENGINE_DIR_ENV]}, tmp_path / "runs.log")
 
     def dag_run(conf: dict) -> None:
-        number = next(runs)
-        run_log = tmp_path / f"run-{number}.log"
-        code = run_process_group(
-            [sys.executable, "-m", "modeswitch.airflow.demo", "--run-dag", json.dumps(conf)],
-            env={**env, ENGINE_DIR_ENV: os.environ[ENGINE_DIR_ENV]},
-            timeout=900,
-            log_file=run_log,
-        )
+        run_log = tmp_path / f"run-{next(numbers)}.log"
+        code = runs.run(DAG_ID, run_log, conf)
         assert code == 0, run_log.read_text()[-3000:]
 
     try:
-        dag_run({"force_mode": "batch"})  # the default: waves in the executors' Python workers
-        produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=10**6)
-        with pause_when_caught_up(settings, log.latest_offsets()):
-            dag_run({"force_mode": "stream"})
-        produce_backlog(log, EventGenerator(seed=5, buckets=4), records=60_000, first=2 * 10**6)
-        # Spark's own reader and writer, and Spark's from_json, on the warm engine.
-        spark_io = {
-            "batch_reader": "native",
-            "batch_writer": "native",
-            "transform": "modeswitch.transforms:parse_events",
-            "value_schema": "",  # the explicit transform parses the same payload
-            "engine": "auto",
-        }
-        dag_run({"force_mode": "batch", "settings": spark_io})
-        produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
-        # The engine hands off to this stream itself, before the run attaches to it.
-        with pause_when_caught_up(settings, log.latest_offsets(), again=True):
-            dag_run({"force_mode": "stream", "settings": {"engine": "auto"}})
+        with runs:
+            dag_run({"force_mode": "batch"})  # the default: waves in the executors' Python workers
+            produce_backlog(log, EventGenerator(seed=4, buckets=4), records=20_000, first=10**6)
+            with pause_when_caught_up(settings, log.latest_offsets()):
+                dag_run({"force_mode": "stream"})
+            produce_backlog(log, EventGenerator(seed=5, buckets=4), records=60_000, first=2 * 10**6)
+            # Spark's own reader and writer, and Spark's from_json, on the warm engine.
+            spark_io = {
+                "batch_reader": "native",
+                "batch_writer": "native",
+                "transform": "modeswitch.transforms:parse_events",
+                "value_schema": "",  # the explicit transform parses the same payload
+                "engine": "auto",
+            }
+            dag_run({"force_mode": "batch", "settings": spark_io})
+            produce_backlog(log, EventGenerator(seed=6, buckets=4), records=20_000, first=3 * 10**6)
+            # The engine hands off to this stream itself, before the run attaches to it.
+            with pause_when_caught_up(settings, log.latest_offsets(), again=True):
+                dag_run({"force_mode": "stream", "settings": {"engine": "auto"}})
     finally:
         stopped = stop_engine(settings)
     assert stopped, "the batch task started the engine, and it outlived the runs"
