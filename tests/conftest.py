@@ -84,27 +84,61 @@ workers; ci36, 2026-11-27, ``--durations=0`` summed by file); files not named to
 Refresh it when a file's time moves by a minute."""
 
 
+ONE_WORKER_TIERS = ("browser", "cluster")
+"""Tiers whose files one worker runs, one after the other: their session fixtures (an API
+server over a pipeline that ran; a standalone cluster) cost 20-50 s to set up, once for the tier
+instead of once a worker."""
+
+
+def work_unit(path: str) -> str:
+    """What pytest-xdist hands a worker at a time: the test file (``--dist loadfile``), or its
+    folder for :data:`ONE_WORKER_TIERS`. ``path`` is the file's path or node id."""
+    file = path.split("::", 1)[0]
+    folder = file.rpartition("/")[0]
+    return folder if folder.rpartition("/")[2] in ONE_WORKER_TIERS else file
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with :func:`work_unit` as its unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WorkUnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnitScheduling(config, log)
+
+
 def _file_order(items: list[pytest.Item]) -> dict[Path, int]:
     """The order two workers take the test files in (``make test`` passes pytest-xdist
-    ``--dist loadfile --no-loadscope-reorder``, so a file is a unit of work and the workers
-    take them in the order of the collected items).
+    ``--dist loadfile --no-loadscope-reorder``, so a work unit, a file or a tier's folder
+    (:func:`work_unit`), is handed out whole, and the workers take them in the order of the
+    collected items).
 
     First the files with an ``exclusive`` test, one after the other, and beside them the unit
     files, which take no lock: the worker running an exclusive test holds the next exclusive
     file too (xdist hands a worker its next file when it has two tests or fewer left), the other
-    works through the unit files instead of waiting on the lock. Then every other file, longest
-    first, so that the two workers end together (the shortest files last fill the gap)."""
+    works through the unit files instead of waiting on the lock. Then every other work unit,
+    longest first, so that the two workers end together (the shortest last fill the gap)."""
     marked: dict[Path, set[str]] = {}  # each file, in collection order: its tests' markers
     for item in items:
         names = marked.setdefault(item.path, set())
         names.update(m for m in ("exclusive", "unit") if item.get_closest_marker(m))
+    units: dict[str, list[Path]] = {}
+    for path in marked:
+        units.setdefault(work_unit(path.as_posix()), []).append(path)
 
     def seconds(path: Path) -> int:
         name = path.as_posix()
         return next((n for f, n in FILE_SECONDS.items() if name.endswith(f"tests/{f}")), 5)
 
     def longest_first(paths: Iterable[Path]) -> list[Path]:
-        return sorted(paths, key=lambda path: -seconds(path))  # stable among equals
+        """Whole work units, the longest first (stable among equals)."""
+        chosen = {work_unit(path.as_posix()) for path in paths}
+        ranked = sorted(chosen, key=lambda unit: -sum(seconds(p) for p in units[unit]))
+        return [path for unit in ranked for path in units[unit]]
 
     exclusive = longest_first(p for p, names in marked.items() if "exclusive" in names)
     unit = longest_first(p for p, names in marked.items() if names == {"unit"})
