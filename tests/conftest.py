@@ -141,7 +141,8 @@ def _file_order(items: list[pytest.Item]) -> dict[Path, int]:
 
     def longest_first(paths: Iterable[Path]) -> list[Path]:
         """Whole work units, the longest first (stable among equals)."""
-        chosen = {work_unit(path.as_posix()) for path in paths}
+        # In collection order, not a set's: every worker must compute the same order.
+        chosen = dict.fromkeys(work_unit(path.as_posix()) for path in paths)
         ranked = sorted(chosen, key=lambda unit: -sum(seconds(p) for p in units[unit]))
         return [path for unit in ranked for path in units[unit]]
 
