@@ -89,10 +89,11 @@ scaled by what they gained alone); files not named took less.
 Refresh it when a file's time moves by a minute."""
 
 
-ONE_WORKER_TIERS = ("browser", "cluster")
+ONE_WORKER_TIERS = ("browser",)
 """Tiers whose files one worker runs, one after the other: their session fixtures (an API
-server over a pipeline that ran; a standalone cluster) cost 20-50 s to set up, once for the tier
-instead of once a worker."""
+server over a pipeline that ran, 28-48 s to set up in ci41) are set up once for the tier
+instead of once per worker that draws one of its files. (The cluster tier's standalone cluster
+is started per module: grouping its files gains nothing.)"""
 
 
 def work_unit(path: str) -> str:
