@@ -14,7 +14,7 @@ from pyspark.errors import StreamingQueryException
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import StreamQueryError
-from modeswitch.modes.stream import _source_named, run_stream_epoch
+from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.runners.lifecycle import decide
 from modeswitch.sources.kafka import KafkaLog
 from modeswitch.sources.segments import SegmentLog
@@ -47,8 +47,5 @@ def test_a_failed_query_is_a_stream_query_error_naming_the_epoch(spark, tmp_path
 
 
 def test_a_kafka_source_is_named_with_its_brokers() -> None:
-    settings = PipelineSettings.from_mapping(
-        {"pipeline": "p", "source": "kafka://events", "warehouse": "/tmp/w"}
-    )
     log = KafkaLog("kafka://events", {"bootstrap.servers": "broker-a:9092,broker-b:9092"})
-    assert _source_named(settings, log) == "kafka://events at broker-a:9092,broker-b:9092"
+    assert str(log) == "kafka://events at broker-a:9092,broker-b:9092"

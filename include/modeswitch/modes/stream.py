@@ -357,13 +357,6 @@ def sink_stream(
     return stream.format("modeswitch_delta").options(**options)
 
 
-def _source_named(settings: PipelineSettings, source_log: object) -> str:
-    """The source as a failure names it: a Kafka source with its brokers, since the query's
-    own error (a Java client's timeout, say) names a partition but not where it was looked for."""
-    servers = getattr(source_log, "servers", None)
-    return f"{settings.source} at {servers}" if servers else settings.source
-
-
 def run_stream_epoch(
     spark,
     settings: PipelineSettings,
@@ -465,7 +458,7 @@ def run_stream_epoch(
             if not available_now or error is not None:
                 raise StreamQueryError(
                     f"stream epoch {epoch_id}: the query stopped: {error} "
-                    f"(reading {_source_named(settings, supervisor.log)})"
+                    f"(reading {supervisor.log})"
                 ) from error
             reason = "availableNow: read everything that was there at the start"
     finally:
@@ -473,8 +466,7 @@ def run_stream_epoch(
     error = query.exception()
     if error is not None:
         raise StreamQueryError(
-            f"stream epoch {epoch_id}: the query failed: {error} "
-            f"(reading {_source_named(settings, supervisor.log)})"
+            f"stream epoch {epoch_id}: the query failed: {error} (reading {supervisor.log})"
         ) from error
     supervisor.follow_commits()
     supervisor.record_progress(force=True)

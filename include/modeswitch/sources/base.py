@@ -61,7 +61,8 @@ class LogCapabilities(Protocol):
 
 @runtime_checkable
 class BucketedLog(LogCapabilities, Protocol):
-    """A log of buckets of ordered offsets (the embedded segment log, Kafka)."""
+    """A log of buckets of ordered offsets (the embedded segment log, Kafka). ``str(log)``
+    is how a message names it: where it is read from."""
 
     event_time_indexed: bool
     """True when :meth:`offset_at` answers by the records' own event time; False when the

@@ -147,8 +147,12 @@ class KafkaLog:
         self._writer: Any = None
         self._compacting: bool | None = None
 
+    def __str__(self) -> str:
+        """With its brokers: a Java client's errors name a partition, not where it was."""
+        return f"{SCHEME}{self.topic} at {self.servers}"
+
     def __repr__(self) -> str:
-        return f"KafkaLog({SCHEME}{self.topic} at {self.config['bootstrap.servers']})"
+        return f"KafkaLog({self})"
 
     @property
     def event_time_indexed(self) -> bool:

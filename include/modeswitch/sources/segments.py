@@ -158,6 +158,9 @@ class SegmentLog:
             )
         self._bucket_count = int(meta["buckets"])
 
+    def __str__(self) -> str:
+        return self.root
+
     # -- creation -------------------------------------------------------------------------
     @classmethod
     def create(cls, root: str, *, buckets: int, **options: Any) -> SegmentLog:
