@@ -129,27 +129,46 @@ class RunningAirflow:
         finally:
             db.close()
 
-    def api(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def api(
+        self, method: str, path: str, body: dict[str, Any], *, done_if_conflict: bool = False
+    ) -> dict[str, Any]:
         """A call to the running API server's REST API (``/api/v2/...``; every user is an
         admin here). What a user's script would do, and no Python process importing Airflow
-        for each call as the CLI is (~3-5 CPU-seconds each on these 2 cores)."""
+        for each call as the CLI is (~3-5 CPU-seconds each on these 2 cores).
+
+        On SQLite the server waits up to a minute for another component's write lock
+        (``timeout=60`` in the URL), so the client waits longer than that; a 5xx (the lock
+        never came: the server rolled its transaction back) is tried again, as a user's script
+        would, and so is a call that got no answer in time. ``done_if_conflict``: a 409 on a
+        second try means an earlier one was written (a run id that now exists)."""
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/api/v2/{path}",
             data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
             method=method,
         )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{method} {path}: {exc.code} {exc.read()[:2000]!r}") from exc
+        for attempt in range(4):
+            try:
+                with urllib.request.urlopen(request, timeout=150) as response:
+                    return json.load(response)
+            except urllib.error.HTTPError as exc:
+                if exc.code == 409 and done_if_conflict and attempt > 0:
+                    return {}
+                if exc.code < 500 or attempt == 3:
+                    detail = exc.read()[:2000]
+                    raise AssertionError(f"{method} {path}: {exc.code} {detail!r}") from exc
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if attempt == 3:
+                    raise AssertionError(f"{method} {path}: {exc}\n{self.logs()}") from exc
+            time.sleep(2)
+        raise AssertionError("unreachable")
 
     def trigger(self, dag_id: str, run_id: str, conf: dict[str, Any]) -> None:
         self.api(
             "POST",
             f"dags/{dag_id}/dagRuns",
             {"dag_run_id": run_id, "logical_date": None, "conf": conf},
+            done_if_conflict=True,
         )
 
     def unpause(self, *dag_ids: str) -> None:
