@@ -151,6 +151,8 @@ class PeakMemory:
 
 LOGS: Path | None = None
 """Where the job processes' output goes (``--logs``); discarded when None."""
+WAVE_RECORDS = "2000000"
+"""The batch epochs' waves: ``--wave-records``."""
 
 
 def start(command: list[str]) -> subprocess.Popen:
@@ -181,7 +183,7 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "pipeline": f"bench_{name}",
             "source": log_root,
             "warehouse": str(scratch / name),
-            "wave_records": "2000000",
+            "wave_records": WAVE_RECORDS,
             "max_split_records": "1000000",
             "parallelism": "2",
             # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
@@ -220,7 +222,9 @@ def run_batch(scratch: Path, name: str, log_root: str) -> Run:
     memory = PeakMemory(process.pid)
     code = finish(process)
     seconds = time.perf_counter() - began
-    run = memory.result(f"(a) batch, waves of 2 M ({name})", sum(plan.boundary.values()), seconds)
+    waves = f"{settings.planner.wave_records / 1e6:g} M"
+    records = sum(plan.boundary.values())
+    run = memory.result(f"(a) batch, waves of {waves} ({name})", records, seconds)
     assert code == 0, f"batch job exited {code}"
     close_epoch(settings, plan.epoch)
     return run
@@ -442,8 +446,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-seconds", type=float, default=60)
     parser.add_argument("--dir", default=None)
     parser.add_argument("--logs", default=None, help="keep the job processes' output here")
+    parser.add_argument(
+        "--wave-records",
+        default="2000000",
+        help="the batch epochs' waves (default 2 M, the history's; the setting's default: 10 M)",
+    )
     args = parser.parse_args(argv)
-    global LOGS
+    global LOGS, WAVE_RECORDS
+    WAVE_RECORDS = args.wave_records
     LOGS = Path(args.logs) if args.logs else None
     if LOGS:  # the local runner's own lines too: when the standby started, what it expected
         LOGS.mkdir(parents=True, exist_ok=True)

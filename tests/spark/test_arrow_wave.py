@@ -4,6 +4,8 @@ a real Spark session, a real segment log and real Delta tables."""
 
 from __future__ import annotations
 
+import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,12 +92,20 @@ def attempt_folders(root: Path) -> set[str]:
 
 
 def test_a_wave_writes_what_the_data_frame_path_writes_with_its_quarantine(
-    spark, log, tmp_path
+    spark, log, tmp_path, caplog
 ) -> None:
     end = log.latest_offsets()
     zero = dict.fromkeys(end, 0)
-    outcome = wave(spark, log, tmp_path, start=zero, end=end)
+    with caplog.at_level(logging.INFO, logger="modeswitch.sinks.arrow_wave"):
+        outcome = wave(spark, log, tmp_path, start=zero, end=end)
     assert outcome.status == "committed"
+    # Where the tasks' time went, summed over the three tasks, in the wave's log line.
+    [line] = [r.getMessage() for r in caplog.records if "arrow wave" in r.getMessage()]
+    phases = re.search(
+        r"summed over 3 tasks: read ([\d.]+) s, parse ([\d.]+) s, write ([\d.]+) s", line
+    )
+    assert phases is not None, line
+    assert all(float(seconds) > 0 for seconds in phases.groups()), line
     # The same ranges through Spark: the bucketlog reader, the transform's DataFrame form
     # (mapInArrow), the sink's native writer.
     frame = (

@@ -14,8 +14,10 @@ unchanged on a cluster); each task, in a Python worker:
    bucket) into a folder unique to this attempt, ``<table>/native-<uuid>/`` (and
    ``<quarantine>/native-<uuid>/``);
 4. returns what it wrote (a pickled :class:`~modeswitch.sinks.files.DeltaCommitMessage`, a
-   few hundred bytes) to the driver, which checks the wave's record count and makes the
-   sink's one exactly-once commit (:func:`modeswitch.sinks.committer.commit_files`).
+   few hundred bytes) and how long it spent reading, parsing and writing (:class:`WavePhases`)
+   to the driver, which checks the wave's record count and makes the sink's one exactly-once
+   commit (:func:`modeswitch.sinks.committer.commit_files`); the wave's log line gives the
+   phases summed over its tasks.
 
 No row crosses between the JVM and Python: in the other paths every row goes to a Python
 worker and back at least once (the Python data source reader, ``mapInArrow``, the Python
@@ -50,6 +52,57 @@ log = logging.getLogger(__name__)
 
 Ranges = Sequence[tuple[int, int, int]]
 """One task's ``(bucket, start, end)`` ranges, read in order."""
+Batches = Iterator[pa.RecordBatch]
+
+
+@dataclass(frozen=True)
+class WavePhases:
+    """Seconds a task spent in each phase of its chain (summed over a wave's tasks by
+    :meth:`__add__`): ``read`` in the log's reader, ``parse`` in the transform, ``write`` in the
+    sink's writer (conforming to the table's schema, encoding, writing the files)."""
+
+    read: float = 0.0
+    parse: float = 0.0
+    write: float = 0.0
+
+    def __add__(self, other: WavePhases) -> WavePhases:
+        return WavePhases(
+            self.read + other.read, self.parse + other.parse, self.write + other.write
+        )
+
+    def __str__(self) -> str:
+        return f"read {self.read:.2f} s, parse {self.parse:.2f} s, write {self.write:.2f} s"
+
+
+def run_phases(
+    read: Batches,
+    transform: Callable[[Batches], Batches],
+    write: Callable[[Batches], DeltaCommitMessage],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[DeltaCommitMessage, WavePhases]:
+    """``write(transform(read))``, and the seconds spent in each: the chain is lazy (each
+    stage pulls batches from the one before), so a stage's own time is the time inside its
+    ``next()`` less the time inside the stage it pulls from."""
+    inside = [0.0, 0.0]  # seconds inside the reader's next(), inside the transform's
+
+    def timed(batches: Batches, stage: int) -> Batches:
+        batches = iter(batches)
+        while True:
+            began = clock()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                inside[stage] += clock() - began
+            yield batch
+
+    began = clock()
+    message = write(timed(transform(timed(read, 0)), 1))
+    total = clock() - began
+    read_s, through_parse = inside
+    return message, WavePhases(read_s, through_parse - read_s, total - through_parse)
 
 
 @dataclass(frozen=True)
@@ -71,15 +124,18 @@ class WaveTask:
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 ranges = self.partitions[index]
-                records = (b for r in ranges for b in source.read(*r))
-                message = write_files(self.options, self._conformed(self.transform(records)))
+                message, phases = run_phases(
+                    (b for r in ranges for b in source.read(*r)),
+                    self.transform,
+                    lambda parsed: write_files(self.options, self._conformed(parsed)),
+                )
                 message = dataclasses.replace(
                     message,
                     files=[self._in_folder(f) for f in message.files],
                     quarantine_files=[self._in_folder(f) for f in message.quarantine_files],
                 )
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([pickle.dumps(message)], pa.binary())], names=["message"]
+                    [pa.array([pickle.dumps((message, phases))], pa.binary())], names=["message"]
                 )
 
     def _conformed(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -134,7 +190,11 @@ def write_wave(
     count = max(1, len(task.partitions))
     try:
         rows = spark.range(count, numPartitions=count).mapInArrow(task, "message binary").collect()
-        messages: list[DeltaCommitMessage] = [pickle.loads(r.message) for r in rows]
+        answers: list[tuple[DeltaCommitMessage, WavePhases]] = [
+            pickle.loads(r.message) for r in rows
+        ]
+        messages = [message for message, _ in answers]
+        phases = sum((p for _, p in answers), WavePhases())
         records = sum(m.records for m in messages)
         quarantined = sum(m.quarantined for m in messages)
         expected = parsed.expected_records
@@ -162,13 +222,16 @@ def write_wave(
     if outcome.status != "committed":
         _remove_folders(parsed, folder)
     log.info(
-        "arrow wave %s: %s, %d records in %d files (%d quarantined); tasks %.2f s, commit %.2f s",
+        "arrow wave %s: %s, %d records in %d files (%d quarantined); tasks %.2f s (summed over "
+        "%d tasks: %s), commit %.2f s",
         folder,
         outcome.status,
         records,
         sum(len(m.files) for m in messages),
         quarantined,
         written - started,
+        len(answers),
+        phases,
         time.perf_counter() - written,
     )
     return outcome
@@ -181,4 +244,4 @@ def _remove_folders(options: DeltaSinkOptions, folder: str, *, only_if_empty: bo
         remove_attempt_folder(table, folder, only_if_empty=only_if_empty)
 
 
-__all__ = ["WaveTask", "write_wave"]
+__all__ = ["WavePhases", "WaveTask", "run_phases", "write_wave"]
