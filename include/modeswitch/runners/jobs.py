@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Literal, TextIO
@@ -182,6 +183,21 @@ def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettin
         )
 
 
+_TASK_ERROR = re.compile(r"^modeswitch\.errors\.\w+: (.+)$", re.MULTILINE)
+
+
+def task_failure(exc: BaseException) -> str | None:
+    """The message of a modeswitch error raised in a Spark task's Python worker, from the
+    error Spark gave the driver for it (a ``PythonException`` carrying the worker's traceback,
+    whose last line is the error); None for any other error."""
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, PySparkException):
+        return None
+    found = _TASK_ERROR.findall(str(exc))
+    return found[-1].strip() if found else None
+
+
 def main(
     kind: JobKind, description: str, argv: list[str] | None = None, requests: TextIO | None = None
 ) -> int:
@@ -207,6 +223,14 @@ def main(
         return 0
     except ModeswitchError as exc:
         log.error("%s %s failed: %s", kind, _target(args), exc)
+        return 1
+    except Exception as exc:
+        said = task_failure(exc)
+        if said is None:
+            raise
+        # A modeswitch error raised in a Spark task (a wave's read of a broker that is down):
+        # the same clear failure as the driver's own, the task's traceback above in the log.
+        log.error("%s %s failed: %s (raised in a Spark task)", kind, _target(args), said)
         return 1
     finally:
         if spark is not None:

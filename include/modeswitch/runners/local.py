@@ -64,13 +64,50 @@ def run_job_process(
     it started) by that group if it overruns or anything goes wrong. Its output goes to
     ``log_file`` when given, else to this process's."""
     command = job_command(kind, settings, epoch)
+    since = _size(log_file)
     code = run_process_group(command, env=env, timeout=timeout, log_file=log_file)
-    _check_exit(Path(command[1]).name, epoch, code)
+    _check_exit(Path(command[1]).name, epoch, code, log_file=log_file, since=since)
 
 
-def _check_exit(job: str, epoch: int, code: int) -> None:
+JOB_FAILED = " ERROR modeswitch.jobs: "
+"""How a job's failure line reads in its output (:func:`modeswitch.runners.jobs.main`'s
+``log.error`` in :data:`~modeswitch.runners.jobs.LOG_FORMAT`)."""
+
+
+def _size(log_file: str | Path | None) -> int:
+    """The bytes ``log_file`` holds now (0 if none): where a job's own output will start."""
+    try:
+        return Path(log_file).stat().st_size if log_file else 0
+    except FileNotFoundError:
+        return 0
+
+
+def job_failure(log_file: str | Path | None, since: int = 0) -> str | None:
+    """What a job said when it failed: its last failure line (``<kind> epoch N failed: ...``)
+    in what it wrote to ``log_file`` after byte ``since`` (an epoch's tries append to one
+    file); None without a file or such a line (a job killed, or one that crashed)."""
+    if not log_file:
+        return None
+    try:
+        with open(log_file, "rb") as output:
+            output.seek(max(since, _size(log_file) - 1_000_000))
+            text = output.read().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    lines = [line for line in text.splitlines() if JOB_FAILED in line]
+    return lines[-1].split(JOB_FAILED, 1)[1].strip() if lines else None
+
+
+def _check_exit(
+    job: str, epoch: int, code: int, *, log_file: str | Path | None = None, since: int = 0
+) -> None:
+    """Raise :class:`ModeswitchError` if the job exited with an error; its message ends with
+    the status, then what the job said of its failure (:func:`job_failure`), if anything."""
     if code != 0:
-        raise ModeswitchError(f"{job} for epoch {epoch} exited with status {code}")
+        said = job_failure(log_file, since)
+        raise ModeswitchError(
+            f"{job} for epoch {epoch} exited with status {code}" + (f": {said}" if said else "")
+        )
 
 
 class StreamStandby:
@@ -103,6 +140,7 @@ class StreamStandby:
             settings.to_json(),
         ]
         self.started_at = time.time()  # wall clock, as the sink's commit timestamps
+        self.log_from = _size(log_file)
         with output_to(log_file) as output:
             self.process = start_group(command, env, output, stdin=subprocess.PIPE)
 
@@ -126,7 +164,8 @@ class StreamStandby:
 
     def wait(self, epoch: int, *, timeout: float) -> None:
         """Wait for the epoch it was handed to end, as :func:`run_job_process` does."""
-        _check_exit("stream.py (standby)", epoch, wait_group(self.process, timeout))
+        code = wait_group(self.process, timeout)
+        _check_exit("stream.py (standby)", epoch, code, log_file=self.log_file, since=self.log_from)
 
     def release(self, *, timeout: float = 60) -> int:
         """End it without an epoch: it stops its session and exits; killed after ``timeout``."""
@@ -294,6 +333,7 @@ class LocalRunner:
         expected end."""
         command = job_command("batch", settings, epoch)
         deadline = time.monotonic() + self.timeout
+        since = _size(log_file)
         with output_to(log_file) as output:
             process = start_group(command, self._job_env(), output)
             try:
@@ -312,7 +352,7 @@ class LocalRunner:
                     wait_group(process, 0)
                 raise
             code = wait_group(process, max(0.0, deadline - time.monotonic()))
-        _check_exit(Path(command[1]).name, epoch, code)
+        _check_exit(Path(command[1]).name, epoch, code, log_file=log_file, since=since)
 
     def _standby_suits(self, settings: PipelineSettings) -> bool:
         return self.standby is not None and self.standby.can_run(settings)
