@@ -1,8 +1,10 @@
 """A stream epoch whose query fails (modeswitch.modes.stream.run_stream_epoch) raises
 StreamQueryError naming the epoch, with the query's own exception as its cause, after
 stopping the query: a job reports it as a modeswitch error (exit 1 with the message). The
-message names the source (a Kafka source with its brokers: the Java client's errors name a
-partition, not where it was looked for)."""
+message's first line names the source (a Kafka source with its brokers: the Java client's
+errors name a partition, not where it was looked for), before Spark's error, whose text runs
+on over many lines (the query's plan): the first line is what a runner reports of a failed job
+(``modeswitch.runners.local.job_failure``)."""
 
 from __future__ import annotations
 
@@ -42,7 +44,9 @@ def test_a_failed_query_is_a_stream_query_error_naming_the_epoch(spark, tmp_path
     with pytest.raises(StreamQueryError, match=f"stream epoch {plan.epoch}: the query") as raised:
         run_stream_epoch(spark, settings, plan.epoch)
     assert isinstance(raised.value.__cause__, StreamingQueryException)
-    assert str(raised.value).endswith(f"(reading {settings.source})")
+    first_line = str(raised.value).splitlines()[0]
+    assert f"the query reading {settings.source} " in first_line, first_line
+    assert len(str(raised.value).splitlines()) > 1  # Spark's error follows, plan and all
     assert spark.streams.active == []
 
 

@@ -457,8 +457,8 @@ def run_stream_epoch(
             error = query.exception()
             if not available_now or error is not None:
                 raise StreamQueryError(
-                    f"stream epoch {epoch_id}: the query stopped: {error} "
-                    f"(reading {supervisor.log})"
+                    f"stream epoch {epoch_id}: the query reading {supervisor.log} stopped: "
+                    f"{error}"
                 ) from error
             reason = "availableNow: read everything that was there at the start"
     finally:
@@ -466,7 +466,7 @@ def run_stream_epoch(
     error = query.exception()
     if error is not None:
         raise StreamQueryError(
-            f"stream epoch {epoch_id}: the query failed: {error} (reading {supervisor.log})"
+            f"stream epoch {epoch_id}: the query reading {supervisor.log} failed: {error}"
         ) from error
     supervisor.follow_commits()
     supervisor.record_progress(force=True)
