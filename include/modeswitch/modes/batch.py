@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,6 +71,7 @@ class BatchRunReport:
 
 def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int) -> BatchPlan:
     """The plan for what this epoch still has to read, recorded in the split ledger."""
+    began = time.perf_counter()
     epoch = store.epoch(epoch_id)
     assert epoch.boundary is not None
     committed = {**epoch.start, **store.committed_offsets()}
@@ -92,12 +94,16 @@ def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int)
     if plan.waves:
         store.record_splits(epoch_id, plan.waves)
     log.info(
-        "epoch %d: %d records to read in %d waves (makespan %d, ideal %.0f)",
+        "epoch %d: %d records to read in %d waves (makespan %d, ideal %.0f), %d splits of %d "
+        "buckets planned and recorded in %.2f s",
         epoch_id,
         plan.total_records,
         len(plan.waves),
         plan.makespan,
         plan.ideal_makespan,
+        sum(len(wave.splits) for wave in plan.waves),
+        len(epoch.boundary),
+        time.perf_counter() - began,
     )
     return plan
 
