@@ -187,9 +187,12 @@ if kind == "kafka":
     # kafka.isolation.level=read_committed.
     from modeswitch.sources.kafka import KafkaLocation
     from modeswitch.sources.spark_kafka import java_options
+    # BENCH_KAFKA_OPTIONS: more kafka.* options as JSON (the Java consumer's settings).
+    import os
     frame = (
         spark.read.format("kafka")
         .options(**java_options())
+        .options(**json.loads(os.environ.get("BENCH_KAFKA_OPTIONS") or "{}"))
         .option("subscribe", KafkaLocation.parse(source).topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
