@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from modeswitch.errors import InvalidOffsetsError, OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.sources.spark import (
+    MIN_PARTITION_RECORDS,
     BucketLogOptions,
     limit_by_rows,
     plan_partitions,
@@ -40,12 +41,29 @@ def test_partitions_cut_skewed_buckets_and_keep_offset_order() -> None:
     assert 2 not in by_bucket  # empty range, nothing to read
 
 
-def test_a_small_micro_batch_over_many_buckets_is_few_tasks() -> None:
+def test_a_small_micro_batch_over_many_buckets_is_one_task() -> None:
     start = dict.fromkeys(range(16), 0)
     end = {b: 250 for b in range(16)}  # 4 000 records
     parts = plan_partitions(start, end, max_records=1_000_000, parallelism=2)
-    assert len(parts) == 2
+    assert len(parts) == 1
     assert sorted(ranges_of(parts)) == list(range(16))
+
+
+@pytest.mark.parametrize(
+    ("records", "tasks"),
+    [
+        (MIN_PARTITION_RECORDS * 2 - 16, 1),  # not enough for two of at least the minimum
+        (MIN_PARTITION_RECORDS * 2, 2),
+        (MIN_PARTITION_RECORDS * 10, 4),  # parallelism
+        (4_000_000, 4),
+        (4_000_016, 5),  # a partition would exceed max_records
+    ],
+)
+def test_a_read_is_cut_in_parallelism_tasks_once_each_gets_enough(records, tasks) -> None:
+    start = dict.fromkeys(range(16), 0)
+    end = {b: records // 16 for b in range(16)}
+    parts = plan_partitions(start, end, max_records=1_000_000, parallelism=4)
+    assert len(parts) == tasks
 
 
 @given(

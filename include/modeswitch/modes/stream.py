@@ -457,8 +457,7 @@ def run_stream_epoch(
             error = query.exception()
             if not available_now or error is not None:
                 raise StreamQueryError(
-                    f"stream epoch {epoch_id}: the query reading {supervisor.log} stopped: "
-                    f"{error}"
+                    f"stream epoch {epoch_id}: the query reading {supervisor.log} stopped: {error}"
                 ) from error
             reason = "availableNow: read everything that was there at the start"
     finally:

@@ -23,9 +23,9 @@ Options (validated on the driver; an error names the option and its value):
   at their latest offset.
 - ``maxRecordsPerPartition``: no partition reads more; skewed buckets are cut and small ones
   packed together. Default 1 000 000.
-- ``numPartitions``: read with at least this many partitions when there is enough to read
-  (default: this machine's cores). A small micro-batch is then a couple of tasks, not one
-  per bucket.
+- ``numPartitions``: read with this many partitions when each gets at least 20 000 records
+  (``MIN_PARTITION_RECORDS``), fewer for less (default: this machine's cores). A live
+  micro-batch of a few thousand records is then one task, not one per bucket.
 - ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
@@ -226,27 +226,39 @@ class BucketRanges(InputPartition):
     ranges: tuple[tuple[int, int, int], ...]
 
 
+MIN_PARTITION_RECORDS = 20_000
+"""A read is cut into ``parallelism`` partitions only when each gets at least this many
+records: a live micro-batch of a thousand records is one task. Each task costs its Python
+workers' round trips (~90 ms here whatever it reads) and the tasks of a micro-batch share two
+cores with the driver: in one task the stream's micro-batches took 206-207 ms (median of
+~290) against 213-234 ms in two, p50 latency 273-280 against 283-314 ms (2026-11-28, session
+32, docs/BENCHMARKS.md)."""
+
+
 def plan_partitions(
     start: Mapping[int, int],
     end: Mapping[int, int],
     *,
     max_records: int,
     parallelism: int,
+    min_records: int = MIN_PARTITION_RECORDS,
 ) -> list[BucketRanges]:
     """Balanced Spark partitions covering ``[start, end)`` of every bucket exactly.
 
-    At least ``parallelism`` partitions when there is that much to read, more when a partition
-    would exceed ``max_records``; skewed buckets are cut and small ones packed together (the
-    planner's balancing, :func:`modeswitch.control.planning.plan_batch`). A micro-batch of a few
-    thousand records over 16 buckets is one or two tasks, not sixteen. Within a bucket,
-    ranges come in offset order. An empty range gives no partition.
+    ``parallelism`` partitions when each gets at least ``min_records`` (fewer, down to one,
+    for less), more when a partition would exceed ``max_records``; skewed buckets are cut
+    and small ones packed together (the planner's balancing,
+    :func:`modeswitch.control.planning.plan_batch`). A micro-batch of a few thousand records
+    over 16 buckets is one task, not sixteen. Within a bucket, ranges come in offset order. An
+    empty range gives no partition.
     """
     from modeswitch.control.planning import plan_batch
 
     total = sum(max(0, end[b] - start.get(b, end[b])) for b in end)
     if total == 0:
         return []
-    count = max(min(parallelism, total), -(-total // max_records))
+    enough = max(1, min(parallelism, total // max(1, min_records)))
+    count = max(enough, -(-total // max_records))
     plan = plan_batch(
         {b: start.get(b, end[b]) for b in end},
         dict(end),
@@ -508,6 +520,7 @@ def register(spark: object) -> None:
 
 
 __all__ = [
+    "MIN_PARTITION_RECORDS",
     "SOURCE_NAME",
     "BucketLogDataSource",
     "BucketLogOptions",
