@@ -5,7 +5,7 @@
         [--workdir DIR] [--json FILE]
 
 Two embedded logs of ``--buckets`` buckets with the demo's events and skew (Zipf 1.1: bucket
-0 holds ~17 % of the records, bucket 999 ~0.01 %), one of ``--base`` records and one of
+0 holds ~18 % of the records, bucket 999 ~0.009 %), one of ``--base`` records and one of
 ``--records``; on each, what a user's first epoch does:
 
 1. ``decide`` opens a batch epoch over the whole backlog (timed: the boundary of every bucket);
