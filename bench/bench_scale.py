@@ -30,7 +30,6 @@ made anew on every run. Not part of ``make test``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import shutil
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import bench_modes
 from bench_modes import PeakMemory, finish, settings_for, start
+from bench_status import operator_app, timed
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.runners.lifecycle import close_epoch, decide
@@ -67,8 +67,8 @@ def the_log(root: Path, records: int, buckets: int, skew: str) -> tuple[SegmentL
     already, else made anew (timed)."""
     if root.exists():
         log = SegmentLog(str(root))
-        held = sum(log.latest_offsets().values())
-        if len(log.latest_offsets()) == buckets and held == records:
+        latest = log.latest_offsets()
+        if len(latest) == buckets and sum(latest.values()) == records:
             size, files = folder_size(root)
             return log, {"produced_seconds": None, "bytes": size, "files": files}
         shutil.rmtree(root)
@@ -79,15 +79,6 @@ def the_log(root: Path, records: int, buckets: int, skew: str) -> tuple[SegmentL
     return log, {"produced_seconds": report.seconds, "bytes": size, "files": files}
 
 
-def timed(call, calls: int) -> list[float]:
-    seconds = []
-    for _ in range(calls):
-        began = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - began)
-    return seconds
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -95,19 +86,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def views(settings, calls: int) -> dict:
     """The operator's view: ``pipeline_status`` and the app's status route, ``calls`` each."""
-    from fastapi import Depends
     from fastapi.testclient import TestClient
 
-    from modeswitch.airflow.web import create_app
     from modeswitch.ops.status import pipeline_status
 
-    layers = [("bench:", settings.to_mapping())]
-    app = create_app(
-        layers=lambda: layers,
-        access=Depends(lambda: None),
-        commanding=Depends(lambda: "bench"),
-        credentials=lambda _settings: contextlib.nullcontext({}),
-    )
+    app = operator_app(settings)
     every = len(SegmentLog(settings.source).latest_offsets())
     found = {"pipeline_status()": timed(lambda: pipeline_status(settings), calls)}
     sizes = {}
@@ -127,12 +110,12 @@ def views(settings, calls: int) -> dict:
             found[name] = timed(get, calls)
     return {
         name: {
-            "p50_ms": statistics.median(s) * 1000,
-            "p95_ms": percentile(s, 0.95) * 1000,
-            "max_ms": max(s) * 1000,
+            "p50_ms": statistics.median(ms),
+            "p95_ms": percentile(ms, 0.95),
+            "max_ms": max(ms),
             "bytes": sizes.get(name),
         }
-        for name, s in found.items()
+        for name, ms in found.items()
     }
 
 
@@ -158,9 +141,12 @@ def run(workdir: Path, log: SegmentLog, name: str, calls: int) -> dict:
     planned = PLANNED.search(job_log.read_text())
     assert planned, f"no plan line in {job_log}"
     close_epoch(settings, plan.epoch)
-    decide_next = timed(
-        lambda: decide(settings, dry_run=True, decided_by="bench"), max(3, calls // 4)
-    )
+    decide_next = [
+        ms / 1000
+        for ms in timed(
+            lambda: decide(settings, dry_run=True, decided_by="bench"), max(3, calls // 4)
+        )
+    ]
     sink_bytes, sink_files = folder_size(Path(settings.sink))
     return {
         "records": records,

@@ -158,7 +158,7 @@ def build(root: Path, progress_rows: int, decision_rows: int) -> PipelineSetting
             write_deltalake(
                 table.uri, rows_table(SCHEMAS[name], rows[lo : lo + CHUNK]), mode="append"
             )
-        table._compact_if_due()  # as the tables' writer would have, on the way
+        table.compact(at_files=table.compact_at_files)  # as the tables' writer does
     log = SegmentLog.create(str(root / "log"), buckets=BUCKETS)
     for bucket, count in offsets.items():
         times = [began + timedelta(seconds=i) for i in range(count + 100)]
@@ -232,7 +232,24 @@ class LiveWriter(threading.Thread):
             self.writes += 1
 
 
+def operator_app(settings: PipelineSettings):
+    """The operator's app for ``settings`` alone, with Airflow's auth replaced by a no-op (in
+    process, no Airflow): for FastAPI's test client."""
+    from fastapi import Depends
+
+    from modeswitch.airflow.web import create_app
+
+    layers = [("bench:", settings.to_mapping())]
+    return create_app(
+        layers=lambda: layers,
+        access=Depends(lambda: None),
+        commanding=Depends(lambda: "bench"),
+        credentials=lambda _settings: contextlib.nullcontext({}),
+    )
+
+
 def timed(call, calls: int) -> list[float]:
+    """Milliseconds of each of ``calls`` calls."""
     out = []
     for _ in range(calls):
         began = time.perf_counter()
@@ -260,19 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         settings = build(root, args.progress, args.decisions)
         print(f"built in {time.perf_counter() - began:.0f} s under {root}", flush=True)
-        from fastapi import Depends
         from fastapi.testclient import TestClient
 
-        from modeswitch.airflow.web import create_app
         from modeswitch.ops.status import pipeline_status
 
-        layers = [("bench:", settings.to_mapping())]
-        app = create_app(
-            layers=lambda: layers,
-            access=Depends(lambda: None),
-            commanding=Depends(lambda: "bench"),
-            credentials=lambda _settings: contextlib.nullcontext({}),
-        )
+        app = operator_app(settings)
         config = root / "pipeline.json"
         config.write_text(json.dumps(settings.to_mapping()))
         command = [sys.executable, "-m", "modeswitch.cli", "status", "--config", str(config)]
