@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from modeswitch.devtools.standalone import free_port
+from modeswitch.devtools.standalone import free_ports
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.jvm import java_executable
 from modeswitch.runners.processes import kill_group, start_group, stop_group
@@ -91,8 +91,7 @@ class KafkaBroker:
 
     def __init__(self, directory: str | Path, settings: Mapping[str, str] | None = None) -> None:
         self.directory = Path(directory).resolve()
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port, self.controller_port = free_ports(2)
         self.settings = dict(settings or {})
         self.process: subprocess.Popen | None = None
         self._formatted = False

@@ -14,6 +14,7 @@ have, as in the Docker image of ``docker-compose.yaml``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -39,9 +40,18 @@ def spark_home() -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports on loopback: each probe stays bound until all are
+    chosen, so the kernel cannot hand the same port out twice (two ``free_port()`` calls
+    can, and a Kafka node with both listeners on one port refuses to start)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 @dataclass
