@@ -64,7 +64,7 @@ import psutil
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
-from modeswitch.runners.local import LocalRunner, job_command
+from modeswitch.runners.local import job_command
 from modeswitch.runners.processes import start_group, wait_group
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
@@ -355,41 +355,32 @@ def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path
     warm engine that ``modeswitch run`` starts by default (``open_runner``), which hands the
     batch over to its stream itself."""
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    with contextlib.ExitStack() as stack:
-        if settings.engine != "submit":  # the warm engine, `modeswitch run`'s default
-            runner = stack.enter_context(open_runner(settings, log_dir=log_dir, timeout=3600))
-        else:
-            runner = LocalRunner(log_dir=log_dir, timeout=3600)
-            stack.callback(runner.close)
-        return _batch_then_live(runner, store, settings, seconds)
+    # The runner the settings choose outside Airflow, as `modeswitch run` opens it.
+    with open_runner(settings, log_dir=log_dir, timeout=3600) as runner:
+        batch = decide(settings, force_mode="batch", decided_by="bench")
+        batch_began = time.perf_counter()
+        runner.run("batch", settings, batch.epoch)
+        batch_seconds = time.perf_counter() - batch_began
+        close_epoch(settings, batch.epoch)
+        stream = decide(settings, force_mode="stream", decided_by="bench")
+        failure: list[BaseException] = []
 
+        def run_stream_epoch() -> None:
+            try:
+                runner.run("stream", settings, stream.epoch)
+            except BaseException as exc:  # reported by the main thread below
+                failure.append(exc)
 
-def _batch_then_live(runner, store, settings: PipelineSettings, seconds: float) -> LiveRun:
-    """:func:`batch_then_live` on ``runner``."""
-    batch = decide(settings, force_mode="batch", decided_by="bench")
-    batch_began = time.perf_counter()
-    runner.run("batch", settings, batch.epoch)
-    batch_seconds = time.perf_counter() - batch_began
-    close_epoch(settings, batch.epoch)
-    stream = decide(settings, force_mode="stream", decided_by="bench")
-    failure: list[BaseException] = []
-
-    def run_stream_epoch() -> None:
-        try:
-            runner.run("stream", settings, stream.epoch)
-        except BaseException as exc:  # reported by the main thread below
-            failure.append(exc)
-
-    job = threading.Thread(target=run_stream_epoch)
-    job.start()
-    # Past Spark's start and the catch-up of what arrived during the batch epoch.
-    measure_from = time.time() + WARM_UP_SECONDS
-    time.sleep(WARM_UP_SECONDS + seconds)
-    store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
-    job.join(timeout=180)
-    if job.is_alive() or failure:
-        raise RuntimeError(f"the stream job did not stop cleanly: {failure}")
-    close_epoch(settings, stream.epoch)
+        job = threading.Thread(target=run_stream_epoch)
+        job.start()
+        # Past Spark's start and the catch-up of what arrived during the batch epoch.
+        measure_from = time.time() + WARM_UP_SECONDS
+        time.sleep(WARM_UP_SECONDS + seconds)
+        store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
+        job.join(timeout=180)
+        if job.is_alive() or failure:
+            raise RuntimeError(f"the stream job did not stop cleanly: {failure}")
+        close_epoch(settings, stream.epoch)
     return LiveRun(batch.epoch, stream.epoch, measure_from, batch_seconds)
 
 
