@@ -105,9 +105,9 @@ def test_a_failed_write_leaves_no_visible_data_and_vacuum_removes_its_files(
     table = DeltaTable(str(sink))
     assert table.version() == 0  # nothing was committed
     assert table.to_pyarrow_table().num_rows == 3_000
-    # abort() deleted the files the finished tasks reported; a task cancelled mid-write can
-    # still leave one behind (as a crashed executor would): vacuum removes what no version
-    # references.
+    # abort() leaves the files the finished tasks reported (a commit Spark lost may still
+    # land: modeswitch.sinks.delta.leave_to_vacuum), and a task cancelled mid-write can leave
+    # one behind (as a crashed executor would): vacuum removes what no version references.
     vacuum(str(sink), retention=timedelta(0))
     assert {p.name for p in sink.rglob("*.parquet")} == committed
     assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 3_000

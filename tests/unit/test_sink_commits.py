@@ -29,7 +29,14 @@ from modeswitch.errors import (
 from modeswitch.faults import ENV_FAULTS, ENV_MARKERS
 from modeswitch.ops.maintenance import maintain_table
 from modeswitch.sinks.commits import committed_offsets, sink_commits, txn_version
-from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, vacuum, write_files
+from modeswitch.sinks.delta import (
+    DeltaSinkOptions,
+    DeltaSinkStreamWriter,
+    DeltaSinkWriter,
+    commit_files,
+    vacuum,
+    write_files,
+)
 
 SCHEMA = pa.schema(
     [
@@ -313,6 +320,35 @@ def test_vacuum_removes_files_no_commit_references(tmp_path: Path) -> None:
     assert [Path(r).name for r in removed] == [Path(orphan).name]
     assert data_files(sink) == kept | {young}  # a young file may belong to a running write
     assert DeltaTable(str(sink)).to_pyarrow_table().num_rows == 20
+
+
+@pytest.mark.parametrize("order", ["abort after the commit", "abort before the commit"])
+def test_an_abort_leaves_the_files_a_commit_may_hold(tmp_path: Path, order: str) -> None:
+    """Spark aborts a write whose commit it lost: a stream stopped while its micro-batch's
+    commit ran in a Python worker of its own, which lands before or after the abort."""
+    sink = tmp_path / "sink"
+    write_wave(sink, 1, 0, {0: (0, 20)})
+    opts = options(sink, 1)
+    message = write_files(opts, iter([rows(0, 20, 30)]))
+
+    def commit() -> None:
+        commit_files(opts, SCHEMA, [message], sequence=1, start={0: 20}, end={0: 30})
+
+    def abort() -> None:
+        DeltaSinkStreamWriter(opts, SCHEMA).abort([message], 1)
+        DeltaSinkWriter(opts, SCHEMA).abort([message])
+
+    for step in (commit, abort) if order == "abort after the commit" else (abort, commit):
+        step()
+    table = DeltaTable(str(sink))
+    assert sorted(table.to_pyarrow_table().column("offset").to_pylist()) == list(range(30))
+    committed = data_files(sink)
+    # What no commit holds, vacuum removes.
+    orphan = write_files(opts, iter([rows(0, 30, 40)]))
+    DeltaSinkStreamWriter(opts, SCHEMA).abort([orphan], 2)
+    assert data_files(sink) == committed | {orphan.files[0].path}
+    vacuum(str(sink), retention=timedelta(0))
+    assert data_files(sink) == committed
 
 
 def test_commit_metadata_is_plain_json_that_other_tools_can_read(tmp_path: Path) -> None:

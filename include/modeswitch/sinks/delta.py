@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -75,7 +75,6 @@ from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
     WrittenFile,
-    delete_message_files,
     write_files,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
@@ -146,7 +145,7 @@ class DeltaSinkWriter(DataSourceArrowWriter):
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        delete_message_files(self.options, messages)
+        leave_to_vacuum(self.options, messages, "a write")
 
 
 class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
@@ -167,7 +166,33 @@ class DeltaSinkStreamWriter(DataSourceStreamArrowWriter):
         commit_files(self.options, self.schema, messages, sequence=sequence, start=start, end=end)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        delete_message_files(self.options, messages)
+        leave_to_vacuum(self.options, messages, f"micro-batch {batchId}")
+
+
+def leave_to_vacuum(
+    options: DeltaSinkOptions, messages: Sequence[WriterCommitMessage | None], what: str
+) -> None:
+    """What Spark's ``abort`` of a write does here: nothing to the files, which stay until
+    vacuum removes those no version of the table references.
+
+    Spark aborts a write whose commit it lost, and it loses a commit that was still running
+    when the query stopped: the policy stops streams between micro-batches, and the commit
+    runs in a Python worker of its own, which goes on and lands while (or after) ``abort``
+    runs in another. An abort that deleted the tasks' files removed files of a commit that
+    had landed (`make soak-faults`, broker seed 200: a micro-batch committed 40 ms after the
+    stop, its file gone, the table unreadable). A commit that fails in the committer deletes
+    its own files before it lands (:func:`~modeswitch.sinks.committer.commit_files`), and a
+    failed task its own (:func:`~modeswitch.sinks.files.write_files`)."""
+    parts = [m for m in messages if isinstance(m, DeltaCommitMessage)]
+    files = sum(len(m.files) + len(m.quarantine_files) for m in parts)
+    if files:
+        log.warning(
+            "sink %s: %s aborted; its %d files stay until vacuum removes what no commit holds "
+            "(the commit may still land)",
+            options.path,
+            what,
+            files,
+        )
 
 
 class DeltaSinkDataSource(DataSource):
