@@ -48,6 +48,14 @@ configuration, the tables' storage options). On a cluster the executors, started
 workers, do not have the driver's environment: the session hands them these as
 ``spark.executorEnv.*``, set in this process (never on a command line), and redacted from the
 UI and the event log (:data:`REDACTION_REGEX`)."""
+WORKER_MEMORY_POOL = "jemalloc"
+"""pyarrow's allocator in the Python workers (``ARROW_DEFAULT_MEMORY_POOL``, handed to them as
+``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``; the driver's environment, or the session's
+conf, names another). pyarrow's wheels default to mimalloc, which keeps much of what a task
+freed: a worker reused for wave after wave grew with each. Measured here, five wave
+partitions of the 100 M-record scale log (read, the Arrow parse, write) one after the other in
+one process: a peak of 453-476 MB with mimalloc, 429 MB with the system allocator, 297-298 MB
+with jemalloc, in about the same time (docs/BENCHMARKS.md, the scale section)."""
 REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|MODESWITCH_"
 """Spark's default ``spark.redaction.regex`` and the names of :data:`EXECUTOR_ENVIRONMENT`."""
 
@@ -119,6 +127,9 @@ def create_spark_session(
         for name in EXECUTOR_ENVIRONMENT:
             if os.environ.get(name):
                 settings[f"spark.executorEnv.{name}"] = os.environ[name]
+    settings["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] = os.environ.get(
+        "ARROW_DEFAULT_MEMORY_POOL", WORKER_MEMORY_POOL
+    )
     settings.update(DELTA_SPARK_CONF)
     settings.update(conf or {})
     if not submitted:
