@@ -184,13 +184,14 @@ def tree_cpu():
 source, reads, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if kind == "kafka":
     # Spark's own Kafka source, its raw rows; java_options() holds the broker's address and
-    # kafka.isolation.level=read_committed.
+    # kafka.isolation.level=read_committed, and the product's reads poll as many records.
     from modeswitch.sources.kafka import KafkaLocation
-    from modeswitch.sources.spark_kafka import java_options
+    from modeswitch.sources.spark_kafka import READ_MAX_POLL_RECORDS, java_options
     # BENCH_KAFKA_OPTIONS: more kafka.* options as JSON (the Java consumer's settings).
     import os
     frame = (
         spark.read.format("kafka")
+        .option("kafka.max.poll.records", str(READ_MAX_POLL_RECORDS))
         .options(**java_options())
         .options(**json.loads(os.environ.get("BENCH_KAFKA_OPTIONS") or "{}"))
         .option("subscribe", KafkaLocation.parse(source).topic)

@@ -10,7 +10,12 @@ import pytest
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources import log_type
-from modeswitch.sources.spark_kafka import java_options, topic_offsets_json
+from modeswitch.sources.spark_kafka import (
+    READ_MAX_POLL_RECORDS,
+    _options,
+    java_options,
+    topic_offsets_json,
+)
 
 SECRET = 'pa"ss\\w0rd-marker'
 
@@ -60,6 +65,33 @@ def test_a_setting_the_java_client_cannot_take_is_refused_by_name_not_value() ->
         java_options(
             {"bootstrap.servers": "b", "sasl.mechanism": "GSSAPI", "sasl.password": SECRET}
         )
+
+
+class _Reader:
+    """What a read's options builder is given: the options, in order."""
+
+    def __init__(self) -> None:
+        self.given: dict[str, str] = {}
+
+    def format(self, _name: str) -> _Reader:
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.given[key] = value
+        return self
+
+    def options(self, **more: str) -> _Reader:
+        self.given.update(more)
+        return self
+
+
+def test_every_read_polls_many_records_at_once() -> None:
+    reader = _Reader()
+    _options(reader, "events", {0: 3}, java_options({"bootstrap.servers": "b:9092"}))
+    assert reader.given["kafka.max.poll.records"] == str(READ_MAX_POLL_RECORDS)
+    assert READ_MAX_POLL_RECORDS >= 10_000  # not the Java client's 500
+    assert reader.given["startingOffsets"] == '{"events": {"0": 3}}'
+    assert reader.given["kafka.isolation.level"] == "read_committed"
 
 
 def test_the_log_names_its_spark_source() -> None:
