@@ -98,6 +98,17 @@ def test_a_fresh_checkpoint_killed_before_its_first_commit_is_resumed() -> None:
     assert point.start == commits[0].end
 
 
+@pytest.mark.parametrize("commits", [[], chain({0: 110})], ids=["first run", "after commits"])
+def test_a_checkpoint_that_planned_nothing_is_started_again_fresh(commits) -> None:
+    # Killed while writing its first offsets entry: Spark will not start batch 0 in it.
+    base = len(commits)
+    point = plan_resume(7, START, commits, [logs(base, planned=None, completed=None)], ROOT)
+    assert not point.resumed
+    assert point.checkpoint == checkpoint_path(ROOT, base)  # removed, then started again
+    assert point.start == {**START, **(commits[-1].end if commits else {})}
+    assert "planned no micro-batch" in point.why
+
+
 def test_a_checkpoint_whose_end_differs_from_the_sinks_is_not_resumed() -> None:
     commits = chain({0: 110})
     other = logs(0, planned=0, completed=0, ends={0: {0: 115, 1: 50}})

@@ -174,8 +174,14 @@ def _unusable(logs: CheckpointLogs, newest: int, last: SinkCommit | None) -> str
     mine = newest - logs.sequence_base  # the checkpoint's id for the sink's newest commit
     if mine < -1:
         return f"it starts at sequence {logs.sequence_base}, after the sink's next"
+    if logs.planned is None:
+        # A run stopped before it planned its first micro-batch (killed while writing offsets
+        # entry 0 leaves a temporary file there): nothing to resume, and Spark refuses to start
+        # batch 0 in an offsets folder that is not empty (STATE_STORE_CHECKPOINT_LOCATION_NOT_
+        # EMPTY). A fresh checkpoint at the same place starts at the same offsets.
+        return "it planned no micro-batch"
     completed = -1 if logs.completed is None else logs.completed
-    planned = -1 if logs.planned is None else logs.planned
+    planned = logs.planned
     if completed < mine:
         return (
             f"its commit log ends at micro-batch {completed} but the sink holds micro-batch "
