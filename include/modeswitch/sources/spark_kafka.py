@@ -192,8 +192,8 @@ READ_MAX_POLL_RECORDS = 10_000
 Spark's Kafka source seeks its consumer to the offset it wants (which drops what the consumer
 had fetched beyond the records the last poll returned), and after it asks the broker for the
 partition's earliest and latest offsets: with polls of 500 records the broker sends each
-partition's data again and again, and answers two offset requests every 500 records. Measured here
-(``bench/bench_kafka.py --only k4``: 10 M records in 16 partitions to ``noop``, the Apache
+partition's data again and again, and answers two offset requests every 500 records. Measured
+here (``bench/bench_kafka.py --only k4``: 10 M records in 16 partitions to ``noop``, the Apache
 Kafka broker on loopback, one run each the same hour): the read took 21.6 s with the default
 (the broker 7.8 CPU-s, the job's peak 754 MB), 13.5 s with 10 000 (1.9 CPU-s, 1 040 MB), 13.0 s
 with 100 000 (1.3 CPU-s, 1 363 MB)."""
