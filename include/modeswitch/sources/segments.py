@@ -78,11 +78,15 @@ _NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
 SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
 SMALL_SEGMENT_SCAN = 512  # at most this many files per scan
-SMALL_SEGMENT_SCAN_RECORDS = 4 * DEFAULT_BATCH_ROWS
-"""At most this many records per scan of small segments: a scan is held in memory whole, so
-its size, not the number of its files, bounds a reader's memory. Bounded by files only, a
-backlog of 50 000-record segments made 300 MB scans, and a reader's peak grew with the
-backlog (docs/BENCHMARKS.md)."""
+SMALL_SEGMENT_SCAN_RECORDS = DEFAULT_BATCH_ROWS
+"""At most this many records per scan of small segments: what bounds a reader's memory there.
+pyarrow's scanner reads a scan's files ahead on its threads as fast as it can, whatever the
+reader takes (the whole scan, when the parse and write behind it are slower), so a scan may be
+held whole. With scans of up to 262 144 records, the 100 M backlog's tail buckets (segments
+of 20 000-40 000 records) took 110-160 MB of Arrow memory in a Python worker against 35-45 MB
+read one segment at a time (docs/BENCHMARKS.md, "A backlog of 100 M records"). Segments that
+small are read one at a time at little cost; the scans are for a live producer's many tiny
+ones (~1 ms a file one at a time)."""
 SEGMENT_WRITE_OPTIONS: dict = {"compression": "snappy", "use_dictionary": ["bucket"]}
 """How segments are written: dictionary encoding for the one-value ``bucket`` column only.
 Offsets, times, keys and payloads barely repeat; a dictionary for them is built, overflows
@@ -477,23 +481,32 @@ class SegmentLog:
     def _read_whole(
         self, run: list[tuple[Segment, int]], batch_rows: int
     ) -> Iterator[pa.RecordBatch]:
+        """The records of a run of whole segments, streamed: pyarrow's scanner reads the files
+        on its threads and yields their batches in the order of the files given (offset
+        order), each checked to continue the one before; nothing is sorted."""
         import pyarrow.dataset as ds
 
-        table = ds.dataset(
+        dataset = ds.dataset(
             [segment.path for segment, _ in run], format="parquet", filesystem=self._fs
-        ).to_table(use_threads=True)
-        table = table.sort_by("offset")
+        )
         first, last = run[0][0].base, run[-1][1]
-        offsets = table.column("offset")
-        if table.num_rows != last - first or (
-            table.num_rows and (offsets[0].as_py() != first or offsets[-1].as_py() != last - 1)
-        ):
-            raise ModeswitchError(
-                f"log {self.root!r}: bucket {run[0][0].bucket}: segments from offset {first} "
-                f"to {last} hold {table.num_rows} records: offsets are not contiguous"
-            )
-        for batch in table.to_batches(max_chunksize=batch_rows):
+        expected = first
+        for batch in dataset.to_batches(batch_size=batch_rows, use_threads=True):
+            if not batch.num_rows:
+                continue
+            offsets = batch.column("offset")
+            ends = expected + batch.num_rows
+            if offsets[0].as_py() != expected or offsets[-1].as_py() != ends - 1 or ends > last:
+                break
+            expected = ends
             yield _conform(batch)
+        else:
+            if expected == last:
+                return
+        raise ModeswitchError(
+            f"log {self.root!r}: bucket {run[0][0].bucket}: segments from offset {first} to "
+            f"{last} do not hold contiguous offsets (they break after offset {expected - 1})"
+        )
 
     def _read_segment(
         self,
