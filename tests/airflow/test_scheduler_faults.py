@@ -87,7 +87,11 @@ def kill(pid: int, how: str) -> str:
     """SIGKILL ``how`` (job, task or both) of the spark-submit JVM ``pid``; what was done."""
     jvm = psutil.Process(pid)
     task = jvm.parent()
-    assert task is not None, f"spark-submit {pid} has no parent"
+    if task is None or task.pid == 1 or os.getpgid(task.pid) in (0, os.getpgrp()):
+        # The job of a task killed earlier, left running and adopted by init: its "task" is
+        # init, whose process group is 0, and killpg(0) is this test's own group (that killed
+        # a whole `make soak-faults` run, seed 301). There is no task left to kill.
+        how = "job"
     if how == "task":
         task.kill()
         return f"the task (pid {task.pid}), its job left running"
