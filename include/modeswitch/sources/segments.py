@@ -82,9 +82,10 @@ SMALL_SEGMENT_SCAN_RECORDS = DEFAULT_BATCH_ROWS
 """At most this many records per scan of small segments: what bounds a reader's memory there.
 pyarrow's scanner reads a scan's files ahead on its threads as fast as it can, whatever the
 reader takes (the whole scan, when the parse and write behind it are slower), so a scan may be
-held whole. With scans of up to 262 144 records, the 100 M backlog's tail buckets (segments
-of 20 000-40 000 records) took 110-160 MB of Arrow memory in a Python worker against 35-45 MB
-read one segment at a time (docs/BENCHMARKS.md, "A backlog of 100 M records"). Segments that
+held whole. With scans of up to 262 144 records, held and sorted, the 100 M backlog's tail
+buckets (segments of 20 000-40 000 records) took 132 MB of Arrow memory in a worker's task
+against 72-74 MB now; one such bucket read alone, 114 MB against 9 MB (docs/BENCHMARKS.md, "A
+backlog of 100 M records"). Segments that
 small are read one at a time at little cost; the scans are for a live producer's many tiny
 ones (~1 ms a file one at a time)."""
 SEGMENT_WRITE_OPTIONS: dict = {"compression": "snappy", "use_dictionary": ["bucket"]}
