@@ -42,6 +42,7 @@ from rich.table import Table
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.modes.job import resolve_job
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.processes import run_process_group
 from modeswitch.sinks.commits import sink_commits
@@ -124,7 +125,9 @@ def run_one(variant: str, scratch: Path, seconds: float) -> dict:
     timer.start()
     query_began = time.time()
     try:
-        report = run_stream_epoch(spark, settings, plan.epoch)  # the main thread, as the jobs
+        report = run_stream_epoch(
+            spark, resolve_job(settings, "stream"), plan.epoch
+        )  # the main thread, as the jobs
         close_epoch(settings, plan.epoch)
     finally:
         timer.cancel()

@@ -20,6 +20,7 @@ from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.backfill import Window, plan_backfill
 from modeswitch.modes.backfill_job import run_backfill
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources import open_log
@@ -78,7 +79,7 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
         base_ms=int(HISTORY_END.subtract(hours=3).timestamp() * 1000),
     )
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     before = (_rows(settings.sink), _rows(settings.quarantine))
 
@@ -87,7 +88,7 @@ def test_a_window_of_a_topic_with_aborted_transactions_is_reprocessed_once(
     # The time index bounds the read below: no bucket is read from its first offset.
     assert all(lo > 0 for lo, _ in claimed.ranges.values())
     with caplog.at_level(logging.INFO, logger="modeswitch.modes.backfill_job"):
-        report = run_backfill(spark, settings, claimed.command)
+        report = run_backfill(spark, resolve_job(settings, "backfill"), claimed.command)
     assert f"read by {read_by} (" in caplog.text
 
     in_window = records_in_window(log, window.start, window.end, log.latest_offsets())

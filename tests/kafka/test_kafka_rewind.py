@@ -20,6 +20,7 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
@@ -35,9 +36,9 @@ def _run(spark, settings: PipelineSettings) -> int:
     """Decide, run the epoch to the log's end and close it; its id."""
     plan = decide(settings, decided_by="test")
     if plan.mode == "batch":
-        run_batch_epoch(spark, settings, plan.epoch)
+        run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     else:
-        run_stream_epoch(spark, settings, plan.epoch)
+        run_stream_epoch(spark, resolve_job(settings, "stream"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     return plan.epoch
 

@@ -19,6 +19,7 @@ from modeswitch.errors import BackfillRefusedError
 from modeswitch.modes.backfill import Window, backfill_commits, plan_backfill
 from modeswitch.modes.backfill_job import run_backfill
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.ops.status import pipeline_status
 from modeswitch.ops.verify import audit
@@ -86,7 +87,7 @@ def drained(spark, tmp_path_factory) -> PipelineSettings:
         segment_records=4_000,
     )
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     return settings
 
@@ -102,7 +103,7 @@ def test_reprocess_replaces_a_window_once_and_a_rerun_leaves_the_same_rows(
     assert 0 < in_window < 30_000
 
     first = plan_backfill(settings, window, "reprocess", run_id="reprocess-1", issuer="test")
-    report = run_backfill(spark, settings, first.command)
+    report = run_backfill(spark, resolve_job(settings, "backfill"), first.command)
 
     # Late records of the window sit above its main range; all of them are replaced.
     assert report.records + report.quarantined == in_window
@@ -116,7 +117,7 @@ def test_reprocess_replaces_a_window_once_and_a_rerun_leaves_the_same_rows(
 
     again = plan_backfill(settings, window, "reprocess", run_id="reprocess-2", issuer="test")
     assert again.command != first.command
-    run_backfill(spark, settings, again.command)
+    run_backfill(spark, resolve_job(settings, "backfill"), again.command)
     assert _rows(settings) == before
     _assert_exact(settings, 30_000)
     commits = backfill_commits(settings.sink, "bf")
@@ -191,7 +192,7 @@ def test_a_window_beyond_retention_is_refused(spark, tmp_path: Path) -> None:
         segment_records=1_000,
     )
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     close_epoch(settings, plan.epoch)
     log.drop_before({0: 2_000})
     gone = Window.parse(HISTORY_END.subtract(hours=4), HISTORY_END.subtract(hours=3))
@@ -216,21 +217,23 @@ def test_fill_loads_the_history_below_where_a_live_pipeline_started(spark, tmp_p
     live = decide(settings, force_mode="stream")
     assert live.start == history_end  # live at once, not from the earliest offsets
     produce_backlog(log, GENERATOR, records=3_000, first=20_000, now=HISTORY_END.add(minutes=30))
-    run_stream_epoch(spark, settings, live.epoch)
+    run_stream_epoch(spark, resolve_job(settings, "stream"), live.epoch)
     close_epoch(settings, live.epoch)
     _assert_exact(settings, 3_000)
 
     window = Window.parse(HISTORY_END.subtract(hours=5), HISTORY_END.subtract(hours=2))
     plan = plan_backfill(settings, window, "fill", run_id="fill-1", issuer="test")
     assert {b: hi for b, (_, hi) in plan.ranges.items()} == history_end
-    report = run_backfill(spark, settings, plan.command)
+    report = run_backfill(spark, resolve_job(settings, "backfill"), plan.command)
     in_window = _in_window(settings, window, history_end)
     assert report.records + report.quarantined == in_window
     _assert_exact(settings, 3_000 + in_window)
     # The next window of the schedule adds its own records, none twice.
     later = Window.parse(HISTORY_END.subtract(hours=2), HISTORY_END.add(minutes=30))
     run_backfill(
-        spark, settings, plan_backfill(settings, later, "fill", run_id="fill-2", issuer="t").command
+        spark,
+        resolve_job(settings, "backfill"),
+        plan_backfill(settings, later, "fill", run_id="fill-2", issuer="t").command,
     )
     _assert_exact(settings, 3_000 + in_window + _in_window(settings, later, history_end))
 

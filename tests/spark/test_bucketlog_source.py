@@ -234,17 +234,22 @@ def start_and_wait(stream, checkpoint: Path) -> None:
         query.stop()
 
 
-def test_the_transform_option_runs_the_arrow_form_in_the_reader(spark, tmp_path: Path) -> None:
-    """With ``transform``, the source gives the transform's columns and rows, as the
-    transform applied to the DataFrame does, in batch and streaming reads; a transform with
-    no Arrow form is refused naming the option."""
-    from modeswitch.transforms.arrow import ARROW_TRANSFORM, parse_events_arrow
+def test_the_arrow_form_option_runs_the_arrow_form_in_the_reader(spark, tmp_path: Path) -> None:
+    """With ``arrowForm`` and ``arrowSchema``, the source gives the transform's columns and
+    rows, as the transform applied to the DataFrame does, in batch and streaming reads; an
+    option that holds no pickled function, or one without the other, is refused naming it."""
+    from modeswitch.sources.spark import arrow_form_options
+    from modeswitch.transforms.arrow import parse_events_arrow
+
+    form = parse_events_arrow.arrow_form()
+    assert form is not None
+    options = arrow_form_options(form.function, form.schema)
 
     log = SegmentLog.create(str(tmp_path / "log"), buckets=2)
     generator = EventGenerator(seed=3, buckets=2, malformed_fraction=0.02)
     produce_backlog(log, generator, records=5_000)
     plain = spark.read.format("bucketlog").load(log.root)
-    fused = spark.read.format("bucketlog").option("transform", ARROW_TRANSFORM).load(log.root)
+    fused = spark.read.format("bucketlog").options(**options).load(log.root)
     expected = parse_events_arrow(plain)
     assert fused.schema == expected.schema
     assert sorted(fused.collect()) == sorted(expected.collect())
@@ -253,7 +258,7 @@ def test_the_transform_option_runs_the_arrow_form_in_the_reader(spark, tmp_path:
     streamed = (
         spark.readStream.format("bucketlog")
         .option("startingOffsets", "earliest")
-        .option("transform", ARROW_TRANSFORM)
+        .options(**options)
         .load(log.root)
     )
     query = (
@@ -271,6 +276,9 @@ def test_the_transform_option_runs_the_arrow_form_in_the_reader(spark, tmp_path:
     finally:
         query.stop()
 
-    bad = spark.read.format("bucketlog").option("transform", "modeswitch.transforms:parse_events")
-    with pytest.raises(PySparkException, match=r"option transform=.*no Arrow form"):
+    bad = spark.read.format("bucketlog").options(**{**options, "arrowForm": "bm90IGEgcGlja2xl"})
+    with pytest.raises(PySparkException, match=r"option arrowForm=.*not a pickled function"):
         bad.load(log.root).schema  # noqa: B018 (the schema is what asks the source)
+    half = spark.read.format("bucketlog").option("arrowForm", options["arrowForm"])
+    with pytest.raises(PySparkException, match=r"option arrowForm: needs arrowSchema too"):
+        half.load(log.root).schema  # noqa: B018

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.runners.jvm import fetched_jars
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sinks.commits import METADATA_KEY, SinkCommit, committed_offsets, sink_commits
@@ -40,7 +41,7 @@ def sink(spark, tmp_path_factory: pytest.TempPathFactory) -> PipelineSettings:
     log = SegmentLog.create(settings.source, buckets=2)
     produce_backlog(log, EventGenerator(seed=7, buckets=2), records=RECORDS, chunk=WAVE)
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     return settings
 

@@ -17,6 +17,7 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import FencedError, OffsetsContinuityError
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.offsets import offsets_to_json
 from modeswitch.ops.verify import audit
@@ -57,11 +58,11 @@ def streamed(spark, tmp_path_factory: pytest.TempPathFactory) -> PipelineSetting
     log = SegmentLog.create(settings.source, buckets=2)
     produce_backlog(log, GENERATOR, records=BACKLOG)
     batch = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, batch.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), batch.epoch)
     assert close_epoch(settings, batch.epoch)[0] == "completed"
     produce_backlog(log, GENERATOR, records=LIVE, first=BACKLOG)
     stream = decide(settings, force_mode="stream")
-    report = run_stream_epoch(spark, settings, stream.epoch)
+    report = run_stream_epoch(spark, resolve_job(settings, "stream"), stream.epoch)
     assert report.micro_batches >= 4
     close_epoch(settings, stream.epoch)
     return settings

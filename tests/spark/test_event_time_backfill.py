@@ -20,6 +20,7 @@ from modeswitch.errors import BackfillRefusedError
 from modeswitch.modes.backfill import Window, backfill_commits, plan_backfill
 from modeswitch.modes.backfill_job import run_backfill
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
@@ -101,7 +102,7 @@ def settings_of(root: Path, **extra: str) -> PipelineSettings:
 
 def drain(spark, settings: PipelineSettings) -> None:
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
 
 
@@ -141,7 +142,7 @@ def test_reprocess_of_a_window_of_payload_times_replaces_each_of_its_records_onc
 
     plan = plan_backfill(settings, WINDOW, "reprocess", run_id="r1", issuer="test")
     assert {lo for lo, _ in plan.ranges.values()} == {0}  # not bounded by the log's index
-    report = run_backfill(spark, settings, plan.command)
+    report = run_backfill(spark, resolve_job(settings, "backfill"), plan.command)
     assert_exact(settings, PER_BUCKET * BUCKETS)  # none lost, none twice
     assert rows(settings) == before
     assert report.records + report.quarantined == expected
@@ -156,7 +157,7 @@ def test_fill_loads_a_window_of_payload_times_below_a_live_start_once(
     history = make_log(tmp_path / "log", range(PER_BUCKET * BUCKETS))
     live = decide(settings, force_mode="stream")
     recent = make_log(tmp_path / "log", range(PER_BUCKET * BUCKETS, PER_BUCKET * BUCKETS + 300))
-    run_stream_epoch(spark, settings, live.epoch)
+    run_stream_epoch(spark, resolve_job(settings, "stream"), live.epoch)
     close_epoch(settings, live.epoch)
     assert_exact(settings, 300)
     # The stream's commits record the payload's times, which the watermark is taken from.
@@ -166,13 +167,13 @@ def test_fill_loads_a_window_of_payload_times_below_a_live_start_once(
     assert latest != {b: max(log_time(i) for i in recent if i % BUCKETS == b) for b in latest}
 
     plan = plan_backfill(settings, WINDOW, "fill", run_id="f1", issuer="test")
-    report = run_backfill(spark, settings, plan.command)
+    report = run_backfill(spark, resolve_job(settings, "backfill"), plan.command)
     assert report.records + report.quarantined == in_window(history)
     # The audit matches the filled records to the window by the payload's time too.
     assert_exact(settings, 300 + in_window(history))
     later = Window.parse(WINDOW.end, HISTORY_END.add(minutes=1))
     plan = plan_backfill(settings, later, "fill", run_id="f2", issuer="test")
-    run_backfill(spark, settings, plan.command)
+    run_backfill(spark, resolve_job(settings, "backfill"), plan.command)
     after = sum(later.start <= t < later.end for t in history.values())
     assert_exact(settings, 300 + in_window(history) + after)
 
@@ -189,7 +190,7 @@ def test_a_backfill_across_a_change_of_event_time_field_is_refused_nothing_lost(
     changed = settings_of(tmp_path, event_time_field=backfilled_with)
     plan = plan_backfill(changed, WINDOW, "reprocess", run_id="changed", issuer="test")
     with pytest.raises(BackfillRefusedError, match=r"nothing written: it would delete \d+ rec"):
-        run_backfill(spark, changed, plan.command)
+        run_backfill(spark, resolve_job(changed, "backfill"), plan.command)
     assert DeltaTable(written.sink).version() == version
     assert rows(written) == before
     assert_exact(written, PER_BUCKET * BUCKETS)
@@ -202,4 +203,4 @@ def test_a_run_planned_under_another_event_time_field_is_refused(spark, tmp_path
     plan = plan_backfill(settings, WINDOW, "reprocess", run_id="p", issuer="test")
     cleared = settings_of(tmp_path, event_time_field="")
     with pytest.raises(BackfillRefusedError, match=r"event_time_field changed between the plan"):
-        run_backfill(spark, cleared, plan.command)
+        run_backfill(spark, resolve_job(cleared, "backfill"), plan.command)

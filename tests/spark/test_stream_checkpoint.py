@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
-from modeswitch.modes.stream import checkpoint_conf
+from modeswitch.modes.stream_query import checkpoint_conf
 from modeswitch.offsets import offsets_to_json
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.spark_conf import session_conf

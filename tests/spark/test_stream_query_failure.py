@@ -16,6 +16,7 @@ from pyspark.errors import StreamingQueryException
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import StreamQueryError
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.runners.lifecycle import decide
 from modeswitch.sources.kafka import KafkaLog
@@ -42,7 +43,7 @@ def test_a_failed_query_is_a_stream_query_error_naming_the_epoch(spark, tmp_path
         segment.write_bytes(b"not parquet")
 
     with pytest.raises(StreamQueryError, match=f"stream epoch {plan.epoch}: the query") as raised:
-        run_stream_epoch(spark, settings, plan.epoch)
+        run_stream_epoch(spark, resolve_job(settings, "stream"), plan.epoch)
     assert isinstance(raised.value.__cause__, StreamingQueryException)
     first_line = str(raised.value).splitlines()[0]
     assert f"the query reading {settings.source} " in first_line, first_line

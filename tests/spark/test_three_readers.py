@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.ops.maintenance import maintain
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
@@ -54,7 +55,7 @@ def written(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict
         if records_before:
             produce_backlog(log, generator, records=RECORDS // 2, first=records_before)
         plan = decide(settings, force_mode="batch")
-        run_batch_epoch(spark, settings, plan.epoch)
+        run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
         assert close_epoch(settings, plan.epoch)[0] == "completed"
         if not records_before:
             maintain(settings)  # compacted files and a checkpoint, then more commits on top

@@ -30,6 +30,7 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import FencedError
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.offsets import offsets_to_json
 from modeswitch.ops.maintenance import maintain
 from modeswitch.ops.verify import audit
@@ -89,7 +90,7 @@ def test_the_pipeline_goes_on_beside_a_teams_own_delta_commands(spark, tmp_path:
     produce_backlog(log, GENERATOR, records=3_000)
     store = StateStore.from_settings(settings)
     batch = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, batch.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), batch.epoch)
     assert close_epoch(settings, batch.epoch)[0] == "completed"
     live = decide(settings, force_mode="stream")
     sink = f"delta.`{settings.sink}`"

@@ -20,6 +20,7 @@ from deltalake.exceptions import TableNotFoundError
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
@@ -56,7 +57,7 @@ def drained(spark, root: Path, **extra: str) -> PipelineSettings:
         {"pipeline": "payload", "source": str(root / "log"), "warehouse": str(root / "wh")} | extra
     )
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     totals = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline).totals
     assert (totals.expected, totals.missing, totals.duplicated) == (RECORDS, 0, 0)

@@ -14,6 +14,7 @@ from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.modes.backfill import Window, plan_backfill
 from modeswitch.modes.backfill_job import run_backfill
 from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.modes.job import resolve_job
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
@@ -40,7 +41,7 @@ def _drained(spark, root: Path, **extra: str) -> PipelineSettings:
         log, generator, records=RECORDS, span=timedelta(hours=2), now=HISTORY_END, chunk=1_000
     )
     plan = decide(settings, force_mode="batch")
-    run_batch_epoch(spark, settings, plan.epoch)
+    run_batch_epoch(spark, resolve_job(settings, "batch"), plan.epoch)
     assert close_epoch(settings, plan.epoch)[0] == "completed"
     return settings
 
@@ -107,7 +108,7 @@ def test_a_backfill_reads_the_segment_log_natively_with_batch_reader_native(
     calls.clear()
     window = Window.parse(HISTORY_END.subtract(hours=1), HISTORY_END)
     plan = plan_backfill(settings, window, "reprocess", run_id="native-1", issuer="test")
-    report = run_backfill(spark, settings, plan.command)
+    report = run_backfill(spark, resolve_job(settings, "backfill"), plan.command)
     assert calls == [("read_segments", None, False)]
     assert report.records + report.quarantined > 0
     _assert_exact(settings)

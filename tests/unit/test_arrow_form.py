@@ -14,7 +14,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
-from modeswitch.modes.batch import run_batch_epoch
+from modeswitch.runners.jobs import run
 from modeswitch.sources.base import RECORD_SCHEMA
 from modeswitch.transforms import (
     EVENT_SCHEMA,
@@ -130,5 +130,5 @@ def test_batch_reader_arrow_refuses_a_transform_without_a_form_before_anything_i
         }
     )
     with pytest.raises(ConfigError, match=r"batch_reader: 'arrow' .*parse_events' has none"):
-        run_batch_epoch(None, settings, 1)
+        run("batch", None, settings, epoch=1)  # the job's entry resolves it first
     assert not (tmp_path / "warehouse").exists()  # no control table, no sink: nothing written

@@ -33,10 +33,7 @@ LAYERS = [
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
 ENTRY_POINTS = {"cli", "cli_log", "airflow", "devtools"}
-KNOWN_UPWARD = {
-    # The bucketlog data source runs the transform's Arrow form inside its reader.
-    ("modeswitch.sources.spark", "modeswitch.transforms"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _part(module: str) -> str:

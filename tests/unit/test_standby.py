@@ -80,7 +80,7 @@ class StandIns:
             self.sessions.append(name)
             return Session()
 
-        def warm_up(spark: object, settings: PipelineSettings, *, should_stop) -> float:
+        def warm_up(spark: object, job: object, *, should_stop) -> float:
             self.warm_ups += 1
             # Like the real one, it runs until done or until its epoch has come.
             deadline = time.monotonic() + self.warm_up_seconds
@@ -89,8 +89,10 @@ class StandIns:
             self.cut_short = should_stop()
             return 0.0
 
-        def run(kind: str, spark: object, args: object, settings: PipelineSettings) -> None:
-            self.runs.append((kind, args.epoch, settings))
+        def run(
+            kind: str, spark: object, settings: PipelineSettings, *, epoch: int, command=None
+        ) -> None:
+            self.runs.append((kind, epoch, settings))
 
         monkeypatch.setattr("modeswitch.runners.session.create_spark_session", create_spark_session)
         monkeypatch.setattr("modeswitch.modes.warmup.warm_up", warm_up)

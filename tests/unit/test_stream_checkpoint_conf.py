@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modeswitch.modes.stream import checkpoint_conf
+from modeswitch.modes.stream_query import checkpoint_conf
 
 
 def test_only_a_local_checkpoint_changes_how_spark_writes_it() -> None:

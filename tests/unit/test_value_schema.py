@@ -271,7 +271,7 @@ def test_event_time_field_names_a_time_field_of_value_schema() -> None:
 
 
 def test_a_transform_of_ones_own_keeps_the_logs_event_time() -> None:
-    with pytest.raises(ConfigError, match=r"^event_time_field: 'at' is set, but transform=") as e:
+    with pytest.raises(ConfigError, match=r"^event_time_field: 'at' is set, but transform = ") as e:
         load_transform("modeswitch.transforms:parse_events", event_time_field="at")
     assert e.value.setting == "event_time_field"
     with pytest.raises(ConfigError, match=r"^event_time_field: 'at' is not a field"):

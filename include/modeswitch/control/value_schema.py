@@ -367,14 +367,74 @@ class _Reader:
         raise self.fail("a COMMENT string is not closed")
 
 
+SCHEMA_TRANSFORM = "value_schema"
+"""The ``transform`` setting that stands for the transform built from ``value_schema`` (its
+default): the payload parsed into ``value_schema``'s columns, or, with no ``value_schema``, the
+records as they are."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What a pipeline's records hold and what parses them, from its ``transform``,
+    ``value_schema`` and ``event_time_field`` settings: read once (:func:`describe_payload`),
+    then handed to whatever builds or runs the transform, which never parses the text again."""
+
+    transform: str
+    """The ``transform`` setting: :data:`SCHEMA_TRANSFORM`, or ``module:function``."""
+    fields: tuple[PayloadField, ...] = ()
+    """``value_schema``'s fields, in order (only with :data:`SCHEMA_TRANSFORM`)."""
+    event_time: PayloadField | None = None
+    """The field ``event_time_field`` names, or None: the log's timestamp is the event time."""
+
+    @property
+    def from_schema(self) -> bool:
+        """Whether the transform is the one built from ``value_schema``."""
+        return self.transform == SCHEMA_TRANSFORM
+
+
+def describe_payload(
+    transform: str = SCHEMA_TRANSFORM, value_schema: str = "", event_time_field: str = ""
+) -> Payload:
+    """The :class:`Payload` of the three settings, with the rules between them, written here
+    only: ``value_schema`` and ``event_time_field`` go with :data:`SCHEMA_TRANSFORM` alone (a
+    transform of one's own parses the records itself and keeps the log's event time), and
+    ``event_time_field`` names a time field of ``value_schema``
+    (:func:`find_event_time_field`). Raises :class:`ConfigError` naming the setting and its
+    value."""
+    spec = transform.strip() if isinstance(transform, str) else transform
+    if spec != SCHEMA_TRANSFORM:
+        for setting, value, itself, instead in (
+            ("value_schema", value_schema, "", "to parse them into value_schema's columns"),
+            (
+                "event_time_field",
+                event_time_field,
+                " and keeps the log's event time",
+                "with value_schema",
+            ),
+        ):
+            if isinstance(value, str) and value.strip():
+                raise ConfigError(
+                    f"{setting}: {value!r} is set, but transform = {transform!r} parses the "
+                    f"records itself{itself}; set transform to {SCHEMA_TRANSFORM!r} (the "
+                    f"default) {instead}, or leave {setting} empty",
+                    setting=setting,
+                )
+        return Payload(spec)
+    fields = parse_value_schema(value_schema)
+    return Payload(spec, fields, find_event_time_field(fields, event_time_field))
+
+
 __all__ = [
     "DDL_TYPES",
     "EVENT_TIME_TYPES",
     "MAX_MICROS",
     "MIN_MICROS",
     "RESERVED_NAMES",
+    "SCHEMA_TRANSFORM",
     "TIMESTAMP_PATTERN",
+    "Payload",
     "PayloadField",
+    "describe_payload",
     "epoch_millis_micros",
     "find_event_time_field",
     "parse_value_schema",

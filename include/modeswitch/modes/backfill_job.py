@@ -47,6 +47,8 @@ from modeswitch.modes.backfill import (
     PayloadEventTime,
     backfill_app_id,
 )
+from modeswitch.modes.job import JobPlan
+from modeswitch.modes.waves import WaveRead, keep_all, transformed_rows
 from modeswitch.sinks.commits import keep_log
 from modeswitch.state import StateStore
 from modeswitch.storage import delta_dataset, remove_tree, retry_commit_races
@@ -68,12 +70,14 @@ class BackfillReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> BackfillReport:
-    """Run the backfill recorded as command ``command_id``: read, filter, transform, stage,
-    then one replace-where commit per table (see the module docstring), and record its end.
+def run_backfill(spark: Any, job: JobPlan, command_id: int) -> BackfillReport:
+    """Run the backfill recorded as command ``command_id`` with the resolved ``job``
+    (:func:`~modeswitch.modes.job.resolve_job`): read, filter, transform, stage, then one
+    replace-where commit per table (see the module docstring), and record its end.
 
     Raises :class:`FencedError` if the command is not a running backfill (its run ended, or a
     later run of its window superseded it)."""
+    settings = job.settings
     store = StateStore.from_settings(settings)
     plan = _running_plan(store, settings.pipeline, command_id)
     rule = PayloadEventTime.of(settings)
@@ -87,7 +91,7 @@ def run_backfill(spark: Any, settings: PipelineSettings, command_id: int) -> Bac
     began = time.perf_counter()
     staging = f"{settings.state_root}/backfill/command-{command_id}-{uuid.uuid4().hex[:12]}"
     try:
-        df = _read_window(spark, settings, plan, scratch=f"{staging}-scratch")
+        df = _read_window(spark, job, plan, scratch=f"{staging}-scratch")
         _stage(df, staging)
         staged = time.perf_counter()
         _running_plan(store, settings.pipeline, command_id)  # not superseded meanwhile
@@ -138,55 +142,26 @@ def _running_plan(store: StateStore, pipeline: str, command_id: int) -> Backfill
     return BackfillPlan.of(pipeline, command)
 
 
-def _read_window(
-    spark: Any, settings: PipelineSettings, plan: BackfillPlan, *, scratch: str
-) -> Any:
+def _read_window(spark: Any, job: JobPlan, plan: BackfillPlan, *, scratch: str) -> Any:
     """The window's records, transformed: the planned ranges, filtered on event time, read
-    as :func:`~modeswitch.modes.wave_path.choose_wave_path` says for a backfill."""
+    and transformed as ``job.waves`` says (:mod:`modeswitch.modes.waves`). The filter comes
+    before a Spark form on the log's event time, after the transform on a payload's (the
+    transform sets it)."""
     from pyspark.sql import functions as F
 
     from modeswitch.control.planning import plan_batch
-    from modeswitch.modes.batch import wave_partitions_json
-    from modeswitch.modes.wave_path import choose_wave_path
-    from modeswitch.sources import log_type
-    from modeswitch.sources.native import read_segments
-    from modeswitch.transforms import pipeline_reader_options, pipeline_transform
 
-    transform = pipeline_transform(settings)
-    path = choose_wave_path(
-        log_type(settings.source),
-        batch_reader=settings.batch_reader,
-        batch_writer=settings.batch_writer,
-        transform=transform,
-        job="backfill",
-        source=settings.source,
-    )
+    path = job.waves
+    assert path is not None and job.kind == "backfill"
+    settings = job.settings
     log.info("backfill command %d: read by %s (%s)", plan.command, path.reader, path.reason)
     in_window = (F.col("event_time") >= F.lit(plan.window.start)) & (
         F.col("event_time") < F.lit(plan.window.end)
     )
 
-    def transformed(records: Any) -> Any:
-        """The window's rows of ``records`` transformed: filtered before the transform on the
-        log's event time, after it on a payload's (the transform sets it)."""
-        if plan.event_time is None:
-            return transform(records.where(in_window))
-        return transform(records).where(in_window)
+    def window(rows: Any) -> Any:
+        return rows.where(in_window)
 
-    if path.reader == "native":
-        splits = [(b, lo, hi) for b, (lo, hi) in sorted(plan.ranges.items())]
-        return transformed(read_segments(spark, settings.source, splits, scratch=scratch))
-    if path.reader == "kafka":
-        from modeswitch.sources.spark_kafka import read_batch
-
-        records = read_batch(
-            spark,
-            settings.source,
-            {b: lo for b, (lo, _) in plan.ranges.items()},
-            {b: hi for b, (_, hi) in plan.ranges.items()},
-            min_partitions=settings.planner.parallelism,
-        )
-        return transformed(records)
     waves = plan_batch(
         {b: lo for b, (lo, _) in plan.ranges.items()},
         {b: hi for b, (_, hi) in plan.ranges.items()},
@@ -194,14 +169,19 @@ def _read_window(
         wave_records=max(plan.records_bound, 1),
         parallelism=settings.planner.parallelism,
     ).waves
-    partitions = wave_partitions_json(waves[0]) if waves else "[]"
-    reader = spark.read.format("bucketlog").option("partitions", partitions)
-    if path.transform == "arrow":
-        # The Arrow form runs in the reader's workers: the rows reach the JVM parsed, with
-        # their event time (a payload's too): the filter comes after it.
-        options = pipeline_reader_options(settings)
-        return reader.options(**options).load(settings.source).where(in_window)
-    return transformed(reader.load(settings.source))
+    read = (
+        WaveRead.of(waves[0], scratch=scratch, tasks=settings.planner.parallelism)
+        if waves
+        else WaveRead((), scratch, settings.planner.parallelism)
+    )
+    on_log_time = plan.event_time is None
+    return transformed_rows(
+        spark,
+        job,
+        read,
+        before=window if on_log_time else keep_all,
+        after=keep_all if on_log_time else window,
+    )
 
 
 def _stage(df: Any, staging: str) -> None:

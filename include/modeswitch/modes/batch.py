@@ -31,7 +31,6 @@ docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -42,18 +41,13 @@ from modeswitch.control.quarantine import QuarantineWatch
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError
 from modeswitch.faults import pause_point
-from modeswitch.modes.wave_path import choose_wave_path
+from modeswitch.modes.job import JobPlan
+from modeswitch.modes.waves import WAVE_COMMITS, WaveRead
 from modeswitch.offsets import OffsetsMap, offsets_to_json
-from modeswitch.sinks import arrow_wave
 from modeswitch.sinks.commits import latest_sink_commit
-from modeswitch.sinks.native import write_batch
 from modeswitch.sinks.options import sink_options
-from modeswitch.sources import log_type
-from modeswitch.sources.native import read_segments
-from modeswitch.sources.spark_kafka import read_batch
 from modeswitch.state import StateStore
 from modeswitch.storage import remove_tree
-from modeswitch.transforms import pipeline_transform
 
 log = logging.getLogger(__name__)
 
@@ -123,36 +117,23 @@ def clear_scratch(settings: PipelineSettings) -> None:
     remove_tree(scratch_folder(settings))
 
 
-def wave_partitions_json(wave: Wave) -> str:
-    """The ``partitions`` option of ``bucketlog`` for one wave."""
-    return json.dumps(
-        [[[s.bucket, s.start, s.end] for s in partition] for partition in wave.partitions]
-    )
-
-
 def run_batch_epoch(
     spark,
-    settings: PipelineSettings,
+    job: JobPlan,
     epoch_id: int,
     *,
     on_wave: Callable[[Wave], None] | None = None,
 ) -> BatchRunReport:
-    """Process every uncommitted split of batch epoch ``epoch_id``; see the module docstring.
+    """Process every uncommitted split of batch epoch ``epoch_id`` with the resolved ``job``
+    (:func:`~modeswitch.modes.job.resolve_job`); see the module docstring.
 
     Raises :class:`FencedError` if the epoch is not a running batch epoch (a retried task of
-    an epoch that was closed or superseded must not write), and :class:`ConfigError`, before
-    anything is read or written, for settings whose waves cannot run
-    (:func:`~modeswitch.modes.wave_path.choose_wave_path`).
+    an epoch that was closed or superseded must not write).
     """
-    transform = pipeline_transform(settings)
-    path = choose_wave_path(
-        log_type(settings.source),
-        batch_reader=settings.batch_reader,
-        batch_writer=settings.batch_writer,
-        transform=transform,
-        source=settings.source,
-    )
-    form = transform.arrow_form() if path.transform == "arrow" else None
+    settings = job.settings
+    path = job.waves
+    assert path is not None and job.kind == "batch", f"a {job.kind} job runs no batch waves"
+    commit_wave = WAVE_COMMITS[path.writer]
     store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
@@ -191,47 +172,15 @@ def run_batch_epoch(
         }
         # The writers refuse to commit unless the wave wrote exactly what it planned; only a
         # contiguous log has a count to expect (Kafka's offsets have gaps).
-        expected = (
-            {"expectedRecords": str(sum(s.end - s.start for s in wave.splits))}
-            if path.count_checked
-            else {}
+        if path.count_checked:
+            wave_options["expectedRecords"] = str(sum(s.end - s.start for s in wave.splits))
+        read = WaveRead.of(
+            wave, scratch=scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
         )
-        if path.reader == "arrow":
-            assert form is not None
-            arrow_wave.write_wave(
-                spark,
-                settings.source,
-                [[(s.bucket, s.start, s.end) for s in part] for part in wave.partitions],
-                form.function,
-                form.schema,
-                settings.sink,
-                **wave_options,
-                **expected,
-            )
-        elif path.reader == "native":
-            scratch = scratch_folder(settings, f"epoch-{epoch_id}-wave-{wave.index}")
-            try:
-                splits = [(s.bucket, s.start, s.end) for s in wave.splits]
-                source = read_segments(spark, settings.source, splits, scratch=scratch)
-                write_batch(
-                    transform(source), settings.sink, writer=path.writer, **wave_options, **expected
-                )
-            finally:
-                remove_tree(scratch)
-        elif path.reader == "kafka":
-            frame = read_batch(
-                spark, settings.source, start, end, min_partitions=len(wave.partitions)
-            )
-            write_batch(transform(frame), settings.sink, writer=path.writer, **wave_options)
-        else:
-            source = (
-                spark.read.format("bucketlog")
-                .option("partitions", wave_partitions_json(wave))
-                .load(settings.source)
-            )
-            write_batch(
-                transform(source), settings.sink, writer=path.writer, **wave_options, **expected
-            )
+        try:
+            commit_wave(spark, job, read, wave_options)
+        finally:
+            remove_tree(read.scratch)
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(
             settings.sink, settings.pipeline, storage_options=store.storage_options

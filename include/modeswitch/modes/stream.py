@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -44,25 +44,25 @@ from modeswitch.errors import (
     OffsetsContinuityError,
     StreamQueryError,
 )
+from modeswitch.modes.job import JobPlan
 from modeswitch.modes.resume import (
     ResumePoint,
     epoch_commits,
     plan_resume,
     read_checkpoints,
 )
-from modeswitch.offsets import OffsetsMap, offsets_from_json, offsets_to_dict, offsets_to_json
+from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
+from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
 from modeswitch.sinks.commits import (
     SinkCommit,
     commits_after,
     event_time_from_micros,
 )
 from modeswitch.sinks.options import sink_options
-from modeswitch.sources import log_type, open_log
-from modeswitch.sources.spark_kafka import read_stream
+from modeswitch.sources import open_log
 from modeswitch.state import Epoch, StateStore
 from modeswitch.state.records import STREAM_EXIT
-from modeswitch.storage import is_local, remove_tree
-from modeswitch.transforms import pipeline_reader_options, pipeline_transform
+from modeswitch.storage import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +74,6 @@ STOP_COMMANDS: dict[str, str | None] = {
 """Commands that stop a running stream at its next commit boundary, with the policy action
 each forces. A rewind forces none: the stream stops and leaves it pending, and ``decide``
 applies it (a sink commit of its own) before it opens the next epoch at the rewound offsets."""
-LOCAL_CHECKPOINT_CONF: dict[str, str] = {
-    "spark.sql.streaming.checkpointFileManagerClass": (
-        "org.apache.spark.sql.execution.streaming.checkpointing."
-        "FileSystemBasedCheckpointFileManager"
-    ),
-}
-"""How Spark writes a local checkpoint's offsets and commit logs (two files per micro-batch).
-Its default, the FileContext API, sets each file's permissions with a forked ``chmod`` when
-Hadoop has no native library (as here): 46-58 ms per file on this 2-core machine under load,
-against 16-19 ms through the FileSystem API (measured, 40 files each, alternating). Both write
-aside and rename into place, refusing to replace an existing entry."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
@@ -261,12 +250,6 @@ class StreamSupervisor:
         return decision
 
 
-def checkpoint_conf(location: str) -> dict[str, str]:
-    """Session settings for a stream whose checkpoint is at ``location``:
-    :data:`LOCAL_CHECKPOINT_CONF` for a local folder, none for other filesystems."""
-    return dict(LOCAL_CHECKPOINT_CONF) if is_local(location) else {}
-
-
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
     """Before the epoch's first commit, the stream must start exactly where the sink ends
     (invariant 2). Once it has committed, :func:`resume_point` checks its commits instead."""
@@ -298,74 +281,20 @@ def resume_point(store: StateStore, settings: PipelineSettings, epoch: Epoch) ->
     return plan_resume(epoch.id, epoch.start, commits, read_checkpoints(root), root)
 
 
-def sink_stream(
-    spark,
-    settings: PipelineSettings,
-    *,
-    source: str,
-    start_json: str,
-    sink: str,
-    options: Mapping[str, str],
-    checkpoint: str,
-):
-    """The query an epoch runs, and the warm-up too: the log's stream source from
-    ``start_json`` (with the read limit), the pipeline's transform with its watermark, and the
-    sink table ``sink`` written with ``options`` by the ``stream_writer`` (the
-    ``modeswitch_delta`` sink, or delta-spark's writer in ``foreachBatch``:
-    :mod:`modeswitch.sinks.delta_spark`); a writer without its trigger, not started.
-
-    The source is the one the log names (``spark_source``): Spark's own Kafka source for a
-    topic (:mod:`modeswitch.sources.spark_kafka`; each micro-batch in ``parallelism`` tasks at
-    most), the transform's Spark form on its rows; the
-    ``bucketlog`` source otherwise, where a transform with an Arrow form runs inside the
-    source's reader (its ``transform`` option): the rows reach the JVM parsed, with no second
-    trip to Python for the parse."""
-    transform = pipeline_transform(settings)
-    limit = settings.max_records_per_trigger
-    if log_type(source).spark_source == "kafka":
-        start = offsets_from_json(start_json, source="the stream's start")
-        frame = transform(
-            read_stream(
-                spark,
-                source,
-                start,
-                max_records_per_trigger=limit,
-                tasks=settings.planner.parallelism,
-            )
-        )
-    else:
-        reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
-        if limit is not None:
-            reader = reader.option("maxRecordsPerTrigger", str(limit))
-        if transform.arrow is not None:
-            frame = reader.options(**pipeline_reader_options(settings)).load(source)
-        else:
-            frame = transform(reader.load(source))
-    lateness = int(settings.policy.allowed_lateness.total_seconds() * 1000)
-    stream = frame.withWatermark("event_time", f"{lateness} milliseconds").writeStream
-    options = {
-        **options,
-        "path": sink,
-        "offsetsStart": start_json,
-        "checkpointLocation": checkpoint,
-    }
-    if settings.stream_writer == "delta_spark":
-        from modeswitch.sinks.delta_spark import stream_writer
-
-        writer = stream_writer(options)  # checked here, before the query starts
-        return stream.foreachBatch(writer).option("checkpointLocation", checkpoint)
-    return stream.format("modeswitch_delta").options(**options)
-
-
 def run_stream_epoch(
     spark,
-    settings: PipelineSettings,
+    job: JobPlan,
     epoch_id: int,
     *,
     clock: Callable[[], datetime] = lambda: pendulum.now("UTC"),
     poll: timedelta = timedelta(milliseconds=200),
 ) -> StreamRunReport:
-    """Run stream epoch ``epoch_id`` until the policy, a command or the runtime stops it."""
+    """Run stream epoch ``epoch_id`` with the resolved ``job``
+    (:func:`~modeswitch.modes.job.resolve_job`) until the policy, a command or the runtime
+    stops it."""
+    settings = job.settings
+    assert job.stream is not None, f"a {job.kind} job runs no stream"
+    log.info("stream epoch %d: %s", epoch_id, job.stream.reason)
     store = StateStore.from_settings(settings)
     epoch = store.epoch(epoch_id)
     if epoch.mode != "stream" or epoch.status != "running":
@@ -383,7 +312,8 @@ def run_stream_epoch(
     options["sequence"] = str(point.sequence_base)
     writer = sink_stream(
         spark,
-        settings,
+        job,
+        job.stream,
         source=settings.source,
         start_json=start_json,
         sink=settings.sink,

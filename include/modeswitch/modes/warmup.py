@@ -17,13 +17,13 @@ from typing import Any
 import pendulum
 import pyarrow as pa
 
-from modeswitch.control.settings import PipelineSettings
-from modeswitch.control.value_schema import PayloadField, parse_value_schema
+from modeswitch.control.value_schema import PayloadField
 from modeswitch.errors import StreamQueryError
-from modeswitch.modes.stream import checkpoint_conf, sink_stream
+from modeswitch.modes.job import JobPlan
+from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks.commits import committed_offsets, sink_commits
-from modeswitch.sources import log_type, open_log
+from modeswitch.sources import open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.spark_conf import session_conf
 from modeswitch.storage import remove_tree
@@ -45,15 +45,17 @@ class WarmUp:
     quarantined: int = 0
 
 
-def append_warm_up_events(log_: SegmentLog, records: int, *, value_schema: str = "") -> None:
+def append_warm_up_events(
+    log_: SegmentLog, records: int, *, fields: Sequence[PayloadField] = ()
+) -> None:
     """Append ``records`` events for a warm-up to ``log_``: the last minute's, over its
     buckets, every tenth one malformed so that the quarantine's path warms up too. Their
-    payload fits ``value_schema`` (the pipeline's setting: :func:`warm_up_payload`), or is
-    the demo's events (:data:`modeswitch.transforms.EVENT_SCHEMA`) without one, which a
-    pipeline that lands its records raw takes as they are."""
+    payload fits ``value_schema``'s ``fields`` (the pipeline's payload:
+    :func:`warm_up_payload`), or is the demo's events
+    (:data:`modeswitch.transforms.EVENT_SCHEMA`) without any, which a pipeline that lands its
+    records raw takes as they are."""
     buckets = log_.buckets()
     now_us = int(pendulum.now("UTC").timestamp() * 1_000_000)
-    fields = parse_value_schema(value_schema)
     values = [
         "{not json"
         if i % 10 == 9
@@ -94,10 +96,6 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
     "boolean": lambda i: i % 2 == 0,
     "timestamp": lambda i: f"2026-01-01T00:00:{i % 60:02d}Z",
 }
-
-
-def _is_kafka(source: str) -> bool:
-    return log_type(source).spark_source == "kafka"
 
 
 def kafka_tail(source: str, records: int) -> OffsetsMap | None:
@@ -159,26 +157,29 @@ class WarmingUp:
         return done
 
 
-def start_warm_up(
-    spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
-) -> WarmingUp | None:
-    """Start the warm-up stream of :func:`warm_up` and return without waiting for it (None if
-    it could not start: logged, a cold start)."""
+def start_warm_up(spark, job: JobPlan, *, records: int = WARM_UP_RECORDS) -> WarmingUp | None:
+    """Start the warm-up stream of :func:`warm_up` for the stream ``job`` and return without
+    waiting for it (None if it could not start: logged, a cold start)."""
+    settings = job.settings
+    assert job.stream is not None, f"a {job.kind} job has no stream to warm up"
     started = time.monotonic()
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
     work = f"{settings.state_root}/warm-up/{uuid.uuid4().hex[:12]}"
     try:
-        tail = kafka_tail(settings.source, records) if _is_kafka(settings.source) else None
+        # Spark's Kafka source warms up on the topic's own tail; a log read by bucketlog, or a
+        # topic with nothing in it, on generated events.
+        tail = kafka_tail(settings.source, records) if job.stream.reader == "kafka" else None
         if tail:
-            source, start = settings.source, tail
+            source, start, path = settings.source, tail, job.stream
         else:
             log_ = SegmentLog.create(f"{work}/log", buckets=2)
-            append_warm_up_events(log_, records, value_schema=settings.value_schema)
-            source, start = log_.root, log_.earliest_offsets()
+            append_warm_up_events(log_, records, fields=job.payload.fields)
+            source, start, path = log_.root, log_.earliest_offsets(), job.stream_path_on(log_)
         writer = sink_stream(
             spark,
-            settings,
+            job,
+            path,
             source=source,
             start_json=offsets_to_json(start),
             sink=f"{work}/sink",
@@ -201,7 +202,7 @@ def start_warm_up(
 
 def warm_up(
     spark,
-    settings: PipelineSettings,
+    job: JobPlan,
     *,
     records: int = WARM_UP_RECORDS,
     should_stop: Callable[[], bool] = lambda: False,
@@ -229,7 +230,7 @@ def warm_up(
     epoch itself reports any real fault). :func:`start_warm_up` starts the same stream without
     waiting for it (the warm engine runs it beside its first batch).
     """
-    warming = start_warm_up(spark, settings, records=records)
+    warming = start_warm_up(spark, job, records=records)
     if warming is None:
         return None
     deadline = warming.started + WARM_UP_TIMEOUT.total_seconds()

@@ -169,7 +169,7 @@ class Engine:
 def _run_epoch(kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
     from modeswitch.runners.jobs import run
 
-    run(kind, spark, argparse.Namespace(epoch=epoch, command=None), settings)  # type: ignore[arg-type]
+    run(kind, spark, settings, epoch=epoch)  # type: ignore[arg-type]
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -252,10 +252,11 @@ class StreamPath:
         self.warm = False
 
     def start(self, settings: PipelineSettings) -> None:
+        from modeswitch.modes.job import resolve_job
         from modeswitch.modes.warmup import start_warm_up
 
         if not self.warm and self.warming is None:
-            self.warming = start_warm_up(self.spark, settings)
+            self.warming = start_warm_up(self.spark, resolve_job(settings, "stream"))
 
     def collect(self, *, stop: bool = False) -> None:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""

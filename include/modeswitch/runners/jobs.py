@@ -17,13 +17,15 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from modeswitch.control.settings import PipelineSettings, load_job_settings
 from modeswitch.errors import ModeswitchError
 
+if TYPE_CHECKING:  # the modes import pyspark: only where a job runs
+    from modeswitch.modes.job import JobKind
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-JobKind = Literal["batch", "stream", "backfill"]
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
 """The spark-submit entrypoints' folder (``jobs/`` at the repository's top)."""
 JOB_SCRIPTS: dict[str, str] = {
@@ -122,12 +124,13 @@ def _wait_in_standby(
     that epoch's settings, or None if released without one."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from modeswitch.modes.job import resolve_job
     from modeswitch.modes.warmup import warm_up
 
     # The request is read while the warm-up runs: an epoch that comes early cuts it short.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standby-request") as reader:
         pending = reader.submit(read_standby_request, requests)
-        warm_up(spark, settings, should_stop=pending.done)
+        warm_up(spark, resolve_job(settings, "stream"), should_stop=pending.done)
         log.info("standby: warm; waiting for a stream epoch")
         request = pending.result()
     if request is None:
@@ -145,42 +148,73 @@ def _target(args: argparse.Namespace) -> str:
     return "standby" if args.epoch is None else f"epoch {args.epoch}"
 
 
-def run(kind: JobKind, spark, args: argparse.Namespace, settings: PipelineSettings) -> None:
-    if kind == "backfill":
-        from modeswitch.modes.backfill_job import run_backfill
+def run(
+    kind: JobKind,
+    spark,
+    settings: PipelineSettings,
+    *,
+    epoch: int | None = None,
+    command: int | None = None,
+) -> None:
+    """Run a ``kind`` job in ``spark``: batch or stream ``epoch``, or backfill ``command``. Its
+    settings are resolved once (:func:`~modeswitch.modes.job.resolve_job`), before anything
+    is read or written, and its mode runs the plan."""
+    from modeswitch.modes.job import resolve_job
 
-        report = run_backfill(spark, settings, args.command)
-        log.info(
-            "backfill command %d: %d records, %d quarantined; sink version %d",
-            report.command,
-            report.records,
-            report.quarantined,
-            report.sink_version,
-        )
-    elif kind == "batch":
-        from modeswitch.modes.batch import run_batch_epoch
+    job = resolve_job(settings, kind)
+    target = command if kind == "backfill" else epoch
+    assert target is not None, (
+        f"a {kind} job needs its {'command' if kind == 'backfill' else 'epoch'}"
+    )
+    JOB_RUNS[kind](spark, job, target)
 
-        report = run_batch_epoch(spark, settings, args.epoch)
-        log.info(
-            "batch epoch %d: %d waves, %d records; committed %s",
-            report.epoch,
-            report.waves,
-            report.records,
-            report.committed,
-        )
-    else:
-        from modeswitch.modes.stream import run_stream_epoch
 
-        report = run_stream_epoch(spark, settings, args.epoch)
-        log.info(
-            "stream epoch %d stopped (%s) after %d micro-batches, %d records; end %s; next %s",
-            report.epoch,
-            report.reason,
-            report.micro_batches,
-            report.records,
-            report.end,
-            report.next_mode,
-        )
+def run_backfill_job(spark, job, command: int) -> None:
+    """A backfill command's run (:func:`modeswitch.modes.backfill_job.run_backfill`), logged."""
+    from modeswitch.modes.backfill_job import run_backfill
+
+    report = run_backfill(spark, job, command)
+    log.info(
+        "backfill command %d: %d records, %d quarantined; sink version %d",
+        report.command,
+        report.records,
+        report.quarantined,
+        report.sink_version,
+    )
+
+
+def run_batch_job(spark, job, epoch: int) -> None:
+    """A batch epoch's run (:func:`modeswitch.modes.batch.run_batch_epoch`), logged."""
+    from modeswitch.modes.batch import run_batch_epoch
+
+    report = run_batch_epoch(spark, job, epoch)
+    log.info(
+        "batch epoch %d: %d waves, %d records; committed %s",
+        report.epoch,
+        report.waves,
+        report.records,
+        report.committed,
+    )
+
+
+def run_stream_job(spark, job, epoch: int) -> None:
+    """A stream epoch's run (:func:`modeswitch.modes.stream.run_stream_epoch`), logged."""
+    from modeswitch.modes.stream import run_stream_epoch
+
+    report = run_stream_epoch(spark, job, epoch)
+    log.info(
+        "stream epoch %d stopped (%s) after %d micro-batches, %d records; end %s; next %s",
+        report.epoch,
+        report.reason,
+        report.micro_batches,
+        report.records,
+        report.end,
+        report.next_mode,
+    )
+
+
+JOB_RUNS = {"batch": run_batch_job, "stream": run_stream_job, "backfill": run_backfill_job}
+"""What each kind of job runs, once its settings are resolved."""
 
 
 _TASK_ERROR = re.compile(r"^modeswitch\.errors\.\w+: (.+)$", re.MULTILINE)
@@ -219,7 +253,7 @@ def main(
             if chosen is None:
                 return 0
             settings = chosen
-        run(kind, spark, args, settings)
+        run(kind, spark, settings, epoch=args.epoch, command=getattr(args, "command", None))
         return 0
     except ModeswitchError as exc:
         log.error("%s %s failed: %s", kind, _target(args), exc)

@@ -29,13 +29,14 @@ Options (validated on the driver; an error names the option and its value):
 - ``partitions`` (batch only): the exact Spark partitions to read, as JSON: a list of
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
-- ``transform``: a transform setting (``value_schema`` or ``module:function``) whose transform
-  has an Arrow form (:mod:`modeswitch.transforms`, "An Arrow form"), with ``valueSchema`` and
-  ``eventTimeField``, the ``value_schema`` and ``event_time_field`` settings it is built from
-  (``modeswitch.transforms.reader_options`` gives them all): each partition's batches go
-  through it in the reader's own Python worker, and the source gives the transform's columns.
-  The rows then cross from Python to the JVM once, already parsed, instead of crossing back
-  and forth for a ``mapInArrow``: what the stream job reads with the Arrow parse.
+- ``arrowForm`` with ``arrowSchema``: a function from the records' Arrow batches to a
+  transform's, and its output's Spark schema as JSON, both made by :func:`arrow_form_options`
+  (the transform's Arrow form, :mod:`modeswitch.transforms`, "An Arrow form"): each
+  partition's batches go through it in the reader's own Python worker, and the source gives
+  the transform's columns. The rows then cross from Python to the JVM once, already parsed,
+  instead of crossing back and forth for a ``mapInArrow``: what the stream job reads with the
+  Arrow parse. The function reaches the workers as it was built on the driver: nothing is
+  looked up or parsed again by name.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
   between buckets in proportion to how far behind each is. Spark passes it back to
   ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
@@ -47,11 +48,14 @@ afresh from its root, so ``read`` is stateless.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -67,6 +71,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from modeswitch.errors import (
     InvalidOffsetsError,
@@ -78,9 +83,6 @@ from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json,
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
 from modeswitch.storage import absolute_location
 from modeswitch.worker_gc import freeze_imports
-
-if TYPE_CHECKING:
-    from modeswitch.transforms import ArrowForm
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +102,10 @@ class BucketLogOptions:
     max_records_per_trigger: int | None
     partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
     parallelism: int = 2
-    transform: str | None = None
-    value_schema: str = ""
-    event_time_field: str = ""
+    arrow_form: str | None = None
+    """``arrowForm``: the pickled function, base64 (:func:`arrow_form_options`)."""
+    arrow_schema: str | None = None
+    """``arrowSchema``: its output's Spark schema as JSON."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
@@ -134,9 +137,7 @@ class BucketLogOptions:
             max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
             partitions=_partitions_option(opts.get("partitions")),
             parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
-            transform=opts.get("transform") or None,
-            value_schema=opts.get("valueschema") or "",
-            event_time_field=opts.get("eventtimefield") or "",
+            **_arrow_form_option(opts.get("arrowform"), opts.get("arrowschema")),
         )
 
     def open_log(self) -> BucketedLog:
@@ -145,11 +146,59 @@ class BucketLogOptions:
         return open_log(self.path)
 
 
+def arrow_form_options(function: Any, schema: StructType) -> dict[str, str]:
+    """The reader's ``arrowForm`` and ``arrowSchema`` options that run ``function`` (from the
+    records' Arrow batches to the output's, picklable) inside the reader, its output of Spark
+    schema ``schema``."""
+    from pyspark import cloudpickle
+
+    return {
+        "arrowForm": base64.b64encode(cloudpickle.dumps(function)).decode("ascii"),
+        "arrowSchema": schema.json(),
+    }
+
+
+def _arrow_form_option(encoded: str | None, schema: str | None) -> dict[str, str | None]:
+    """The ``arrowForm`` and ``arrowSchema`` options, checked on the driver: both or neither,
+    the function one that unpickles to a callable, the schema a Spark struct's JSON."""
+    if (encoded is None) != (schema is None):
+        given, missing = (
+            ("arrowForm", "arrowSchema") if schema is None else ("arrowSchema", "arrowForm")
+        )
+        raise ValueError(f"option {given}: needs {missing} too (arrow_form_options gives both)")
+    if encoded is None:
+        return {}
+    if not callable(arrow_function(encoded)):
+        raise ValueError("option arrowForm: does not hold a function")
+    try:
+        StructType.fromJson(json.loads(schema))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(
+            f"option arrowSchema={schema[:200]!r}: not a Spark schema ({exc})"
+        ) from exc
+    return {"arrow_form": encoded, "arrow_schema": schema}
+
+
+_ARROW_FUNCTIONS: dict[str, Any] = {}
+
+
+def arrow_function(encoded: str) -> Any:
+    """The function an ``arrowForm`` option holds, unpickled once per process."""
+    function = _ARROW_FUNCTIONS.get(encoded)
+    if function is None:
+        try:
+            function = pickle.loads(base64.b64decode(encoded, validate=True))
+        except Exception as exc:  # any unpickling failure: the option is what is wrong
+            raise ValueError(
+                f"option arrowForm={encoded[:40]!r}...: not a pickled function ({exc!r})"
+            ) from exc
+        _ARROW_FUNCTIONS[encoded] = function
+    return function
+
+
 def _partitions_option(raw: str | None) -> tuple | None:
     if raw is None:
         return None
-    import json
-
     problem = f"option partitions={raw[:200]!r}: expected a JSON list of partitions, each a "
     problem += "list of [bucket, start, end] ranges"
     try:
@@ -282,35 +331,10 @@ def read_ranges(options: BucketLogOptions, partition: InputPartition) -> Iterato
     freeze_imports()
     source = options.open_log()
     batches = (b for r in partition.ranges for b in source.read(*r))
-    if options.transform is None:
+    if options.arrow_form is None:
         yield from batches
     else:
-        form = transform_form(options.transform, options.value_schema, options.event_time_field)
-        yield from form.function(batches)
-
-
-_FORMS: dict[tuple[str, str, str], ArrowForm] = {}
-
-
-def transform_form(spec: str, value_schema: str = "", event_time_field: str = "") -> ArrowForm:
-    """The Arrow form of the transform ``spec`` names (built from ``value_schema`` and
-    ``event_time_field`` for ``value_schema``), for this source's records; loaded once per
-    process. Refuses, naming the option, a transform without one."""
-    key = (spec, value_schema, event_time_field)
-    form = _FORMS.get(key)
-    if form is None:
-        from modeswitch.transforms import load_transform
-
-        form = load_transform(
-            spec, value_schema=value_schema, event_time_field=event_time_field
-        ).arrow_form()
-        if form is None:
-            raise ValueError(
-                f"option transform={spec!r}: this transform has no Arrow form to run in the "
-                "reader (modeswitch.transforms, 'An Arrow form'); apply it to the DataFrame"
-            )
-        _FORMS[key] = form
-    return form
+        yield from arrow_function(options.arrow_form)(batches)
 
 
 def limit_by_rows(start: Mapping[int, int], latest: Mapping[int, int], max_rows: int) -> OffsetsMap:
@@ -488,11 +512,9 @@ class BucketLogDataSource(DataSource):
 
     def schema(self) -> Any:
         options = self._options()
-        if options.transform is None:
+        if options.arrow_schema is None:
             return SPARK_RECORD_DDL
-        return transform_form(
-            options.transform, options.value_schema, options.event_time_field
-        ).schema
+        return StructType.fromJson(json.loads(options.arrow_schema))
 
     def _options(self) -> BucketLogOptions:
         return BucketLogOptions.parse(self.options)
@@ -526,6 +548,8 @@ __all__ = [
     "BucketLogOptions",
     "BucketRanges",
     "ModeswitchError",
+    "arrow_form_options",
+    "arrow_function",
     "limit_by_rows",
     "plan_partitions",
     "register",

@@ -64,14 +64,8 @@ from modeswitch.control.value_schema import (
 )
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms import (
-    EVENT_SCHEMA,
-    QUARANTINE_REASON,
-    TYPE_WORDS,
-    ArrowForm,
-    Transform,
-    check_parse_inputs,
-)
+from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
+from modeswitch.transforms.spark_json import EVENT_SCHEMA, TYPE_WORDS, check_parse_inputs
 
 ARROW_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
 """The ``transform`` setting's value for the demo's events with this parse."""

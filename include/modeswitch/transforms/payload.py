@@ -2,7 +2,7 @@
 
 A user states the payload in settings, with no code: ``value_schema`` is a Spark DDL schema of
 the records' JSON ``value`` (:mod:`modeswitch.control.value_schema`: its grammar, its types and
-what ``NOT NULL`` means). :func:`value_schema_transform` builds the pipeline's
+what ``NOT NULL`` means). :func:`schema_transform` builds the pipeline's
 :class:`~modeswitch.transforms.Transform` from it:
 
 - with a schema, the payload parse in both forms, giving the same rows and the same quarantine
@@ -47,15 +47,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from modeswitch.control.settings import SCHEMA_TRANSFORM
-from modeswitch.control.value_schema import (
-    PayloadField,
-    find_event_time_field,
-    parse_value_schema,
-)
+from modeswitch.control.value_schema import SCHEMA_TRANSFORM, PayloadField
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms import QUARANTINE_REASON, ArrowForm, Transform, parse_json_values
 from modeswitch.transforms.arrow import json_values_form
+from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
+from modeswitch.transforms.spark_json import parse_json_values
 
 EVENT_VALUE_SCHEMA = (
     "event_id BIGINT NOT NULL, user_id BIGINT NOT NULL, action STRING NOT NULL, "
@@ -83,26 +79,26 @@ def payload_struct(fields: tuple[PayloadField, ...]) -> StructType:
     return StructType([StructField(f.name, _SPARK_TYPES[f.type]) for f in fields])
 
 
-def value_schema_transform(value_schema: str, *, event_time_field: str = "") -> Transform:
-    """The transform ``transform = "value_schema"`` stands for (module docstring): the payload
-    parse into ``value_schema``'s columns, with ``event_time_field``'s time as the event time
-    when set, or :data:`raw_records` when the schema is empty. Raises
-    :class:`~modeswitch.errors.ConfigError` naming ``value_schema`` for a schema it cannot
-    parse, and naming ``event_time_field`` for a field that is not a time of the schema."""
-    fields = parse_value_schema(value_schema)
-    event = find_event_time_field(fields, event_time_field)
+def schema_transform(
+    fields: tuple[PayloadField, ...], *, event_time: PayloadField | None = None
+) -> Transform:
+    """The transform ``transform = "value_schema"`` stands for (module docstring), from
+    ``value_schema``'s parsed ``fields``: the payload parse into their columns, with
+    ``event_time``'s time as the event time when given, or :data:`raw_records` without fields.
+    The fields and the event-time field come checked from
+    :func:`~modeswitch.control.value_schema.describe_payload`."""
     if not fields:
         return raw_records
     schema = payload_struct(fields)
     required = tuple(f.name for f in fields if f.required)
-    event_time = None if event is None else event.name
+    event_time_name = None if event_time is None else event_time.name
     return Transform(
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(
-            _parse_spark, schema=schema, required=required, event_time=event_time
+            _parse_spark, schema=schema, required=required, event_time=event_time_name
         ),
         arrow=functools.partial(
-            _parse_arrow, schema=schema, required=required, event_time=event_time
+            _parse_arrow, schema=schema, required=required, event_time=event_time_name
         ),
     )
 
@@ -156,5 +152,5 @@ __all__ = [
     "EVENT_VALUE_SCHEMA",
     "payload_struct",
     "raw_records",
-    "value_schema_transform",
+    "schema_transform",
 ]
