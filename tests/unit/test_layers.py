@@ -30,10 +30,10 @@ LAYERS = [
     ("runners",),  # the epoch lifecycle, sessions, processes, the local runner, the engine
     ("ops",),  # status, verify, maintenance
     ("devtools",),  # synthetic events, demos, loopback clusters
-    ("cli_log", "cli", "airflow"),  # the entry points
+    ("cli", "airflow"),  # the entry points
 ]
 RANK = {part: rank for rank, parts in enumerate(LAYERS) for part in parts}
-DEV_TOOL_USERS = {"cli", "cli_log", "devtools"}
+DEV_TOOL_USERS = {"cli", "devtools"}
 """The parts that may import ``modeswitch.devtools``: the CLI and the dev tools themselves."""
 KNOWN_UPWARD = {
     # The bucketlog data source runs the transform's Arrow form inside its reader.
