@@ -67,7 +67,7 @@ cds: $(STAMP) java jars
 	@$(PY) -m modeswitch.runners.jvm
 
 demo: install
-	$(PY) -m modeswitch.airflow.demo .demo
+	$(PY) -m modeswitch.devtools.airflow_demo .demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -149,4 +149,4 @@ demo-kafka: install
 	$(VENV)/bin/modeswitch demo --kafka --buckets 16 --records 600000 --dir .demo-kafka
 
 airflow: install
-	$(PY) -m modeswitch.airflow.local .airflow
+	$(PY) -m modeswitch.devtools.airflow_local .airflow

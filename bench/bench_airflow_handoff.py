@@ -4,9 +4,9 @@ into Airflow (the real scheduler, triggerer and API server of ``airflow standalo
     .venv/bin/python bench/bench_airflow_handoff.py [--rounds 3] [--records 1000000]
         [--json FILE] [--workdir DIR]
 
-Each round starts ``python -m modeswitch.airflow.local HOME`` (what ``make airflow`` runs) in
-a process group of its own, with only ``source`` and ``warehouse`` set (Variables, as a user
-points the pipeline at their data): every other setting is its default, the engine too
+Each round starts ``python -m modeswitch.devtools.airflow_local HOME`` (what ``make airflow``
+runs) in a process group of its own, with only ``source`` and ``warehouse`` set (Variables, as
+a user points the pipeline at their data): every other setting is its default, the engine too
 (``auto``). The source is the demo's skewed backlog of ``--records`` in 16 buckets with its
 live producer. The round unpauses ``modeswitch_pipeline`` (as a user does in the UI) and
 waits for its first batch → stream handoff; then it appends a burst of ``--records`` / 4 and
@@ -41,9 +41,9 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from modeswitch.airflow.local import airflow_environment
 from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.airflow_local import airflow_environment
 from modeswitch.devtools.demo import demo_sources
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.runners.processes import start_group, stop_group
@@ -139,7 +139,7 @@ def one_round(root: Path, records: int, console: Console) -> dict:
     with demo_sources(settings, records=records, buckets=16, console=console) as log:
         with open(root / "make-airflow.log", "wb") as out:
             leader = start_group(
-                [sys.executable, "-m", "modeswitch.airflow.local", str(home)], env, out
+                [sys.executable, "-m", "modeswitch.devtools.airflow_local", str(home)], env, out
             )
         try:
             database = home / "airflow.db"

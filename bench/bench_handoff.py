@@ -34,9 +34,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from modeswitch.airflow.demo import AIRFLOW_DEMO_SETTINGS
-from modeswitch.airflow.local import airflow_environment, migrate
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.airflow_demo import AIRFLOW_DEMO_SETTINGS
+from modeswitch.devtools.airflow_local import airflow_environment, migrate
 from modeswitch.devtools.demo import demo_sources
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
@@ -69,7 +69,7 @@ def one_round(root: Path, engine: str, records: int, console: Console) -> dict:
                     burst = EventGenerator(seed=11, buckets=16, skew="zipf:1.1")
                     produce_backlog(log, burst, records=records // 4, first=50_000_000)
                 began = time.monotonic()
-                child = [sys.executable, "-m", "modeswitch.airflow.demo", "--run-dag"]
+                child = [sys.executable, "-m", "modeswitch.devtools.airflow_demo", "--run-dag"]
                 code = run_process_group(
                     [*child, json.dumps({"force_mode": mode})],
                     env=env,

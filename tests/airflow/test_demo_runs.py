@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from modeswitch.airflow.demo import CONSUMER_DAG_ID, DagRuns
-from modeswitch.airflow.local import airflow_environment, migrate
+from modeswitch.devtools.airflow_demo import CONSUMER_DAG_ID, DagRuns
+from modeswitch.devtools.airflow_local import airflow_environment, migrate
 
 
 def test_one_child_runs_each_dag_run_in_turn_each_with_its_own_log(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from fault_tools import pause_when_caught_up
 
-from modeswitch.airflow.demo import DAG_ID, DagRuns
-from modeswitch.airflow.local import airflow_environment, migrate
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.devtools.airflow_demo import DAG_ID, DagRuns
+from modeswitch.devtools.airflow_local import airflow_environment, migrate
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.devtools.standalone import StandaloneCluster, application_names, executor_folders
 from modeswitch.ops.verify import audit

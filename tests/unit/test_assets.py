@@ -11,15 +11,12 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from modeswitch.airflow.assets import (
+from modeswitch.airflow.assets import epoch_rows, rows_of_events, sink_alias, table_asset
+from modeswitch.airflow.event_extras import (
     MAX_LISTED_BUCKETS,
     backfill_extra,
     epoch_extra,
-    epoch_rows,
     offsets_extra,
-    rows_of_events,
-    sink_alias,
-    table_asset,
     table_uri,
 )
 

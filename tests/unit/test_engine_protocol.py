@@ -455,9 +455,9 @@ def test_every_engine_of_a_folder_is_stopped(tmp_path: Path) -> None:
 def test_make_airflow_stops_the_engines_its_tasks_started_when_it_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``modeswitch.airflow.local.standalone`` (``make airflow``): its tasks get an engine
+    """``modeswitch.devtools.airflow_local.standalone`` (``make airflow``): its tasks get an engine
     folder under its home, and every engine there is stopped when Airflow is."""
-    from modeswitch.airflow import local
+    from modeswitch.devtools import airflow_local as local
 
     home = tmp_path / "airflow"
     started: dict[str, Any] = {}

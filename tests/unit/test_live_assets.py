@@ -12,7 +12,8 @@ import pendulum
 import pytest
 from fault_tools import commit_to_sink
 
-from modeswitch.airflow.assets import event_extra, live_sink_asset, rows_of_events, table_uri
+from modeswitch.airflow.assets import live_sink_asset, rows_of_events
+from modeswitch.airflow.event_extras import event_extra, table_uri
 from modeswitch.airflow.triggers import SinkProgressTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.state import StateStore

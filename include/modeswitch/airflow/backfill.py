@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from modeswitch.airflow.assets import backfill_extra, emit, table_asset
+from modeswitch.airflow.assets import emit, table_asset
+from modeswitch.airflow.event_extras import backfill_extra
 from modeswitch.airflow.settings import (
     VariableGetter,
     connection_storage_options,

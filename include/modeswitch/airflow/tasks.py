@@ -18,7 +18,8 @@ from typing import Any
 
 import pendulum
 
-from modeswitch.airflow.assets import emit, epoch_extra, table_asset
+from modeswitch.airflow.assets import emit, table_asset
+from modeswitch.airflow.event_extras import epoch_extra
 from modeswitch.airflow.metrics import send_command, send_decision, send_epoch_closed
 from modeswitch.airflow.settings import (
     VariableGetter,

@@ -18,7 +18,7 @@ import pendulum
 import pyarrow.compute as pc
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
-from modeswitch.airflow.assets import progress_extra, table_uri
+from modeswitch.airflow.event_extras import progress_extra, table_uri
 from modeswitch.airflow.lag import measure_lag
 from modeswitch.airflow.settings import (
     aconnection_kafka_config,
@@ -111,8 +111,8 @@ class LagThresholdTrigger(BaseTrigger):
 class SinkProgressTrigger(BaseEventTrigger):
     """The watcher of the sink's live Asset (:func:`modeswitch.airflow.assets.live_sink_asset`):
     every ``poll_interval`` seconds it looks at the pipeline's ``progress`` table, and fires
-    for the sink commits recorded since its last event (:func:`~modeswitch.airflow.assets.
-    progress_extra`), at most once per ``asset_event_interval``. It never ends.
+    for the sink commits recorded since its last event (:func:`~modeswitch.airflow.
+    event_extras.progress_extra`), at most once per ``asset_event_interval``. It never ends.
 
     ``settings``: the pipeline's settings JSON; None (what a DAG file gives) resolves them from
     the Airflow Variables at each look, as the pipeline's tasks do, so a changed interval or

@@ -1,3 +1,3 @@
 """Tools for development, tests, demos and benchmarks: the synthetic producer, the demo,
-librdkafka's mock cluster and a loopback Spark standalone cluster. No production module
+an Apache Kafka broker and a Spark standalone cluster on loopback. No production module
 imports these (``tests/unit/test_layers.py``)."""

@@ -87,7 +87,7 @@ def run_demo(
         console.rule("1. a skewed backlog and a live producer")
         with demo_sources(settings, records=records, buckets=buckets, console=console) as log:
             demo_cycle(settings, log, buckets, console)
-        return _summary(settings, console)
+        return print_summary(settings, console)
 
 
 DEMO_TOPIC = "demo-events"
@@ -278,7 +278,12 @@ def _query_with_spark(settings: PipelineSettings, console: Console) -> None:
         spark.stop()
 
 
-def _summary(settings: PipelineSettings, console: Console) -> int:
+def print_summary(settings: PipelineSettings, console: Console) -> int:
+    """Print what a demo run did: its epochs with their boundaries and handoffs, the records
+    per mode, the audit of the sink and the quarantine against the source, a Spark query of
+    the sink and where the data lives; 0 when the audit found every record exactly once, 1
+    otherwise (the demo's exit status). The Airflow demo ends with it too
+    (:mod:`modeswitch.devtools.airflow_demo`)."""
     console.rule("3. what happened")
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epochs = Table(title="epochs (each starts where the previous ended)")

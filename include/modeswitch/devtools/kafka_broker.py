@@ -4,10 +4,10 @@ The broker is Apache Kafka itself, from the jars ``make install`` fetched into
 ``.kafka-broker/`` (``jvm/kafka-broker/pom.xml``; ``$MODESWITCH_KAFKA_BROKER_JARS`` names
 another folder): one JVM that is both broker and controller (``process.roles=broker,controller``),
 its data in a folder of its own, replication factors of 1. Unlike librdkafka's mock cluster
-(:mod:`modeswitch.devtools.kafka_mock`) it implements what clients of a real cluster rely on:
-``isolation.level=read_committed`` hides aborted transactions and stops at the last stable
-offset, ``offsets_for_times`` answers, retention deletes whole segments, and a broker can be
-killed and started again on the same data.
+it implements what clients of a real cluster rely on: ``isolation.level=read_committed``
+hides aborted transactions and stops at the last stable offset, ``offsets_for_times``
+answers, retention deletes whole segments, and a broker can be killed and started again on
+the same data.
 
 :class:`KafkaBroker` formats its storage on first start (``kafka.tools.StorageTool format
 --standalone``), starts ``kafka.Kafka`` as the leader of a new process group, waits until a

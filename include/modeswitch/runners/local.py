@@ -33,8 +33,6 @@ from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)
 
-JobRunner = Callable[[str, PipelineSettings, int], None]
-
 
 def job_command(kind: str, settings: PipelineSettings, epoch: int) -> list[str]:
     """The command line of ``jobs/backlog_batch.py`` or ``jobs/stream.py`` for one epoch, or

@@ -1,26 +1,22 @@
 """The ``modeswitch`` commands that work on a log itself: ``produce`` (synthetic events, at a
-rate, with a progress bar), ``offsets`` and ``retain``. :mod:`modeswitch.cli` holds the parser
-and the pipeline's commands."""
+rate, with a progress bar), ``offsets`` and ``retain``. :mod:`modeswitch.cli` assembles the
+parser from each command group's ``add_<command>`` and runs the command's function."""
 
 from __future__ import annotations
 
 import argparse
-import signal
-import time
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from modeswitch.cli.terminal import StopFlag, console, errors
 from modeswitch.control.settings import parse_duration, parse_rate
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import offsets_from_json
 
-console = Console()
-errors = Console(stderr=True)
 
-
-def _add_produce(sub: argparse._SubParsersAction) -> None:
+def add_produce(sub: argparse._SubParsersAction) -> None:
+    """Add the ``produce`` command's parser to ``sub``."""
     p = sub.add_parser(
         "produce",
         help="append synthetic events to the embedded log",
@@ -53,7 +49,9 @@ def _add_produce(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush", default="100ms", help="live flush interval")
 
 
-def _produce(args: argparse.Namespace) -> int:
+def produce_command(args: argparse.Namespace) -> int:
+    """``modeswitch produce``: append synthetic events to an embedded log or a Kafka topic, as a
+    backlog or live."""
     from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
 
     rate = parse_rate(args.rate, setting="--rate") if args.rate else None
@@ -120,28 +118,6 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
-class StopFlag:
-    """Turns SIGINT / SIGTERM into a clean stop at the next flush of a live run."""
-
-    def __init__(self) -> None:
-        self.stopped = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._stop)
-
-    def _stop(self, *_: object) -> None:
-        self.stopped = True
-
-    def __call__(self) -> bool:
-        return self.stopped
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, less if a stop comes; True when stopped."""
-        until = time.monotonic() + seconds
-        while not self.stopped and time.monotonic() < until:
-            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
-        return self.stopped
-
-
 class _progress:
     def __init__(self, total: int | None) -> None:
         self.progress = Progress(
@@ -190,12 +166,14 @@ def _open_or_create(root: str, buckets: int | None):
     return SegmentLog(root)
 
 
-def _add_offsets(sub: argparse._SubParsersAction) -> None:
+def add_offsets(sub: argparse._SubParsersAction) -> None:
+    """Add the ``offsets`` command's parser to ``sub``."""
     p = sub.add_parser("offsets", help="show a log's earliest and latest offsets per bucket")
     p.add_argument("--log", required=True)
 
 
-def _offsets(args: argparse.Namespace) -> int:
+def offsets_command(args: argparse.Namespace) -> int:
+    """``modeswitch offsets``: print a log's earliest and latest offsets per bucket."""
     from modeswitch.sources import open_log
 
     log_ = open_log(args.log)
@@ -214,13 +192,15 @@ def _offsets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_retain(sub: argparse._SubParsersAction) -> None:
+def add_retain(sub: argparse._SubParsersAction) -> None:
+    """Add the ``retain`` command's parser to ``sub``."""
     p = sub.add_parser("retain", help="drop whole segments below per-bucket offsets")
     p.add_argument("--log", required=True)
     p.add_argument("--before", required=True, help='offsets map as JSON, e.g. {"0": 1000}')
 
 
-def _retain(args: argparse.Namespace) -> int:
+def retain_command(args: argparse.Namespace) -> int:
+    """``modeswitch retain``: drop a log's whole segments below per-bucket offsets."""
     from modeswitch.sources.segments import SegmentLog
 
     log_ = SegmentLog(args.log)

@@ -14,7 +14,8 @@
    the first batch task starts it, and it hands each batch over to its stream itself.
 4. A run of ``modeswitch_example_consumer`` (``dag.test()``): it reads every epoch's rows
    through the sink Asset's events (their extras name each epoch's offsets and versions).
-5. The summary of :mod:`modeswitch.devtools.demo`: epochs, handoffs, records per mode, the audit.
+5. The demo's summary (:func:`modeswitch.devtools.demo.print_summary`): epochs, handoffs,
+   records per mode, the audit.
 
 Every process started here is stopped here: the producer thread is joined, the child's
 process group is stopped at the end (killed if a run overruns), and the engine (which
@@ -38,9 +39,9 @@ from typing import Any
 
 from rich.console import Console
 
-from modeswitch.airflow.local import DAGS, airflow_environment, migrate
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.devtools.demo import DEMO_SETTINGS, _summary, burst_later, demo_sources
+from modeswitch.devtools.airflow_local import DAGS, airflow_environment, migrate
+from modeswitch.devtools.demo import DEMO_SETTINGS, burst_later, demo_sources, print_summary
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
 from modeswitch.runners.processes import kill_group, start_group, stop_group
 from modeswitch.state import StateStore
@@ -111,7 +112,7 @@ def run_airflow_demo(directory: str, *, records: int, buckets: int, console: Con
             if stop_engine(settings):
                 console.print(f"stopped the pipeline's warm engine (log: {root}/engines)")
         _consume(runs, root, console)
-    return _summary(settings, console)
+    return print_summary(settings, console)
 
 
 class DagRuns:
@@ -129,10 +130,11 @@ class DagRuns:
 
     def __enter__(self) -> DagRuns:
         read, write = os.pipe()
+        serve = [sys.executable, "-m", "modeswitch.devtools.airflow_demo", "--serve", str(write)]
         try:
             with open(self._log_file, "ab") as output:
                 self._process = start_group(
-                    [sys.executable, "-m", "modeswitch.airflow.demo", "--serve", str(write)],
+                    serve,
                     self._env,
                     output,
                     stdin=subprocess.PIPE,

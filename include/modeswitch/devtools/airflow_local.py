@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from modeswitch.airflow.settings import variable_name
+from modeswitch.control.settings import variable_name
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.jobs import JOBS
 from modeswitch.runners.processes import start_group, stop_group
@@ -86,5 +86,5 @@ def standalone(home: str | Path) -> int:
             print(f"stopped the warm engine of pipeline {pipeline!r}")
 
 
-if __name__ == "__main__":  # python -m modeswitch.airflow.local [HOME]
+if __name__ == "__main__":  # python -m modeswitch.devtools.airflow_local [HOME]
     sys.exit(standalone(sys.argv[1] if len(sys.argv) > 1 else ".airflow"))
