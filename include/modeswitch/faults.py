@@ -18,23 +18,15 @@ import time
 import uuid
 from pathlib import Path
 
+from modeswitch.environment import FAULT_MARKERS, FAULTS, env_value
+
 log = logging.getLogger(__name__)
 
-ENV_FAULTS = "MODESWITCH_FAULTS"
-ENV_MARKERS = "MODESWITCH_FAULT_MARKERS"
+ENV_FAULTS = FAULTS.name
+ENV_MARKERS = FAULT_MARKERS.name
 
 
-def _configured() -> dict[str, tuple[float, int | None]]:
-    spec = os.environ.get(ENV_FAULTS, "")
-    points: dict[str, tuple[float, int | None]] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, _, timing = item.partition("=")
-        seconds, _, hit = timing.partition("@")
-        points[name.strip()] = (float(seconds or 0), int(hit) if hit else None)
-    return points
-
-
-def _count_hit(markers: str | None, name: str) -> int:
+def _count_hit(markers: Path | None, name: str) -> int:
     """Record one call of point ``name``; returns how many calls there have been so far."""
     if not markers:
         return 1
@@ -46,10 +38,10 @@ def _count_hit(markers: str | None, name: str) -> int:
 
 def pause_point(name: str) -> None:
     """Pause here if the environment asks for it; otherwise return at once."""
-    seconds, hit = _configured().get(name, (None, None))
+    seconds, hit = env_value(FAULTS).get(name, (None, None))
     if seconds is None:
         return
-    markers = os.environ.get(ENV_MARKERS)
+    markers = env_value(FAULT_MARKERS)
     if hit is not None and _count_hit(markers, name) != hit:
         return
     if markers:

@@ -21,43 +21,22 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.environment import STORAGE_OPTIONS, env_value
+from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-ENV_STORAGE_OPTIONS = "MODESWITCH_STORAGE_OPTIONS"
+ENV_STORAGE_OPTIONS = STORAGE_OPTIONS.name
 
 
 def storage_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The storage options in ``MODESWITCH_STORAGE_OPTIONS`` (``{}`` when unset).
 
-    A malformed value is refused with :class:`ConfigError` naming the variable; the value
-    itself is never repeated (it holds secrets).
+    A malformed value is refused with :class:`~modeswitch.errors.ConfigError` naming the
+    variable; the value itself is never repeated (it holds secrets).
     """
-    return environment_json(ENV_STORAGE_OPTIONS, environ, what="option names to values")
-
-
-def environment_json(
-    variable: str, environ: Mapping[str, str] | None = None, *, what: str
-) -> dict[str, str]:
-    """The JSON object of strings in environment variable ``variable`` (``{}`` when unset or
-    blank): how credentials reach a process. A malformed value is refused with
-    :class:`ConfigError` naming the variable and ``what`` it should map, never repeating the
-    value (it may hold secrets)."""
-    raw = (os.environ if environ is None else environ).get(variable, "")
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        raise ConfigError(
-            f"environment variable {variable}: not valid JSON (value not shown: it may hold "
-            "secrets)"
-        ) from None
-    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
-        raise ConfigError(f"environment variable {variable}: expected a JSON object of {what}")
-    return {key: str(item) for key, item in value.items()}
+    return env_value(STORAGE_OPTIONS, environ)
 
 
 def storage_environment(options: Mapping[str, str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 PACKAGE = Path(modeswitch.__file__).parent
 LAYERS = [
     # the bottom: no I/O of their own beyond storage's helpers
-    ("errors", "offsets", "faults", "spark_conf", "storage", "worker_gc"),
+    ("errors", "offsets", "environment", "faults", "spark_conf", "storage", "worker_gc"),
     ("control",),  # settings, the policy, the planner: pure
     ("sources",),  # the log: BucketedLog, segments, Kafka, the bucketlog data source
     ("transforms",),  # one transform for both modes

@@ -19,9 +19,7 @@ from __future__ import annotations
 import copy
 import importlib
 import logging
-import os
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from typing import Any
 
 from modeswitch.airflow.lag import measure_lag
@@ -34,28 +32,24 @@ from modeswitch.airflow.settings import (
 from modeswitch.control.alerts import AlertRules, AlertState, next_alert
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.values import parse_duration
+from modeswitch.environment import ALERTS_SCHEDULE, env_value
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)
 
 TASK_ID = "check_lag"
-SCHEDULE_VARIABLE = "MODESWITCH_ALERTS_SCHEDULE"
-DEFAULT_SCHEDULE = timedelta(minutes=1)
 
 
 def alerts_dag_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``schedule`` of the alerts DAG from the environment (read when the DAG file is parsed):
     a duration (``30s``, ``1m``: that often), a cron expression or preset, or ``none``;
     every minute by default."""
-    environ = os.environ if environ is None else environ
-    value = (environ.get(SCHEDULE_VARIABLE) or "").strip()
-    if not value:
-        return {"schedule": DEFAULT_SCHEDULE}
+    value = env_value(ALERTS_SCHEDULE, environ)
     if value.lower() == "none":
         return {"schedule": None}
     try:
-        return {"schedule": parse_duration(value, setting=SCHEDULE_VARIABLE)}
+        return {"schedule": parse_duration(value, setting=ALERTS_SCHEDULE.name)}
     except ConfigError:
         return {"schedule": value}  # a cron expression or preset: Airflow checks it
 

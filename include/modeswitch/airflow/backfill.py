@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -26,17 +25,13 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
     source_credentials,
 )
-from modeswitch.control.settings import PipelineSettings, parse_positive_int
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.environment import BACKFILL_MAX_ACTIVE_RUNS, BACKFILL_SCHEDULE, env_value
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.modes.backfill import BACKFILL_MODES, Window, end_unfinished_backfill, plan_backfill
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)
-
-SCHEDULE_VARIABLE = "MODESWITCH_BACKFILL_SCHEDULE"
-MAX_ACTIVE_RUNS_VARIABLE = "MODESWITCH_BACKFILL_MAX_ACTIVE_RUNS"
-DEFAULT_SCHEDULE = "@daily"
-DEFAULT_MAX_ACTIVE_RUNS = 2
 
 
 def backfill_dag_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -47,23 +42,19 @@ def backfill_dag_options(environ: Mapping[str, str] | None = None) -> dict[str, 
     string into a trigger timetable, whose runs have empty intervals)."""
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    environ = os.environ if environ is None else environ
-    schedule = (environ.get(SCHEDULE_VARIABLE) or DEFAULT_SCHEDULE).strip()
+    schedule = env_value(BACKFILL_SCHEDULE, environ)
     if schedule.lower() in ("none", "@once", "@continuous"):
         raise ConfigError(
-            f"{SCHEDULE_VARIABLE}: {schedule!r} has no data intervals; a backfill needs a "
+            f"{BACKFILL_SCHEDULE.name}: {schedule!r} has no data intervals; a backfill needs a "
             "time-based schedule (e.g. @daily, @hourly or a cron expression)"
         )
-    runs = parse_positive_int(
-        environ.get(MAX_ACTIVE_RUNS_VARIABLE) or DEFAULT_MAX_ACTIVE_RUNS,
-        setting=MAX_ACTIVE_RUNS_VARIABLE,
-    )
+    runs = env_value(BACKFILL_MAX_ACTIVE_RUNS, environ)
     try:
         timetable = CronDataIntervalTimetable(schedule, timezone="UTC")
         timetable.validate()
     except Exception as exc:  # Airflow's own error for a bad expression, named here
         raise ConfigError(
-            f"{SCHEDULE_VARIABLE}: {schedule!r} is not a cron schedule: {exc}"
+            f"{BACKFILL_SCHEDULE.name}: {schedule!r} is not a cron schedule: {exc}"
         ) from exc
     return {"schedule": timetable, "max_active_runs": runs}
 

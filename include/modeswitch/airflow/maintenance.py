@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,20 +19,17 @@ from modeswitch.airflow.settings import (
     connection_storage_options,
     settings_from_airflow,
 )
+from modeswitch.environment import MAINTENANCE_SCHEDULE, env_value
 from modeswitch.ops.maintenance import maintain
 from modeswitch.state import StateStore
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_VARIABLE = "MODESWITCH_MAINTENANCE_SCHEDULE"
-DEFAULT_SCHEDULE = "@hourly"
-
 
 def maintenance_dag_options(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``schedule`` of the maintenance DAG from the environment: a preset (``@hourly``) or a
     cron expression, or ``none`` (runs only when triggered)."""
-    environ = os.environ if environ is None else environ
-    schedule = (environ.get(SCHEDULE_VARIABLE) or DEFAULT_SCHEDULE).strip()
+    schedule = env_value(MAINTENANCE_SCHEDULE, environ)
     return {"schedule": None if schedule.lower() == "none" else schedule}
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -40,13 +39,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from modeswitch.devtools.standalone import free_ports
+from modeswitch.environment import KAFKA_BROKER_JARS, env_value
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.jvm import java_executable
 from modeswitch.runners.processes import kill_group, start_group, stop_group
 
-ENV_BROKER_JARS = "MODESWITCH_KAFKA_BROKER_JARS"
-BROKER_JARS = Path(__file__).resolve().parents[3] / ".kafka-broker"
-"""Where ``make install`` copies ``jvm/kafka-broker/pom.xml``'s jars."""
+ENV_BROKER_JARS = KAFKA_BROKER_JARS.name
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 READY_TIMEOUT = 90.0
 STOP_GRACE = 30.0
@@ -69,8 +67,7 @@ logger.apache.level = INFO
 
 def broker_jars() -> Path:
     """The folder of the broker's jars; :class:`ModeswitchError` when it holds none."""
-    chosen = os.environ.get(ENV_BROKER_JARS)
-    folder = Path(chosen).resolve() if chosen else BROKER_JARS
+    folder = env_value(KAFKA_BROKER_JARS)
     if not any(folder.glob("kafka_2.13-*.jar")):
         raise ModeswitchError(
             f"no Apache Kafka broker jars in {folder}: run `make install` (it fetches "

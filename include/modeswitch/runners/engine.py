@@ -62,11 +62,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.environment import ENGINE_DIR, env_value
 from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
 
-ENGINE_DIR_ENV = "MODESWITCH_ENGINE_DIR"
+ENGINE_DIR_ENV = ENGINE_DIR.name
 EpochKind = Literal["batch", "stream"]
 START_TIMEOUT = 300.0
 """How long a task waits for an engine it started to answer (a JVM, a session, its bind)."""
@@ -122,10 +123,8 @@ def credentials_fingerprint(environ: Mapping[str, str]) -> str:
 
 def engine_file(settings: PipelineSettings) -> Path:
     """Where the pipeline's engine writes its address: one per pipeline and state root."""
-    default = Path.home() / ".cache" / "modeswitch" / "engines"
-    folder = os.environ.get(ENGINE_DIR_ENV) or str(default)
     digest = hashlib.sha256(settings.state_root.encode()).hexdigest()[:12]
-    return Path(folder) / f"{settings.pipeline}-{digest}.json"
+    return env_value(ENGINE_DIR) / f"{settings.pipeline}-{digest}.json"
 
 
 # -- the client (in an epoch task) -----------------------------------------------------------

@@ -35,21 +35,21 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from modeswitch.environment import CACHE, CDS, JARS, env_value
 from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
 
-ENV_CACHE = "MODESWITCH_CACHE"
-ENV_SWITCH = "MODESWITCH_CDS"
-ENV_JARS = "MODESWITCH_JARS"
-JARS_FOLDER = Path(__file__).resolve().parents[3] / ".jars"
+ENV_CACHE = CACHE.name
+ENV_SWITCH = CDS.name
+ENV_JARS = JARS.name
+JARS_FOLDER = JARS.default
 """Where ``make install`` copies ``jvm/pom.xml``'s jars (``.jars/`` at the repository's top)."""
 
 
 def jars_folder() -> Path:
     """The folder of the fetched jars: ``$MODESWITCH_JARS``, else :data:`JARS_FOLDER`."""
-    chosen = os.environ.get(ENV_JARS)
-    return Path(chosen).resolve() if chosen else JARS_FOLDER
+    return env_value(JARS)
 
 
 def fetched_jars() -> list[str]:
@@ -67,11 +67,11 @@ def fetched_jars() -> list[str]:
 
 def cache_root() -> Path:
     """``$MODESWITCH_CACHE``, else ``~/.cache/modeswitch``: files made once per machine."""
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "modeswitch")
+    return env_value(CACHE)
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_SWITCH, "on").lower() not in {"off", "0", "false", "no"}
+    return env_value(CDS)
 
 
 def java_executable() -> Path | None:

@@ -8,6 +8,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from modeswitch.environment import (
+    KAFKA_CONFIG,
+    PREFIX,
+    SPARK_MASTER,
+    STORAGE_OPTIONS,
+    env_text,
+    env_value,
+)
 from modeswitch.errors import ModeswitchError
 
 log = logging.getLogger(__name__)
@@ -42,12 +50,14 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
-EXECUTOR_ENVIRONMENT = ("MODESWITCH_KAFKA_CONFIG", "MODESWITCH_STORAGE_OPTIONS")
+EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS)
 """The credentials the jobs read from their environment (a Kafka source's client
 configuration, the tables' storage options). On a cluster the executors, started by the
 workers, do not have the driver's environment: the session hands them these as
 ``spark.executorEnv.*``, set in this process (never on a command line), and redacted from the
 UI and the event log (:data:`REDACTION_REGEX`)."""
+EXECUTOR_ENVIRONMENT = tuple(variable.name for variable in EXECUTOR_VARIABLES)
+"""The names of :data:`EXECUTOR_VARIABLES`."""
 WORKER_MEMORY_POOL = "jemalloc"
 """pyarrow's allocator in the Python workers (``ARROW_DEFAULT_MEMORY_POOL``, handed to them as
 ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``; the driver's environment, or the session's
@@ -56,7 +66,7 @@ freed: a worker reused for wave after wave grew with each. Measured here, five w
 partitions of the 100 M-record scale log (read, the Arrow parse, write) one after the other in
 one process: a peak of 453-476 MB with mimalloc, 429 MB with the system allocator, 297-298 MB
 with jemalloc, in about the same time (docs/BENCHMARKS.md, the scale section)."""
-REDACTION_REGEX = "(?i)secret|password|token|access[.]?key|MODESWITCH_"
+REDACTION_REGEX = f"(?i)secret|password|token|access[.]?key|{PREFIX}"
 """Spark's default ``spark.redaction.regex`` and the names of :data:`EXECUTOR_ENVIRONMENT`."""
 
 
@@ -106,7 +116,7 @@ def create_spark_session(
     from modeswitch.sinks.delta import register as register_sink
     from modeswitch.sources.spark import register
 
-    named = master or os.environ.get("MODESWITCH_SPARK_MASTER")
+    named = master or env_value(SPARK_MASTER)
     # Python workers (not the driver) through the launcher, where they run on this machine.
     os.environ.setdefault("PYSPARK_PYTHON", python_for(named))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -124,9 +134,10 @@ def create_spark_session(
         settings.update(LOCAL_CONF)
     if not local or submitted:  # executors may be elsewhere
         settings["spark.redaction.regex"] = REDACTION_REGEX
-        for name in EXECUTOR_ENVIRONMENT:
-            if os.environ.get(name):
-                settings[f"spark.executorEnv.{name}"] = os.environ[name]
+        for variable in EXECUTOR_VARIABLES:
+            text = env_text(variable)  # handed on as set: the executors parse it
+            if text:
+                settings[f"spark.executorEnv.{variable.name}"] = text
     settings["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] = os.environ.get(
         "ARROW_DEFAULT_MEMORY_POOL", WORKER_MEMORY_POOL
     )

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from modeswitch.control.locations import SCHEME, KafkaLocation, is_kafka_source
+from modeswitch.environment import KAFKA_CONFIG, env_value
 from modeswitch.errors import (
     ConfigError,
     ModeswitchError,
@@ -53,11 +54,10 @@ from modeswitch.errors import (
 )
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
-from modeswitch.storage import environment_json
 
 log = logging.getLogger(__name__)
 
-ENV_KAFKA_CONFIG = "MODESWITCH_KAFKA_CONFIG"
+ENV_KAFKA_CONFIG = KAFKA_CONFIG.name
 NOT_UTF8_PREFIX = "\ufffdbase64:"
 """What an undecodable key or value starts with; the base64 of its bytes follows. U+FFFD
 cannot begin JSON, so such a value never parses as a record."""
@@ -92,11 +92,7 @@ def kafka_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     scoped = _config_scope.get()
     if scoped is not None and environ is None:
         return dict(scoped)
-    return environment_json(
-        ENV_KAFKA_CONFIG,
-        environ,
-        what='librdkafka settings, e.g. {"bootstrap.servers": "broker:9092"}',
-    )
+    return env_value(KAFKA_CONFIG, environ)
 
 
 @contextlib.contextmanager
