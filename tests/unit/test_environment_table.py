@@ -39,12 +39,6 @@ REGENERATE = (
     ".venv/bin/python -c 'import pathlib, modeswitch.environment as e; "
     'p = pathlib.Path("docs/AIRFLOW.md"); p.write_text(e.with_environment_table(p.read_text()))\''
 )
-NOT_YET_SWITCHED = {
-    # Files another helper of issue 54 is moving: their reads go through the table once moved.
-    "airflow/demo.py": {"MODESWITCH_DEMO_ENGINE"},
-}
-"""Modules still allowed to read a table variable themselves, with the names they read: each
-entry goes when its module reads through :func:`env_value`."""
 NAME = re.compile(rf"^{PREFIX}[A-Z0-9_]*$")
 
 
@@ -230,7 +224,6 @@ def test_no_module_reads_a_variable_of_ours_but_through_the_table() -> None:
         f"{module}:{line} reads {named}"
         for module, found in reads.items()
         for line, named in sorted(found)
-        if named not in NOT_YET_SWITCHED.get(module, set())
     ]
     assert outside == [], "declare it in modeswitch.environment and read it with env_value"
 
@@ -242,21 +235,6 @@ def test_no_module_but_the_table_spells_a_variable_name() -> None:
         f"{module}:{node.lineno} {node.value!r}"
         for module, tree in _modules()
         for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and NAME.match(node.value)
-        and node.value not in NOT_YET_SWITCHED.get(module, set())
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME.match(node.value)
     ]
     assert spelled == []
-
-
-def test_the_not_yet_switched_reads_still_exist() -> None:
-    """An entry of NOT_YET_SWITCHED whose read is gone is removed from it."""
-    reads = _reads()
-    still = {
-        module: {named for _, named in reads.get(module, set())} & names
-        for module, names in NOT_YET_SWITCHED.items()
-    }
-    assert still == NOT_YET_SWITCHED
-    declared = {variable.name for variable in ENVIRONMENT}
-    assert set().union(*NOT_YET_SWITCHED.values()) <= declared

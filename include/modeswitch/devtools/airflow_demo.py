@@ -42,6 +42,7 @@ from rich.console import Console
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.airflow_local import DAGS, airflow_environment, migrate
 from modeswitch.devtools.demo import DEMO_SETTINGS, burst_later, demo_sources, print_summary
+from modeswitch.environment import DEMO_ENGINE, env_value
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engine
 from modeswitch.runners.processes import kill_group, start_group, stop_group
 from modeswitch.state import StateStore
@@ -62,7 +63,7 @@ AIRFLOW_DEMO_SETTINGS = {
     # The epochs run in the pipeline's warm engine (modeswitch.runners.engine: the default,
     # auto, on the local master), started by the first epoch task and stopped at the demo's
     # end; MODESWITCH_DEMO_ENGINE=submit runs each epoch as its own spark-submit job instead.
-    "engine": os.environ.get("MODESWITCH_DEMO_ENGINE", "auto"),
+    "engine": env_value(DEMO_ENGINE),
     "offset_lag_threshold": "100000",
     "watermark_lag_threshold": "10m",
     # The last stream: the run's 15 s param with spark-submit, this with the warm engine
