@@ -359,7 +359,7 @@ def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path
     with open_runner(settings, log_dir=log_dir, timeout=3600) as runner:
         batch = decide(settings, force_mode="batch", decided_by="bench")
         batch_began = time.perf_counter()
-        runner.run("batch", settings, batch.epoch)
+        runner.start("batch", settings, batch.epoch).wait()
         batch_seconds = time.perf_counter() - batch_began
         close_epoch(settings, batch.epoch)
         stream = decide(settings, force_mode="stream", decided_by="bench")
@@ -367,7 +367,7 @@ def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path
 
         def run_stream_epoch() -> None:
             try:
-                runner.run("stream", settings, stream.epoch)
+                runner.start("stream", settings, stream.epoch).wait()
             except BaseException as exc:  # reported by the main thread below
                 failure.append(exc)
 

@@ -64,7 +64,7 @@ def batch_epoch(runner, settings, label: str) -> dict:
     address = live_engine(settings)
     cpu = tree_cpu(address.pid) if address else 0.0
     began = time.perf_counter()
-    runner.run("batch", settings, plan.epoch)
+    runner.start("batch", settings, plan.epoch).wait()
     seconds = time.perf_counter() - began
     address = live_engine(settings)
     cpu = tree_cpu(address.pid) - cpu if address else float("nan")
@@ -74,7 +74,7 @@ def batch_epoch(runner, settings, label: str) -> dict:
     # max_stream_runtime is short here) before more records are appended.
     after = decide(settings, decided_by="bench")
     if after.mode == "stream" and after.epoch is not None:
-        runner.run("stream", settings, after.epoch)
+        runner.start("stream", settings, after.epoch).wait()
         close_epoch(settings, after.epoch)
     result = {
         "epoch": label,

@@ -165,7 +165,7 @@ class Soak:
             if plan.epoch is None:
                 raise ModeswitchError(f"decide opened no epoch: {plan.reason}")
             try:
-                runner.run(plan.mode, self.settings, plan.epoch)
+                runner.start(plan.mode, self.settings, plan.epoch).wait()
                 status, end = close_epoch(self.settings, plan.epoch)
             except ModeswitchError as exc:
                 self.failures.append((self.at(), plan.epoch, str(exc)[-160:]))

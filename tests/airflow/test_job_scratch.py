@@ -41,9 +41,9 @@ def test_a_local_job_has_a_scratch_folder_removed_after_it(tmp_path, monkeypatch
     runner = SparkSubmitRunner(job, {})
     if fails:
         with pytest.raises(RuntimeError):
-            runner.run("batch", settings, 4)
+            runner.start("batch", settings, 4).wait()
     else:
-        runner.run("batch", settings, 4)
+        runner.start("batch", settings, 4).wait()
     scratch = seen["SPARK_LOCAL_DIRS"]
     assert f"-Djava.io.tmpdir={scratch}" in seen["SPARK_SUBMIT_OPTS"]
     assert not os.path.exists(scratch)  # removed with what the job left in it
@@ -59,7 +59,7 @@ def test_a_job_on_a_cluster_gets_no_local_scratch(tmp_path, monkeypatch) -> None
     monkeypatch.setattr(
         SparkSubmitOperator, "execute", lambda operator, context: seen.update(operator.env_vars)
     )
-    SparkSubmitRunner(job, {}).run("batch", settings, 4)
+    SparkSubmitRunner(job, {}).start("batch", settings, 4).wait()
     assert "SPARK_LOCAL_DIRS" not in seen  # the cluster's executors have their own
 
 

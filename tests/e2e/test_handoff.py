@@ -104,7 +104,7 @@ def run_epoch(
     plan = decide(settings, decided_by="e2e")
     assert plan.epoch is not None
     assert plan.mode == expected_mode, plan.reason
-    runner.run(plan.mode, settings, plan.epoch)
+    runner.start(plan.mode, settings, plan.epoch).wait()
     status, end = close_epoch(settings, plan.epoch)
     assert status == "completed"
     return plan.epoch, dict(plan.start), end

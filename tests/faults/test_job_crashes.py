@@ -146,7 +146,7 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
     logs = tmp_path / "logs"
     with LocalRunner(log_dir=logs, timeout=600) as runner:
         batch = decide(settings, force_mode="batch")
-        runner.run("batch", settings, batch.epoch)  # 150 000 records, waves of 40 000
+        runner.start("batch", settings, batch.epoch).wait()  # 150 000 records, waves of 40 000
         close_epoch(settings, batch.epoch)
         standby = runner.standby
         assert standby is not None and standby.process.poll() is None
@@ -173,7 +173,9 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=20_000, first=2_000_000)
         stream = decide(settings, force_mode="stream")
         with pause_when_caught_up(settings, log.latest_offsets()):
-            runner.run("stream", settings, stream.epoch)  # the standby is gone: a cold job runs it
+            runner.start(
+                "stream", settings, stream.epoch
+            ).wait()  # the standby is gone: a cold job runs it
         assert runner.handed_over == []
         assert runner.log_file(stream.epoch) == logs / f"epoch-{stream.epoch}-stream.log"
         status, end = close_epoch(settings, stream.epoch)
@@ -185,7 +187,7 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         # Several waves of 40 000: a one-wave epoch gets no standby.
         produce_backlog(log, EventGenerator(seed=6, buckets=4), records=100_000, first=3_000_000)
         again = decide(settings, force_mode="batch")
-        runner.run("batch", settings, again.epoch)
+        runner.start("batch", settings, again.epoch).wait()
         close_epoch(settings, again.epoch)
         unused = runner.standby
         assert unused is not None
@@ -202,7 +204,7 @@ def test_a_standby_killed_after_its_first_commits_is_rerun_cold_from_where_the_s
     logs = tmp_path / "logs"
     with LocalRunner(log_dir=logs, timeout=600) as runner:
         batch = decide(settings, force_mode="batch")
-        runner.run("batch", settings, batch.epoch)
+        runner.start("batch", settings, batch.epoch).wait()
         close_epoch(settings, batch.epoch)
         standby = runner.standby
         assert standby is not None and standby.process.poll() is None
@@ -223,14 +225,14 @@ def test_a_standby_killed_after_its_first_commits_is_rerun_cold_from_where_the_s
         killer.start()
         try:
             with pytest.raises(ModeswitchError, match=r"standby.*status -9"):
-                runner.run("stream", settings, stream.epoch)
+                runner.start("stream", settings, stream.epoch).wait()
         finally:
             killer.join()
         assert runner.handed_over == [stream.epoch]
         again = decide(settings)  # as an Airflow retry: re-attach, rerun (cold: no standby)
         assert again.attached and again.epoch == stream.epoch
         with pause_when_caught_up(settings, log.latest_offsets()):
-            runner.run("stream", settings, stream.epoch)
+            runner.start("stream", settings, stream.epoch).wait()
         status, end = close_epoch(settings, stream.epoch)
     assert status == "completed"
     assert end == log.latest_offsets()

@@ -172,7 +172,7 @@ def run_epochs(
         how = "re-attached, rerun" if plan.attached else plan.reason[:80]
         journal.note(f"epoch {plan.epoch} {plan.mode} try {tries[plan.epoch]}: {how}")
         try:
-            runner.run(plan.mode, settings, plan.epoch)
+            runner.start(plan.mode, settings, plan.epoch).wait()
             status, end = close_epoch(settings, plan.epoch)
         except ModeswitchError as exc:
             journal.note(f"epoch {plan.epoch} failed: {str(exc)[:200]}")

@@ -111,9 +111,11 @@ class FakeEngine:
 
     def __init__(self, settings: PipelineSettings) -> None:
         self.ran: list[tuple[str, int]] = []
+        self.failed: list[tuple[str, int]] = []
 
         def run(kind, spark, epoch, s) -> None:
             if epoch == 13:
+                self.failed.append((kind, epoch))
                 raise ModeswitchError("epoch 13 failed on purpose")
             self.ran.append((kind, epoch))
 
@@ -151,13 +153,14 @@ def test_the_engine_runner_starts_the_engine_once_and_runs_each_epoch_on_it(
     try:
         runner = EngineRunner(fake.start, owns_engine=True)
         assert not runner.alive()
-        runner.run("batch", settings, 1)
-        runner.run("stream", settings, 2)
+        runner.start("batch", settings, 1).wait()
+        runner.start("stream", settings, 2).wait()
         assert fake.ran == [("batch", 1), ("stream", 2)]
         assert fake.starts == 1  # the second epoch found it running
         assert runner.alive() and engine_file(settings).exists()
         with pytest.raises(ModeswitchError, match="epoch 13 failed on purpose"):
-            runner.run("batch", settings, 13)
+            runner.start("batch", settings, 13).wait()
+        assert fake.failed == [("batch", 13)]  # waiting on a failed epoch does not run it again
         runner.stop()
         assert stopped == ["p"]  # it started the engine, so it stops it
     finally:
@@ -173,13 +176,13 @@ def test_an_engine_runner_stops_only_an_engine_it_started(
     try:
         fake.start(engine_file(settings))  # someone else's engine runs already
         runner = EngineRunner(fake.start, owns_engine=True)
-        runner.run("batch", settings, 1)
+        runner.start("batch", settings, 1).wait()
         assert fake.starts == 1
         runner.stop()
         assert stopped == []
         # An Airflow task's runner never stops the engine: the next task uses it.
         airflow_task = EngineRunner(fake.start, owns_engine=False)
-        airflow_task.run("stream", settings, 2)
+        airflow_task.start("stream", settings, 2).wait()
         airflow_task.stop()
         assert stopped == []
     finally:

@@ -303,7 +303,7 @@ def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
     runner = LocalRunner(timeout=3)
     began = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        runner.run("batch", settings, epoch)
+        runner.start("batch", settings, epoch).wait()
     assert time.monotonic() - began < 30
     assert runner.standby is None
     pid = int(pid_file.read_text())

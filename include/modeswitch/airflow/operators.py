@@ -20,7 +20,7 @@ from modeswitch.airflow.tasks import require_running_epoch
 from modeswitch.airflow.triggers import EngineEpochTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
-from modeswitch.runners.base import EpochKind, EpochRunner, runner_choice
+from modeswitch.runners.base import EpochHandle, EpochKind, EpochRunner, runner_choice
 from modeswitch.runners.engine import (
     EngineLostError,
     EngineRunner,
@@ -76,14 +76,16 @@ class SparkSubmitRunner:
         self.operator = operator
         self.context = context
 
-    def run(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> None:
+    def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
+        """The epoch's spark-submit, run by the handle's ``wait`` in this task; refuses an
+        epoch the operator was not prepared for."""
         prepared = (self.operator.kind, self.operator.application_args)
         if kind != self.operator.kind or str(epoch) not in (self.operator.application_args or []):
             raise ModeswitchError(
                 f"the {self.operator.task_id} task was prepared for {prepared}, "
                 f"not {kind} epoch {epoch}"
             )
-        self.operator.submit(self.context)
+        return EpochHandle(kind, epoch, wait=lambda: self.operator.submit(self.context))
 
     def alive(self) -> bool:
         return True
@@ -129,19 +131,17 @@ class EpochJobOperator(SparkSubmitOperator):
             return
         runner = self.epoch_runner(plan, settings, context)
         epoch = int(plan["epoch"])
-        if self.deferrable and isinstance(runner, EngineRunner):
-            address_file = runner.hand_over(self.kind, settings, epoch)  # type: ignore[arg-type]
-            self.log.info(
-                "%s epoch %d runs in the engine: deferred until it ends", self.kind, epoch
-            )
+        handle = runner.start(self.kind, settings, epoch)  # type: ignore[arg-type]
+        if self.deferrable and handle.address_file is not None:
+            self.log.info("%s epoch %d: deferred until it ends", self.kind, epoch)
             self.defer(
                 trigger=EngineEpochTrigger(
-                    address_file=str(address_file), kind=self.kind, epoch=epoch
+                    address_file=str(handle.address_file), kind=self.kind, epoch=epoch
                 ),
                 method_name="engine_epoch_ended",
                 timeout=self.execution_timeout,
             )
-        runner.run(self.kind, settings, epoch)  # type: ignore[arg-type]
+        handle.wait()
 
     def engine_epoch_ended(self, context: Any, event: Mapping[str, Any]) -> None:
         """Back from the triggerer (:class:`EngineEpochTrigger`): the epoch ended in the

@@ -1,8 +1,11 @@
 """The runner seam: how an epoch's Spark job runs, chosen once from the settings.
 
-An :class:`EpochRunner` runs one batch or stream epoch that ``decide`` opened, and returns when
-the epoch's job has ended (raising :class:`~modeswitch.errors.ModeswitchError` if it failed).
-There are three, each usable under Airflow and from ``modeswitch run``:
+An :class:`EpochRunner` starts one batch or stream epoch that ``decide`` opened and gives an
+:class:`EpochHandle`, whose ``wait`` returns when the epoch's job has ended (raising
+:class:`~modeswitch.errors.ModeswitchError` if it failed), and whose ``address_file``, when
+set, lets another process follow the epoch instead (the Airflow task defers to its trigger on
+it; no caller asks which runner it has). There are three, each usable under Airflow and from
+``modeswitch run``:
 
 - ``submit``: each epoch its own ``spark-submit`` through the Spark provider's hook
   (:class:`modeswitch.airflow.operators.EpochJobOperator`; Airflow only: outside Airflow there
@@ -15,12 +18,16 @@ There are three, each usable under Airflow and from ``modeswitch run``:
 
 :func:`runner_choice` makes the choice, a pure function of the ``engine`` setting, whether the
 caller is an Airflow task, the Spark connection's master and deploy mode and Airflow's
-executor. The epoch lifecycle around
-a runner (decide, run, close) is :func:`modeswitch.runners.lifecycle.run_one_epoch`.
+executor. The epoch lifecycle around a runner (decide, run, close) is
+:func:`modeswitch.runners.lifecycle.run_one_epoch`; the engine's own handoff from a batch to
+its stream is :func:`modeswitch.runners.lifecycle.hand_off_to_stream`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 from modeswitch.control.settings import ENGINES, PipelineSettings
@@ -30,11 +37,28 @@ EpochKind = Literal["batch", "stream"]
 RunnerName = Literal["submit", "engine", "local"]
 
 
+@dataclass(frozen=True)
+class EpochHandle:
+    """An epoch a runner started (:meth:`EpochRunner.start`): :attr:`wait` follows it to its
+    end; where another process can follow it too, :attr:`address_file` says where."""
+
+    kind: EpochKind
+    epoch: int
+    wait: Callable[[], None]
+    """Block until the epoch's job has ended; raise if it failed. A runner whose job runs in
+    the caller's process tree starts it here."""
+    address_file: Path | None = None
+    """The file that addresses what runs the epoch (the warm engine's), for a process other
+    than this one to follow it without running it (an Airflow trigger); None when only
+    :attr:`wait` can."""
+
+
 class EpochRunner(Protocol):
     """Runs epochs' jobs; :meth:`stop` stops whatever it started that outlives an epoch."""
 
-    def run(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> None:
-        """Run ``kind`` epoch ``epoch`` with ``settings`` to its end; raise if its job failed."""
+    def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
+        """Start ``kind`` epoch ``epoch`` with ``settings`` (or, for a job of the caller's own
+        process tree, get ready to); ``start(...).wait()`` runs it to its end."""
         ...
 
     def alive(self) -> bool:

@@ -59,16 +59,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.environment import ENGINE_DIR, env_value
 from modeswitch.errors import ModeswitchError
+from modeswitch.runners.base import EpochHandle, EpochKind
 
 log = logging.getLogger(__name__)
 
 ENGINE_DIR_ENV = ENGINE_DIR.name
-EpochKind = Literal["batch", "stream"]
 START_TIMEOUT = 300.0
 """How long a task waits for an engine it started to answer (a JVM, a session, its bind)."""
 PING_TIMEOUT = 10.0
@@ -238,9 +238,23 @@ def run_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: s
     """Have the engine run ``kind`` epoch ``epoch`` and wait for its end; raises
     :class:`ModeswitchError` if it failed, :class:`EngineRefusedError` if the engine runs
     another epoch, :class:`EngineLostError` if the engine went away first."""
-    request = {"op": "run", "kind": kind, "epoch": epoch, "config": config}
+    follow_on_engine(address, {"op": "run", "kind": kind, "epoch": epoch, "config": config})
+
+
+def wait_on_engine(address: EngineAddress, kind: EpochKind, epoch: int) -> None:
+    """Wait for the end of ``kind`` epoch ``epoch``, which the engine was handed
+    (:func:`start_on_engine`), without running it again: a run that failed is reported, not
+    retried. Raises as :func:`run_on_engine` does, and :class:`EngineLostError` if this engine
+    has not run it (it was restarted since)."""
+    follow_on_engine(address, {"op": "wait", "kind": kind, "epoch": epoch})
+
+
+def follow_on_engine(address: EngineAddress, request: Mapping[str, Any]) -> None:
+    """Send ``request`` (``run`` or ``wait`` an epoch) and follow the engine's answers to the
+    epoch's end (see :func:`run_on_engine`)."""
+    kind, epoch = request["kind"], request["epoch"]
     try:
-        for answer in _exchange(address, request, None):
+        for answer in _exchange(address, dict(request), None):
             event = answer.get("event")
             if event == "running":
                 log.info("engine pid %d: running %s epoch %d", address.pid, kind, epoch)
@@ -252,6 +266,11 @@ def run_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: s
                 )
             elif event == "refused":
                 raise EngineRefusedError(answer.get("error", "refused"))
+            elif event == "unknown":
+                raise EngineLostError(
+                    f"{answer.get('error', 'the engine does not know the epoch')}; the task's "
+                    "retry starts a new one and re-attaches the epoch"
+                )
     except OSError as exc:
         raise EngineLostError(
             f"the engine (pid {address.pid}) went away while running {kind} epoch {epoch}: "
@@ -429,7 +448,7 @@ class EngineRunner:
         credentials: str | None = None,
         owns_engine: bool = False,
     ) -> None:
-        self.start = start
+        self.start_engine = start
         self.credentials = credentials
         self.owns_engine = owns_engine
         self.settings: PipelineSettings | None = None
@@ -437,22 +456,21 @@ class EngineRunner:
 
     def _start(self, address_file: Path) -> Any:
         self.started = True
-        return self.start(address_file)
+        return self.start_engine(address_file)
 
-    def run(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> None:
-        """Hand ``kind`` epoch ``epoch`` to the engine (started if none runs) and wait for its
-        end; a run of the epoch the engine already runs attaches to it."""
-        self.settings = settings
-        address = ensure_engine(settings, self._start, credentials=self.credentials)
-        run_on_engine(address, kind, epoch, settings.to_json())
-
-    def hand_over(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> Path:
+    def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
         """Hand ``kind`` epoch ``epoch`` to the engine (started if none runs) without waiting
-        for its end; returns the engine's address file, for :func:`await_epoch`."""
+        for its end. The handle's ``wait`` attaches to it until it ends; its address file lets
+        a trigger do the same (:func:`await_epoch`)."""
         self.settings = settings
         address = ensure_engine(settings, self._start, credentials=self.credentials)
         start_on_engine(address, kind, epoch, settings.to_json())
-        return engine_file(settings)
+        return EpochHandle(
+            kind,
+            epoch,
+            wait=lambda: wait_on_engine(address, kind, epoch),
+            address_file=engine_file(settings),
+        )
 
     def alive(self) -> bool:
         return self.settings is not None and live_engine(self.settings) is not None

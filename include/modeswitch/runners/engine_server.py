@@ -148,15 +148,10 @@ class Engine:
         (the caller queues it at once). That run's ``decide`` re-attaches the open epoch and
         its ``stream`` task attaches to the run queued; a ``close_epoch`` task finds the batch
         epoch closed. Whatever decides batch or pause is left to the next DAG run."""
-        from modeswitch.runners.lifecycle import close_epoch, decide
+        from modeswitch.runners.lifecycle import hand_off_to_stream
 
         try:
-            status, _ = close_epoch(settings, batch_epoch)
-            if status != "completed" or decide(settings, dry_run=True).mode != "stream":
-                return None
-            plan = decide(settings, decided_by="engine")
-            if plan.mode == "stream" and plan.epoch is not None:
-                return plan.epoch
+            return hand_off_to_stream(settings, batch_epoch, decided_by="engine")
         except Exception as exc:  # the next DAG run decides as always
             log.warning("engine: no handoff after batch epoch %d: %s", batch_epoch, exc)
         return None

@@ -410,6 +410,21 @@ def close_epoch(
     return "completed", end
 
 
+def hand_off_to_stream(
+    settings: PipelineSettings, batch_epoch: int, *, decided_by: str
+) -> int | None:
+    """Close batch epoch ``batch_epoch`` and, if the policy (or a pending command) then
+    chooses stream, open the stream epoch at once (:func:`decide`); returns its id, or None
+    when the batch did not complete or anything but a stream comes next (left to the next
+    ``decide``). What the warm engine does between a batch and its stream, without waiting for
+    the next DAG run."""
+    status, _ = close_epoch(settings, batch_epoch)
+    if status != "completed" or decide(settings, dry_run=True).mode != "stream":
+        return None
+    plan = decide(settings, decided_by=decided_by)
+    return plan.epoch if plan.mode == "stream" else None
+
+
 _CHECKPOINT_FOLDER = re.compile(r"^epoch-(\d+)(?:-from-\d+)?$")
 
 
@@ -467,7 +482,7 @@ def run_one_epoch(
     if plan.epoch is None:
         return None
     chosen = run_settings(plan) if run_settings else settings
-    runner.run(plan.mode, chosen, plan.epoch)  # type: ignore[arg-type]
+    runner.start(plan.mode, chosen, plan.epoch).wait()  # type: ignore[arg-type]
     status, end = close_epoch(settings, plan.epoch)
     return plan, status, end
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ModeswitchError
+from modeswitch.runners.base import EpochHandle, EpochKind
 from modeswitch.runners.jobs import job_script, job_spark_conf, standby_request
 from modeswitch.runners.processes import (
     SparkScratch,
@@ -294,6 +295,10 @@ class LocalRunner:
         self.standby: StreamStandby | None = None
         self.logs: dict[int, Path] = {}
         self.handed_over: list[int] = []
+
+    def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
+        """The epoch's job, run by the handle's ``wait`` as a child process of this one."""
+        return EpochHandle(kind, epoch, wait=lambda: self.run(kind, settings, epoch))
 
     def run(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
         """Run the epoch's job as a child process (a stream epoch by the standby, if one
