@@ -36,10 +36,10 @@ from modeswitch.sinks.fencing import check_fencing, check_replay, next_sink_comm
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
-    WrittenFile,
     delete_message_files,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import WrittenFile
 from modeswitch.sinks.schema import delta_schema, merge_schema
 from modeswitch.storage import CommitRaceLost, retry_commit_races
 from modeswitch.transforms import QUARANTINE_REASON

@@ -66,9 +66,10 @@ from modeswitch.sinks.committer import (
 from modeswitch.sinks.delta import stream_commit_range
 from modeswitch.sinks.features import check_table_features
 from modeswitch.sinks.fencing import check_fencing, check_replay, next_sink_commit, open_sink_table
-from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, delete_files, write_files
+from modeswitch.sinks.files import DeltaCommitMessage, delete_files, write_files
 from modeswitch.sinks.native import WRITE_CONF  # int64 timestamps, as pyarrow writes them
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import WrittenFile
 from modeswitch.spark_conf import session_conf
 from modeswitch.transforms import QUARANTINE_REASON
 
