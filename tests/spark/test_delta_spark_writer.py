@@ -22,7 +22,7 @@ from modeswitch.modes.stream import run_stream_epoch
 from modeswitch.offsets import offsets_to_json
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
-from modeswitch.sinks import committer, delta_spark
+from modeswitch.sinks import delta_spark, fencing
 from modeswitch.sinks.commits import committed_offsets, sink_commits, split_txn_version
 from modeswitch.sinks.delta_spark import stream_writer, write_micro_batch
 from modeswitch.sources.segments import SegmentLog
@@ -212,7 +212,7 @@ def test_a_write_delta_skipped_on_its_own_fails_loudly(spark, writer_setup, monk
     _offsets_log(checkpoint, 0, {0: 260, 1: 250})
     frame = _micro_batch(spark, settings.source, {0: 200, 1: 200}, {0: 260, 1: 250})
     newer = writer_of(epoch + 1)
-    checked = committer._check_fencing
+    checked = fencing.check_fencing
 
     raced = []
 
@@ -223,7 +223,7 @@ def test_a_write_delta_skipped_on_its_own_fails_loudly(spark, writer_setup, monk
             write_micro_batch(frame, 0, newer)  # the next epoch's writer commits first
         return previous
 
-    monkeypatch.setattr(delta_spark, "_check_fencing", check_then_lose_the_race)
+    monkeypatch.setattr(delta_spark, "check_fencing", check_then_lose_the_race)
     with pytest.raises(FencedError, match="skipped the write"):
         write_micro_batch(frame, 0, writer_of(epoch))
     monkeypatch.undo()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from modeswitch.ops.verify import count_positions
+from modeswitch.ops.audit_counts import count_positions
 from modeswitch.sinks.erasures import Erasure, erased_positions, read_erasures
 from modeswitch.sinks.history import LogSummary, join_summaries
 

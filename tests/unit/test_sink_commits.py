@@ -495,7 +495,7 @@ def test_commits_after_a_version_are_read_from_the_new_log_files_only(tmp_path: 
 def test_commits_after_a_cleaned_log_start_at_the_oldest_file_and_a_caught_up_reader_lists_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modeswitch.sinks import commits
+    from modeswitch.sinks import commits, delta_log
 
     sink = tmp_path / "sink"
     for sequence in range(6):
@@ -510,7 +510,7 @@ def test_commits_after_a_cleaned_log_start_at_the_oldest_file_and_a_caught_up_re
     def listing(*args: object) -> None:
         raise AssertionError("a reader at the newest version listed the whole log")
 
-    monkeypatch.setattr(commits, "_oldest_log_version", listing)
+    monkeypatch.setattr(delta_log, "_oldest_log_version", listing)
     assert commits.commits_after(str(sink), "orders", 5) == ([], 5)
 
 

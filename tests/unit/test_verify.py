@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from modeswitch.cli import main
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ModeswitchError
-from modeswitch.ops.verify import audit, count_positions
+from modeswitch.ops.audit_counts import count_positions
+from modeswitch.ops.verify import audit
 from modeswitch.sinks.commits import SinkCommit, committed_offsets
 from modeswitch.sources.segments import SegmentLog
 

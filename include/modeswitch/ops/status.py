@@ -24,41 +24,42 @@
 - ``settings``: every effective setting and where its value came from.
 
 Nothing here writes: the policy is evaluated with :func:`~modeswitch.control.policy.decide_mode`, a
-pure function, and no decision is recorded.
+pure function, and no decision is recorded. The buckets' rows, order and summary are built by
+:mod:`modeswitch.ops.status_buckets`, the epochs' quarantine figures and the warnings by
+:mod:`modeswitch.ops.status_quarantine`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import pendulum
-import pyarrow as pa
 
 from modeswitch.control.policy import PolicySettings, decide_mode
-from modeswitch.control.quarantine import describe_quarantine, quarantine_share, quarantines_most
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.offsets import offsets_to_dict
+from modeswitch.ops.status_buckets import (
+    BUCKET_ORDERS,
+    BucketOrder,
+    bucket_rows,
+    bucket_summary,
+    lag_first,
+)
+from modeswitch.ops.status_quarantine import quarantine_warnings, with_quarantine
 from modeswitch.runners.lifecycle import observe, operator_override, policy_state_of
 from modeswitch.sinks.commits import event_time_from_micros
 from modeswitch.state import StateStore
 from modeswitch.state.commands import describe_backfill
 from modeswitch.state.records import Command, Epoch, RecordedDecision
-from modeswitch.storage import delta_dataset
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROWS = 20
 """Decisions, commands and epochs shown by default."""
-
-BucketOrder = Literal["bucket", "lag"]
-BUCKET_ORDERS: tuple[BucketOrder, ...] = ("bucket", "lag")
-"""How the status lists buckets: by number, or the worst-lagging first (offset lag, then
-event-time lag, then number)."""
 
 
 def pipeline_status(
@@ -128,11 +129,11 @@ def pipeline_status(
         committed = dict(store.committed_offsets())
     if event_times is None:
         event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
-    buckets = _buckets(store, current, committed, latest, event_times, now)
+    buckets = bucket_rows(store, current, committed, latest, event_times, now)
     if bucket_order == "lag":
         buckets.sort(key=lag_first)
     end = None if bucket_limit is None else bucket_offset + bucket_limit
-    shown_epochs = _with_quarantine(
+    shown_epochs = with_quarantine(
         _epochs(epochs, store)[-rows:][::-1], settings, committed, storage_options
     )
 
@@ -144,10 +145,10 @@ def pipeline_status(
         "mode": _mode(shown, latest_decision, opened_by),
         "next": evaluation,
         "buckets": buckets[bucket_offset:end],
-        "bucket_summary": _bucket_summary(buckets, bucket_order, bucket_offset, bucket_limit),
+        "bucket_summary": bucket_summary(buckets, bucket_order, bucket_offset, bucket_limit),
         "thresholds": _thresholds(settings.policy),
         "epochs": shown_epochs,
-        "warnings": _warnings(shown_epochs, settings),
+        "warnings": quarantine_warnings(shown_epochs, settings),
         "decisions": [decision_summary(d) for d in decisions],
         "commands": [_command(c) for c in commands[:rows]],
         "settings": {
@@ -305,74 +306,6 @@ def _left(until: datetime, now: datetime) -> float:
     return max(0.0, (until - now).total_seconds())
 
 
-def _buckets(
-    store: StateStore,
-    current: Epoch | None,
-    committed: Mapping[int, int],
-    latest: Mapping[int, int] | None,
-    event_times: Mapping[int, datetime],
-    now: datetime,
-) -> list[dict[str, Any]]:
-    boundary = current.boundary if current is not None and current.boundary else {}
-    finished = store.finished_buckets(current.id) if current and current.mode == "batch" else {}
-    buckets = sorted({*committed, *(latest or {}), *boundary})
-    out = []
-    for bucket in buckets:
-        done = committed.get(bucket, 0)
-        event_time = event_times.get(bucket)
-        out.append(
-            {
-                "bucket": bucket,
-                "committed": done,
-                "boundary": boundary.get(bucket),
-                "latest": None if latest is None else latest.get(bucket, 0),
-                "offset_lag": None if latest is None else max(0, latest.get(bucket, 0) - done),
-                "max_event_time": None if event_time is None else event_time.isoformat(),
-                "event_time_lag_seconds": None
-                if event_time is None
-                else max(0.0, (now - event_time).total_seconds()),
-                "finished": bucket in finished if current and current.mode == "batch" else None,
-            }
-        )
-    return out
-
-
-def lag_first(bucket: Mapping[str, Any]) -> tuple[float, float, int]:
-    """Sort key: the largest offset lag first, then the largest event-time lag (all the
-    source's lags are unknown when it cannot answer), then by number."""
-    return (
-        -(bucket["offset_lag"] or 0),
-        -(bucket["event_time_lag_seconds"] or 0.0),
-        bucket["bucket"],
-    )
-
-
-def _bucket_summary(
-    buckets: list[dict[str, Any]], order: BucketOrder, offset: int, limit: int | None
-) -> dict[str, Any]:
-    """What all ``buckets`` add up to, and which of them the status shows."""
-    lags = [b["offset_lag"] for b in buckets if b["offset_lag"] is not None]
-    known = len(lags) == len(buckets) and bool(buckets)
-    worst = min(buckets, key=lag_first) if known else None
-    finished = [b["finished"] for b in buckets if b["finished"] is not None]
-    event_lags = [b["event_time_lag_seconds"] for b in buckets]
-    return {
-        "total": len(buckets),
-        "order": order,
-        "offset": offset,
-        "limit": limit,
-        "shown": len(buckets[offset : None if limit is None else offset + limit]),
-        "lagging": sum(1 for lag in lags if lag > 0) if known else None,
-        "offset_lag": sum(lags) if known else None,
-        "worst_offset_lag": None if worst is None else worst["offset_lag"],
-        "worst_bucket": None if worst is None else worst["bucket"],
-        "max_event_time_lag_seconds": max(
-            (lag for lag in event_lags if lag is not None), default=None
-        ),
-        "finished": sum(finished) if finished else None,
-    }
-
-
 def _seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
@@ -407,90 +340,6 @@ def _epochs(epochs: list[Epoch], store: StateStore) -> list[dict[str, Any]]:
         )
         out.append(figures)
     return out
-
-
-QUARANTINE_SAMPLES = 3
-"""Reasons shown per epoch, the most frequent first."""
-
-
-def _with_quarantine(
-    epochs: list[dict[str, Any]],
-    settings: PipelineSettings,
-    committed: Mapping[int, int],
-    storage_options: Mapping[str, str] | None,
-) -> list[dict[str, Any]]:
-    """Each epoch with ``quarantined`` (records of its offset ranges in the quarantine table)
-    and ``quarantine_reasons`` (the most frequent, with counts): one scan of the quarantine
-    table, filtered to the epochs' ranges (files and row groups outside them are skipped)."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    ranges = []
-    for epoch in epochs:
-        end = epoch["end"] or epoch["boundary"] or {str(b): o for b, o in committed.items()}
-        for bucket, start in epoch["start"].items():
-            if bucket in end and end[bucket] > start:
-                ranges.append((epoch, int(bucket), start, end[bucket]))
-    counted: dict[int, Counter[str]] = {epoch["epoch"]: Counter() for epoch in epochs}
-    for epoch in epochs:
-        epoch["quarantined"], epoch["quarantine_reasons"] = 0, []
-        epoch["quarantine_share"], epoch["quarantines_most"] = None, False
-    if not ranges:
-        return epochs
-    try:
-        table = DeltaTable(settings.quarantine, storage_options=dict(storage_options or {}))
-    except TableNotFoundError:
-        return epochs
-    where = None
-    for _, bucket, start, end in ranges:
-        one = (
-            (pc.field("bucket") == bucket)
-            & (pc.field("offset") >= start)
-            & (pc.field("offset") < end)
-        )
-        where = one if where is None else where | one
-    rows = delta_dataset(table).to_table(columns=["bucket", "offset", "reason"], filter=where)
-    buckets = rows.column("bucket").to_numpy()
-    offsets = rows.column("offset").to_numpy()
-    reasons = rows.column("reason")
-    for epoch, bucket, start, end in ranges:
-        mine = (buckets == bucket) & (offsets >= start) & (offsets < end)
-        epoch["quarantined"] += int(mine.sum())
-        counted[epoch["epoch"]].update(reasons.filter(pa.array(mine)).to_pylist())
-    for epoch in epochs:
-        epoch["quarantine_reasons"] = [
-            {"reason": reason, "records": n}
-            for reason, n in counted[epoch["epoch"]].most_common(QUARANTINE_SAMPLES)
-        ]
-        epoch["quarantine_share"] = quarantine_share(epoch["records"], epoch["quarantined"])
-        epoch["quarantines_most"] = quarantines_most(
-            epoch["records"], epoch["quarantined"], settings.quarantine_warn_fraction
-        )
-    return epochs
-
-
-def _warnings(epochs: list[dict[str, Any]], settings: PipelineSettings) -> list[str]:
-    """The status's warnings: the newest of ``epochs`` (newest first) that quarantined most
-    of its records, in words, with how many older shown epochs did too."""
-    flagged = [e for e in epochs if e["quarantines_most"]]
-    if not flagged:
-        return []
-    newest = flagged[0]
-    reasons = newest["quarantine_reasons"]
-    text = describe_quarantine(
-        newest["epoch"],
-        newest["records"],
-        newest["quarantined"],
-        reason=reasons[0]["reason"] if reasons else None,
-    )
-    text += (
-        f": more than quarantine_warn_fraction = {settings.quarantine_warn_fraction:g}; does "
-        "the payload match value_schema (or the transform)?"
-    )
-    if len(flagged) > 1:
-        text += f" ({len(flagged) - 1} older epoch(s) shown quarantined most of theirs too)"
-    return [text]
 
 
 def _epoch(epoch: Epoch, summary: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -587,9 +436,7 @@ def _backfill_outcome(command: Command) -> str:
 
 
 __all__ = [
-    "BUCKET_ORDERS",
     "DEFAULT_ROWS",
-    "BucketOrder",
     "decision_summary",
     "history_range",
     "pipeline_history",

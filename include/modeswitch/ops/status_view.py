@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from modeswitch.ops.status import lag_first
+from modeswitch.ops.status_buckets import lag_first
 
 MODE_STYLES = {"batch": "bold yellow", "stream": "bold green", "paused": "bold red"}
 

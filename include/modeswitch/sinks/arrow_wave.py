@@ -44,9 +44,10 @@ import pyarrow as pa
 from modeswitch.errors import ModeswitchError
 from modeswitch.sinks.committer import CommitOutcome, commit_files
 from modeswitch.sinks.delta import prepare_write
-from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, write_files
+from modeswitch.sinks.files import DeltaCommitMessage, write_files
 from modeswitch.sinks.native import FOLDER_PREFIX, remove_attempt_folder
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import WrittenFile
 
 log = logging.getLogger(__name__)
 

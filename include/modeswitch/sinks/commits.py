@@ -18,7 +18,8 @@ commit whose ``end`` may be below the previous commit's (invariant 3, checked by
 sequence range of its epoch (:func:`rewind_txn_version`), above every data commit of that
 epoch and below every commit of the next.
 
-Readers here use only ``deltalake``: no Spark.
+Readers here use only ``deltalake`` and the log's commit files (read by
+:mod:`modeswitch.sinks.delta_log`): no Spark.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any, Literal
 
 from modeswitch.errors import ModeswitchError, SinkLogCleanedError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
-from modeswitch.storage import filesystem
+from modeswitch.sinks.delta_log import commit_infos_after, delta_log_dir, read_commit_info
 
 QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
 """The sink commit's ``commitInfo`` key that describes its quarantined records: their count
@@ -361,68 +362,6 @@ def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[Sin
     return found, newest
 
 
-def commit_infos_after(table_uri: str, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every commit's ``commitInfo`` (with its ``version``) at table versions above
-    ``version``, oldest first, read from the log's commit files; if log cleanup has removed
-    the files just above ``version``, from the oldest file kept."""
-    log_dir = _log_dir(table_uri)
-    first = True
-    while True:
-        info = _read_commit_info(log_dir, version + 1)
-        if info is _MISSING:
-            if not first or (version >= 0 and _log_file_exists(log_dir, version)):
-                return  # ``version`` is the newest: cleanup removes the oldest files first
-            # Were the files above ``version`` cleaned up? A listing of the whole log, paid
-            # only when ``version``'s own file is gone too.
-            oldest = _oldest_log_version(log_dir)
-            if oldest is None or oldest <= version + 1:
-                return
-            log.warning(
-                "sink %s: log files %d to %d were cleaned up; reading from %d",
-                table_uri,
-                version + 1,
-                oldest - 1,
-                oldest,
-            )
-            version = oldest - 1
-            first = False
-            continue
-        first = False
-        version += 1
-        yield version, info
-
-
-def oldest_log_version(table_uri: str) -> int | None:
-    """The oldest commit file the sink's log still holds (0 until log cleanup removes
-    some), None if it holds none."""
-    return _oldest_log_version(_log_dir(table_uri))
-
-
-def log_versions(table_uri: str) -> list[int]:
-    """The versions of the commit files a table's log holds, ascending (none: no log)."""
-    return _log_versions(_log_dir(table_uri))
-
-
-def _oldest_log_version(log_dir: tuple[Any, str]) -> int | None:
-    """The oldest commit file the log holds, None if it holds none."""
-    return min(_log_versions(log_dir), default=None)
-
-
-def _log_versions(log_dir: tuple[Any, str]) -> list[int]:
-    import pyarrow.fs as pafs
-
-    fs, path = log_dir
-    entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return sorted(
-        int(e.base_name[:-5])
-        for e in entries
-        if e.base_name.endswith(".json") and e.base_name[:-5].isdigit()
-    )
-
-
-_MISSING: Any = object()
-
-
 def sink_version(table_uri: str) -> int:
     """The sink table's current version, -1 before it exists: where :func:`commits_after`
     starts following it."""
@@ -435,43 +374,19 @@ def sink_version(table_uri: str) -> int:
         return -1
 
 
-def _log_dir(table_uri: str) -> tuple[Any, str]:
-    fs, root = filesystem(table_uri)
-    return fs, f"{root}/_delta_log"
+_MISSING: Any = object()
 
 
 def _read_commit_file(log_dir: tuple[Any, str], version: int, pipeline: str) -> Any:
     """The pipeline's commit in log file ``version`` (None: another writer's commit;
     ``_MISSING``: no such file)."""
-    info = _read_commit_info(log_dir, version)
-    if info is _MISSING:
+    info = read_commit_info(log_dir, version)
+    if info is None:
         return _MISSING
     commit = SinkCommit.from_commit_info(info)
     if commit is not None and commit.pipeline == pipeline:
         return commit, info
     return None
-
-
-def _log_file_exists(log_dir: tuple[Any, str], version: int) -> bool:
-    import pyarrow.fs as pafs
-
-    fs, path = log_dir
-    return fs.get_file_info(f"{path}/{version:020d}.json").type == pafs.FileType.File
-
-
-def _read_commit_info(log_dir: tuple[Any, str], version: int) -> Any:
-    """The ``commitInfo`` of log file ``version``, with its ``version`` (``{}`` if it has
-    none; ``_MISSING``: no such file)."""
-    fs, path = log_dir
-    try:
-        with fs.open_input_stream(f"{path}/{version:020d}.json") as src:
-            lines = src.read().decode().splitlines()
-    except FileNotFoundError:
-        return _MISSING
-    for line in lines:
-        if '"commitInfo"' in line:
-            return {**json.loads(line)["commitInfo"], "version": version}
-    return {"version": version}
 
 
 def latest_sink_commit(
@@ -546,7 +461,7 @@ def commit_entries(table: Any, pipeline: str) -> Iterator[tuple[SinkCommit, dict
     """The pipeline's commits at or below an open ``DeltaTable``'s snapshot, newest first,
     each with its raw ``commitInfo``; read from the log's commit files (see
     :func:`newest_commit_entry`), stopping where log cleanup removed older ones."""
-    log_dir = _log_dir(table.table_uri)
+    log_dir = delta_log_dir(table.table_uri)
     for version in range(table.version(), -1, -1):
         found = _read_commit_file(log_dir, version, pipeline)
         if found is _MISSING:

@@ -2,9 +2,10 @@
 
 :func:`commit_files` commits the files the tasks wrote (:mod:`modeswitch.sinks.files`) with
 ``deltalake``, carrying the offsets range, epoch and mode (:mod:`modeswitch.sinks.commits`) and
-the app transaction ``(pipeline, txn_version(epoch, sequence))``; the fencing rules are in
-:mod:`modeswitch.sinks.delta`'s docstring. The quarantine table gets its own commit with the
-same app-transaction version, repaired after a crash (:func:`sync_quarantine`).
+the app transaction ``(pipeline, txn_version(epoch, sequence))``, after the checks of
+:mod:`modeswitch.sinks.fencing`; the fencing rules are in :mod:`modeswitch.sinks.delta`'s
+docstring. The quarantine table gets its own commit with the same app-transaction version,
+repaired after a crash (:func:`sync_quarantine`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from modeswitch.errors import FencedError, ModeswitchError, OffsetsContinuityError
 from modeswitch.faults import pause_point
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import (
@@ -27,21 +27,20 @@ from modeswitch.sinks.commits import (
     REASONS_KEPT,
     SinkCommit,
     add_reasons,
-    newest_commit_in,
     quarantine_record,
     split_txn_version,
-    txn_version,
     user_metadata,
 )
 from modeswitch.sinks.features import check_table_features
+from modeswitch.sinks.fencing import check_fencing, check_replay, next_sink_commit, open_sink_table
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
-    WrittenFile,
     delete_message_files,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
-from modeswitch.sinks.schema import _delta_schema, _merge_schema
+from modeswitch.sinks.parquet_files import WrittenFile
+from modeswitch.sinks.schema import delta_schema, merge_schema
 from modeswitch.storage import CommitRaceLost, retry_commit_races
 from modeswitch.transforms import QUARANTINE_REASON
 
@@ -91,7 +90,7 @@ def commit_files(
         raise ValueError("option quarantinePath: quarantined records need a pipeline and a path")
     landed = False
     try:
-        table = _open_table(options)
+        table = open_sink_table(options)
         if options.quarantine_path and options.pipeline:
             # A crash may have come between the last commit and its quarantine commit.
             sync_quarantine(options, table)
@@ -99,21 +98,21 @@ def commit_files(
 
         def attempt(number: int) -> CommitOutcome:
             nonlocal landed
-            table = snapshots.pop() if snapshots else _open_table(options)
+            table = snapshots.pop() if snapshots else open_sink_table(options)
             if table is not None:
                 check_table_features(table, f"sink table {options.path}")
             commit = None
             properties: dict[str, Any] = {"max_commit_retries": 0}
             if options.pipeline is not None:
                 assert options.epoch is not None and sequence is not None
-                previous = _check_fencing(table, options, sequence)
+                previous = check_fencing(table, options, sequence)
                 if previous == "replayed":
-                    _check_replay(table, options, sequence, end)
+                    check_replay(table, options, sequence, end)
                     delete_message_files(options, parts)
                     version = table.version() if table is not None else None
                     return CommitOutcome("replayed", version, None)
                 commit = with_quarantine(
-                    _sink_commit(
+                    next_sink_commit(
                         options,
                         sequence,
                         start,
@@ -121,7 +120,6 @@ def commit_files(
                         merged.records,
                         merged.max_event_time_us,
                         previous,
-                        table,
                     ),
                     quarantine,
                 )
@@ -138,7 +136,7 @@ def commit_files(
                 table,
                 options.path,
                 actions,
-                schema=data_schema if table is None else _merge_schema(table, data_schema, options),
+                schema=data_schema if table is None else merge_schema(table, data_schema, options),
                 partition_by=list(options.partition_by) or None,
                 storage_options=options.storage_options,
                 properties=CommitProperties(**properties),
@@ -205,42 +203,6 @@ def with_quarantine(commit: SinkCommit, quarantine: dict[str, Any] | None) -> Si
     )
 
 
-def _open_table(options: DeltaSinkOptions) -> Any:
-    """The sink table's current snapshot, None before the first commit.
-
-    The table is loaded once per process and brought up to date with
-    ``update_incremental()`` (only the log entries since): a stream commits every micro-batch
-    from the same reused Python worker, and loading the table afresh read its checkpoint and
-    up to 99 log entries each time (15 ms on average on a quiet machine, 60 ms under load,
-    growing until the next Delta checkpoint). The snapshot is as current as a fresh load's,
-    so the fencing check and the commit made from it are unchanged.
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    key = (options.path, tuple(sorted(options.storage_options.items())))
-    table = _OPEN_TABLES.get(key)
-    if table is not None:
-        try:
-            table.update_incremental()
-            return table
-        except Exception as exc:  # deleted or replaced under us: load it afresh below
-            log.info("sink %s: reloading the table (%s)", options.path, exc)
-            _OPEN_TABLES.pop(key, None)
-    try:
-        table = DeltaTable(options.path, storage_options=options.storage_options)
-    except TableNotFoundError:
-        return None
-    if len(_OPEN_TABLES) >= OPEN_TABLES_KEPT:
-        _OPEN_TABLES.clear()
-    _OPEN_TABLES[key] = table
-    return table
-
-
-OPEN_TABLES_KEPT = 8
-_OPEN_TABLES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-
-
 def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
     """Commit to the quarantine table the files that the pipeline's newest sink commit lists,
     unless the quarantine table already holds them; returns how many files it committed. If
@@ -255,7 +217,7 @@ def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
 
     assert options.pipeline is not None and options.quarantine_path is not None
     if table is _UNSET:
-        table = _open_table(options)
+        table = open_sink_table(options)
     if table is None:
         return 0
     found = newest_commit_entry(table, options.pipeline)
@@ -344,7 +306,7 @@ def _create_or_append(
         if table is None:
             create_table_with_add_actions(
                 uri,
-                _delta_schema(schema),
+                delta_schema(schema),
                 actions,
                 mode="error",
                 partition_by=partition_by,
@@ -362,92 +324,3 @@ def _create_or_append(
         if table is None and DeltaTable.is_deltatable(uri, storage_options=storage_options):
             raise CommitRaceLost(f"another writer created the table {uri} first") from exc
         raise
-
-
-def _check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:
-    """Compare with the table's app transaction; return the previous commit or 'replayed'."""
-    assert options.pipeline is not None and options.epoch is not None
-    mine = txn_version(options.epoch, sequence)
-    current = table.transaction_version(options.pipeline) if table is not None else None
-    if current is not None and current == mine:
-        log.warning(
-            "sink: epoch %d sequence %d already committed (a replay); skipped",
-            options.epoch,
-            sequence,
-        )
-        return "replayed"
-    if current is not None and current > mine:
-        epoch, seq = split_txn_version(current)
-        raise FencedError(
-            f"sink {options.path}: refused commit of pipeline {options.pipeline!r} epoch "
-            f"{options.epoch} sequence {sequence}: the table already holds epoch {epoch} "
-            f"sequence {seq}. This writer belongs to an ended epoch (a zombie) or replays "
-            "out of order."
-        )
-    if current is None:
-        return None
-    return _latest_commit(table, options.pipeline)
-
-
-def _check_replay(table: Any, options: DeltaSinkOptions, sequence: int, end: Any) -> None:
-    """A replay must cover what the commit it replays covered: the same end offsets. One that
-    does not (two runs of an epoch that planned a micro-batch differently) is refused, so the
-    run that thinks it committed other offsets than the sink holds cannot go on."""
-    landed = _latest_commit(table, options.pipeline)  # type: ignore[arg-type]
-    if end is None or landed is None or landed.sequence != sequence:
-        return
-    differ = {b: (o, landed.end.get(b)) for b, o in end.items() if landed.end.get(b) != o}
-    if differ:
-        raise OffsetsContinuityError(
-            f"sink {options.path}: epoch {options.epoch} sequence {sequence} is already "
-            f"committed with other end offsets (this write, the sink's): {differ}"
-        )
-
-
-def _latest_commit(table: Any, pipeline: str) -> SinkCommit | None:
-    return newest_commit_in(table, pipeline)
-
-
-def _sink_commit(
-    options: DeltaSinkOptions,
-    sequence: int,
-    start: OffsetsMap | None,
-    end: OffsetsMap | None,
-    records: int,
-    max_event: dict[int, int],
-    previous: SinkCommit | None,
-    table: Any,
-) -> SinkCommit:
-    assert options.pipeline is not None and options.epoch is not None
-    before = dict(previous.end) if previous else {}
-    if end is None:
-        raise ModeswitchError(
-            f"sink {options.path}: no end offsets for epoch {options.epoch} sequence "
-            f"{sequence} (give option offsetsEnd, or checkpointLocation for streaming writes)"
-        )
-    begin = dict(start) if start is not None else {b: before.get(b, 0) for b in end}
-    for bucket, offset in end.items():
-        first = begin.get(bucket, before.get(bucket, offset))
-        if first > offset:
-            raise OffsetsContinuityError(
-                f"sink {options.path}: bucket {bucket}: start offset {first} is after end "
-                f"offset {offset} (epoch {options.epoch} sequence {sequence})"
-            )
-        if bucket in before and first != before[bucket]:
-            kind = "a gap" if first > before[bucket] else "an overlap"
-            raise OffsetsContinuityError(
-                f"sink {options.path}: bucket {bucket}: epoch {options.epoch} sequence "
-                f"{sequence} starts at offset {first} but the sink holds up to offset "
-                f"{before[bucket]}: {kind}. A commit must continue where the last one ended."
-            )
-    full_end = {**before, **end}
-    return SinkCommit(
-        pipeline=options.pipeline,
-        epoch=options.epoch,
-        mode=options.mode,  # type: ignore[arg-type]
-        sequence=sequence,
-        start={b: begin.get(b, before.get(b, end[b])) for b in end},
-        end=full_end,
-        records=records,
-        max_event_time_us=max_event,
-    )

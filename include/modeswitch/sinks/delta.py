@@ -74,10 +74,10 @@ from modeswitch.sinks.committer import (
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
-    WrittenFile,
     write_files,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import WrittenFile
 from modeswitch.sinks.schema import check_schema_before_write
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.transforms import QUARANTINE_REASON

@@ -9,12 +9,12 @@ of epoch ``epoch`` (sequence = the option ``sequence`` + ``batch_id``):
 
 1. **Check first.** The micro-batch's offsets come from the query's offsets log (as for the
    other writer). The sink's app transaction for the pipeline is compared with
-   ``txn_version(epoch, sequence)``, exactly as :mod:`modeswitch.sinks.committer` does: equal is
-   a replay (skipped, after checking it covers the same end offsets), higher is a zombie
-   (:class:`~modeswitch.errors.FencedError`), lower goes on, and the micro-batch must start
-   where the pipeline's newest commit ended. Delta's own check cannot be the fence: it skips a
-   write whose version is at or below the recorded one *silently*, and it keeps the last
-   version written per app id, not the highest.
+   ``txn_version(epoch, sequence)``, exactly as :mod:`modeswitch.sinks.committer` does (both
+   use :mod:`modeswitch.sinks.fencing`): equal is a replay (skipped, after checking it covers
+   the same end offsets), higher is a zombie (:class:`~modeswitch.errors.FencedError`), lower
+   goes on, and the micro-batch must start where the pipeline's newest commit ended. Delta's
+   own check cannot be the fence: it skips a write whose version is at or below the recorded
+   one *silently*, and it keeps the last version written per app id, not the highest.
 2. **Describe.** One pass over the (cached) micro-batch in Python workers counts the records,
    takes the max event time per bucket and writes the malformed rows' files into the
    quarantine table's folder (:func:`modeswitch.sinks.files.write_files` without the data).
@@ -58,10 +58,6 @@ from modeswitch.sinks.commits import (
 )
 from modeswitch.sinks.committer import (
     CommitOutcome,
-    _check_fencing,
-    _check_replay,
-    _open_table,
-    _sink_commit,
     merged_message,
     quarantine_metadata,
     sync_quarantine,
@@ -69,9 +65,11 @@ from modeswitch.sinks.committer import (
 )
 from modeswitch.sinks.delta import stream_commit_range
 from modeswitch.sinks.features import check_table_features
-from modeswitch.sinks.files import DeltaCommitMessage, WrittenFile, delete_files, write_files
+from modeswitch.sinks.fencing import check_fencing, check_replay, next_sink_commit, open_sink_table
+from modeswitch.sinks.files import DeltaCommitMessage, delete_files, write_files
 from modeswitch.sinks.native import WRITE_CONF  # int64 timestamps, as pyarrow writes them
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import WrittenFile
 from modeswitch.spark_conf import session_conf
 from modeswitch.transforms import QUARANTINE_REASON
 
@@ -107,15 +105,15 @@ def write_micro_batch(frame: Any, batch_id: int, options: DeltaSinkOptions) -> C
     assert options.pipeline is not None and options.epoch is not None
     sequence = (options.sequence or 0) + batch_id
     start, end = stream_commit_range(options, batch_id)
-    table = _open_table(options)
+    table = open_sink_table(options)
     if table is not None:
         if options.quarantine_path:
             # A crash may have come between the last commit and its quarantine commit.
             sync_quarantine(options, table)
         check_table_features(table, f"sink table {options.path}")
-    previous = _check_fencing(table, options, sequence)
+    previous = check_fencing(table, options, sequence)
     if previous == "replayed":
-        _check_replay(table, options, sequence, end)
+        check_replay(table, options, sequence, end)
         return CommitOutcome("replayed", table.version(), None)
     cached = frame.persist()
     message = DeltaCommitMessage()
@@ -124,7 +122,7 @@ def write_micro_batch(frame: Any, batch_id: int, options: DeltaSinkOptions) -> C
         message = describe_micro_batch(cached, options)
         quarantine = quarantine_metadata(message)
         commit = with_quarantine(
-            _sink_commit(
+            next_sink_commit(
                 options,
                 sequence,
                 start,
@@ -132,7 +130,6 @@ def write_micro_batch(frame: Any, batch_id: int, options: DeltaSinkOptions) -> C
                 message.records,
                 message.max_event_time_us,
                 previous,
-                table,
             ),
             quarantine,
         )
@@ -211,7 +208,7 @@ def _landed(options: DeltaSinkOptions, commit: SinkCommit) -> tuple[Any, SinkCom
     """The sink's snapshot now, and ``commit`` as the log holds it if it is the pipeline's
     newest commit (same app-transaction version and end offsets), else None."""
     assert options.pipeline is not None
-    table = _open_table(options)
+    table = open_sink_table(options)
     found = newest_commit_in(table, options.pipeline) if table is not None else None
     if found is None or found.txn_version != commit.txn_version or found.end != commit.end:
         return table, None

@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from modeswitch.sinks.commits import log_versions
+from modeswitch.sinks.delta_log import log_versions
 from modeswitch.storage import filesystem
 
 OUR_KEYS = "modeswitch"

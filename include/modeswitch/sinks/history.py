@@ -22,12 +22,8 @@ from typing import Any
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
-from modeswitch.sinks.commits import (
-    SinkCommit,
-    commit_infos_after,
-    log_versions,
-    oldest_log_version,
-)
+from modeswitch.sinks.commits import SinkCommit
+from modeswitch.sinks.delta_log import commit_infos_after, log_versions, oldest_log_version
 from modeswitch.sinks.erasures import Erasure, read_erasures
 
 log = logging.getLogger(__name__)

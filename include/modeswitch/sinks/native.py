@@ -52,14 +52,12 @@ from modeswitch.sinks.committer import CommitOutcome, commit_files
 from modeswitch.sinks.delta import SINK_NAME, prepare_write
 from modeswitch.sinks.files import (
     DeltaCommitMessage,
-    WrittenFile,
-    _FileWriter,
-    _split_quarantine,
-    _track_event_times,
     count_reasons,
-    footer_stats_json,
+    split_quarantine,
+    track_event_times,
 )
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sinks.parquet_files import ParquetFileWriter, WrittenFile, footer_stats_json
 from modeswitch.spark_conf import session_conf
 from modeswitch.transforms import QUARANTINE_REASON
 
@@ -239,16 +237,16 @@ class NativeWrite:
         """Rewrite the quarantined rows into the quarantine table's schema (with pyarrow, one
         file; bounded memory), then delete Spark's files of them."""
         assert self.options.quarantine_path is not None
-        writer: _FileWriter | None = None
+        writer: ParquetFileWriter | None = None
         try:
             for batch in _batches(fs, files):
                 if self.options.pipeline is not None:
-                    _track_event_times(message, batch, self.options.event_time_column)
-                _, bad = _split_quarantine(batch)
+                    track_event_times(message, batch, self.options.event_time_column)
+                _, bad = split_quarantine(batch)
                 if bad.num_rows == 0:
                     continue
                 if writer is None:
-                    writer = _FileWriter(self.options.quarantine_path, bad, {})
+                    writer = ParquetFileWriter(self.options.quarantine_path, bad, {})
                 writer.write(bad)
                 message.quarantined += bad.num_rows
                 count_reasons(message, bad)
@@ -276,7 +274,7 @@ class NativeWrite:
                 parquet.schema_arrow.names
             ):
                 for batch in parquet.iter_batches(batch_size=SCAN_BATCH_ROWS, columns=columns):
-                    _track_event_times(found, batch, self.options.event_time_column)
+                    track_event_times(found, batch, self.options.event_time_column)
             return parquet.metadata, found.max_event_time_us
 
     # -- failure ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ those buckets with ``offset >=`` the rewind offset, in ONE sink commit (deltalak
 (:class:`~modeswitch.sinks.commits.SinkCommit` of mode ``"rewind"``): the offsets it moves
 back to (the new committed end), the offsets it moved from, the command id and its epoch. The
 commit carries the app transaction ``(pipeline, rewind_txn_version(epoch, command))`` and is
-fenced like every sink commit (``modeswitch.sinks.committer._check_fencing``): checked on one
+fenced like every sink commit (:func:`modeswitch.sinks.fencing.check_fencing`): checked on one
 snapshot, committed on exactly that snapshot with ``max_commit_retries=0``, checked again if
 anything landed in between. The next epoch then starts at the rewound offsets, and the
 sink's continuity check accepts it.

@@ -13,13 +13,14 @@ from modeswitch.sinks.options import DeltaSinkOptions
 log = logging.getLogger(__name__)
 
 
-def _delta_schema(schema: pa.Schema) -> Any:
+def delta_schema(schema: pa.Schema) -> Any:
+    """``schema`` as a ``deltalake`` schema, to create a table with."""
     from deltalake import Schema
 
     return Schema.from_arrow(schema)
 
 
-def _merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) -> pa.Schema:
+def merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) -> pa.Schema:
     """The schema to commit with: the table's, plus new columns when mergeSchema is set."""
     from deltalake import Field
 
