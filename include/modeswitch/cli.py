@@ -71,7 +71,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.runners.lifecycle import run_pipeline
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -112,7 +112,7 @@ def _add_backfill(sub: argparse._SubParsersAction) -> None:
 def _backfill(args: argparse.Namespace) -> int:
     import uuid
 
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.modes.backfill import Window, end_unfinished_backfill, plan_backfill
     from modeswitch.runners.local import run_job_process
     from modeswitch.state import StateStore
@@ -185,7 +185,11 @@ def _status(args: argparse.Namespace) -> int:
 
     from rich.live import Live
 
-    from modeswitch.control.settings import layer_settings, read_settings_file, setting_origins
+    from modeswitch.control.settings_layers import (
+        layer_settings,
+        read_settings_file,
+        setting_origins,
+    )
     from modeswitch.ops.status import pipeline_status
     from modeswitch.ops.status_view import render_status
 
@@ -392,7 +396,7 @@ def _maintain(args: argparse.Namespace) -> int:
 
     from rich import box
 
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.ops.maintenance import maintain
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -435,7 +439,7 @@ def _add_engine(sub: argparse._SubParsersAction) -> None:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.runners.engine import engine_file, live_engine, ping, stop_engine
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -493,7 +497,7 @@ def _add_settings(sub: argparse._SubParsersAction) -> None:
 def _settings(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from modeswitch.control.settings import settings_table, with_settings_table
+    from modeswitch.control.settings_table import settings_table, with_settings_table
 
     if args.update is None:
         # Plain markdown, never wrapped or styled: the console would break its long rows.
