@@ -177,8 +177,8 @@ def parse_threshold_count(value: str | int | None, *, setting: str) -> int | Non
 
 
 def refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
-    """A :class:`ConfigError` naming each name of ``raw`` that is not ``known`` (the ``what``
-    settings), and the known ones."""
+    """Refuse ``raw`` when it holds a name that is not ``known``: a :class:`ConfigError`
+    naming the unknown ``what`` settings and the known ones."""
     known = frozenset(known)
     unknown = sorted(set(raw) - known)
     if unknown:
