@@ -14,7 +14,7 @@ from test_status import LATEST, commit, layers  # noqa: F401 (layers: a fixture)
 
 from modeswitch.airflow.alerts import alerts_dag_options, lag_alert_task, load_notifiers
 from modeswitch.control.alerts import AlertRules, AlertState, next_alert
-from modeswitch.control.settings import layer_settings
+from modeswitch.control.settings_layers import layer_settings
 from modeswitch.errors import ConfigError
 from modeswitch.runners.lifecycle import decide, previous_state
 from modeswitch.state import StateStore

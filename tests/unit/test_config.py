@@ -7,9 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from modeswitch.control.setting_groups import PlannerSettings, PolicySettings
 from modeswitch.control.settings import (
-    PlannerSettings,
-    PolicySettings,
     parse_positive_int,
     parse_threshold_count,
     parse_threshold_duration,
@@ -183,7 +182,7 @@ def test_batch_writer_defaults_to_native_and_refuses_an_unknown_writer() -> None
 
 
 def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
-    from modeswitch.control.settings import layer_settings
+    from modeswitch.control.settings_layers import layer_settings
 
     settings = layer_settings(
         ("config file", {"wave_records": "500"}), ("run params", {"wave_records": "700"})
@@ -313,7 +312,7 @@ def test_a_bad_value_in_a_layer_is_reported_with_that_layer_s_name(name, value) 
 
 
 def test_a_bad_value_is_reported_with_the_last_layer_that_set_it() -> None:
-    from modeswitch.control.settings import layer_settings
+    from modeswitch.control.settings_layers import layer_settings
 
     with pytest.raises(ConfigError) as raised:
         layer_settings(
@@ -329,7 +328,7 @@ def test_a_bad_value_is_reported_with_the_last_layer_that_set_it() -> None:
 
 
 def test_a_settings_constructor_names_the_setting_it_refuses() -> None:
-    from modeswitch.control.settings import MaintenanceSettings
+    from modeswitch.control.setting_groups import MaintenanceSettings
 
     for build, name in [
         (lambda: PlannerSettings(parallelism=0), "parallelism"),

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from modeswitch.errors import ModeswitchError
-from modeswitch.sources import kafka
+from modeswitch.sources import kafka_topic
 from modeswitch.sources.kafka import KafkaLog
 
 
@@ -44,7 +44,7 @@ def test_a_partition_between_leaders_is_asked_again() -> None:
 def test_a_partition_that_stays_without_a_leader_fails_within_the_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kafka, "METADATA_TIMEOUT", 1.0)
+    monkeypatch.setattr(kafka_topic, "METADATA_TIMEOUT", 1.0)
     answers = Answers(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 100)
     with pytest.raises(ModeswitchError, match=r"offsets of partition 0 .* Not leader"):
         _log(answers)._watermark(0)

@@ -15,7 +15,8 @@ from fault_tools import commit_to_sink
 from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.cli import main
-from modeswitch.control.settings import MaintenanceSettings, PipelineSettings
+from modeswitch.control.setting_groups import MaintenanceSettings
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError, MaintenanceRefusedError, SinkLogCleanedError
 from modeswitch.ops.maintenance import maintain, maintain_table

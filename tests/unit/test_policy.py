@@ -11,20 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from modeswitch.control.backlog import (
+    Signal,
+    combine_signals,
+    compute_watermark,
+    offset_boundary_signal,
+    offset_lag_signal,
+    watermark_lag_signal,
+)
 from modeswitch.control.policy import (
     Decision,
     Observation,
     OperatorCommand,
     PolicyState,
-    Signal,
-    combine_signals,
-    compute_watermark,
     decide_mode,
-    offset_boundary_signal,
-    offset_lag_signal,
-    watermark_lag_signal,
 )
-from modeswitch.control.settings import PolicySettings
+from modeswitch.control.setting_groups import PolicySettings
 from modeswitch.errors import ConfigError, InvalidTimestampError
 
 pytestmark = pytest.mark.unit

@@ -14,7 +14,7 @@ from rich.console import Console
 from test_status import LATEST, PIPELINE, commit, layers  # noqa: F401 (layers: a fixture)
 
 from modeswitch.control.quarantine import QuarantineWatch, describe_quarantine, quarantines_most
-from modeswitch.control.settings import layer_settings
+from modeswitch.control.settings_layers import layer_settings
 from modeswitch.modes.stream import StreamSupervisor
 from modeswitch.ops.status import pipeline_status
 from modeswitch.ops.status_view import render_status

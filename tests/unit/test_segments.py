@@ -19,7 +19,8 @@ from modeswitch.errors import (
     UnknownBucketError,
 )
 from modeswitch.sources.base import RECORD_SCHEMA, BucketedLog
-from modeswitch.sources.segments import SegmentLog, segment_name
+from modeswitch.sources.segment_files import segment_name
+from modeswitch.sources.segments import SegmentLog
 
 
 def events(keys: list[str], *, at_us: int = 1_700_000_000_000_000) -> pa.Table:
@@ -453,14 +454,14 @@ def test_stable_paths_copy_the_range_where_no_hard_link_can_be_made(
     import errno
     import os
 
-    import modeswitch.sources.segments as segments
+    import modeswitch.sources.segment_files as segment_files
 
     def cross_device(src: str, dst: str) -> None:
         raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), src)
 
     live_log.append(0, events([f"a{j}" for j in range(40)]))
     live_log.append(0, events([f"b{j}" for j in range(20)]))
-    monkeypatch.setattr(segments.os, "link", cross_device)
+    monkeypatch.setattr(segment_files.os, "link", cross_device)
     [copy] = live_log.stable_paths(0, 10, 45, scratch=str(tmp_path / "scratch"))
     assert pq.read_table(copy).column("offset").to_pylist() == list(range(10, 45))
 

@@ -10,14 +10,12 @@ from typing import get_args
 import pytest
 
 from modeswitch.cli import main
-from modeswitch.control.settings import (
+from modeswitch.control.settings import BatchReader, Engine, PipelineSettings
+from modeswitch.control.settings_layers import variable_name
+from modeswitch.control.settings_table import (
     TABLE_END,
     TABLE_START,
-    BatchReader,
-    Engine,
-    PipelineSettings,
     settings_table,
-    variable_name,
     with_settings_table,
 )
 from modeswitch.control.values import declared_settings
@@ -81,11 +79,11 @@ def test_a_choice_takes_the_words_of_its_literal_type_and_refuses_others(name, c
 
 
 def test_every_setting_says_what_it_does() -> None:
-    from modeswitch.control.settings import _SETTINGS_CLASSES
+    from modeswitch.control.settings import SETTINGS_CLASSES
 
     undocumented = [
         declared.name
-        for group in _SETTINGS_CLASSES
+        for group in SETTINGS_CLASSES
         for declared in declared_settings(group)
         if len(declared.setting.doc) < 10
     ]

@@ -10,7 +10,7 @@ import pendulum
 import pytest
 from test_status import layers  # noqa: F401 (a fixture)
 
-from modeswitch.control.settings import layer_settings
+from modeswitch.control.settings_layers import layer_settings
 from modeswitch.errors import ModeswitchError
 from modeswitch.modes.stream import StreamSupervisor
 from modeswitch.runners.lifecycle import decide

@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 
 from modeswitch import cli
-from modeswitch.control.settings import layer_settings, setting_origins
+from modeswitch.control.settings_layers import layer_settings, setting_origins
 from modeswitch.errors import ModeswitchError
 from modeswitch.ops.status import pipeline_status
 from modeswitch.ops.status_view import render_status

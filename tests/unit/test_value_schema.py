@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from modeswitch.control.settings import PipelineSettings, layer_settings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings_layers import layer_settings
 from modeswitch.control.value_schema import (
     RESERVED_NAMES,
     PayloadField,

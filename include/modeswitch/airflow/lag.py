@@ -2,7 +2,7 @@
 
 What the lag sensor and its trigger watch. The same inputs as ``decide`` (committed offsets,
 the latest offsets, the max event time committed per bucket) and the same watermark as the
-policy (:func:`modeswitch.control.policy.compute_watermark`); no Spark, a few milliseconds.
+policy (:func:`modeswitch.control.backlog.compute_watermark`); no Spark, a few milliseconds.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import pendulum
 
-from modeswitch.control.policy import compute_watermark
+from modeswitch.control.backlog import compute_watermark
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.runners.lifecycle import observe
 from modeswitch.state import StateStore

@@ -1,7 +1,7 @@
 """Pipeline settings from Airflow Variables, read at run time.
 
 One Variable per setting, named ``modeswitch_<setting>`` (e.g. ``modeswitch_enter_threshold``
-= ``45s``; :func:`~modeswitch.control.settings.variable_name`, which the settings table shows
+= ``45s``; :func:`~modeswitch.control.settings_layers.variable_name`, which the settings table shows
 too), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads. An
 optional ``modeswitch_config_file`` Variable names a JSON/TOML file of settings. Layers, later
 wins: code defaults < that file < the other Variables < the run's ``settings`` param.
@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from modeswitch.control.locations import is_kafka_source
-from modeswitch.control.settings import (
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings_layers import (
     VARIABLE_PREFIX,
-    PipelineSettings,
     layer_settings,
     read_settings_file,
     variable_name,
@@ -64,7 +64,7 @@ def airflow_setting_layers(
     get_variable: VariableGetter | None = None,
 ) -> list[tuple[str, Mapping[str, Any] | None]]:
     """The layers :func:`settings_from_airflow` resolves, in order, each named for errors and
-    for :func:`~modeswitch.control.settings.setting_origins`."""
+    for :func:`~modeswitch.control.settings_layers.setting_origins`."""
     get = get_variable or airflow_variable
     config_file = get(CONFIG_FILE_VARIABLE)
     file_layer = read_settings_file(str(config_file)) if config_file else None

@@ -39,12 +39,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
-from modeswitch.control.settings import (
-    DERIVED_LOCATIONS,
-    PipelineSettings,
-    layer_settings,
-    setting_origins,
-)
+from modeswitch.control.settings import DERIVED_LOCATIONS, PipelineSettings
+from modeswitch.control.settings_layers import layer_settings, setting_origins
 from modeswitch.errors import ConfigError, ModeswitchError
 
 log = logging.getLogger(__name__)

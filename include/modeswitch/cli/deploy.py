@@ -52,7 +52,7 @@ def settings_command(args: argparse.Namespace) -> int:
     """``modeswitch settings``: print the settings table, or bring a file's copy up to date."""
     from pathlib import Path
 
-    from modeswitch.control.settings import settings_table, with_settings_table
+    from modeswitch.control.settings_table import settings_table, with_settings_table
 
     if args.update is None:
         # Plain markdown, never wrapped or styled: the console would break its long rows.

@@ -53,7 +53,11 @@ def status_command(args: argparse.Namespace) -> int:
 
     from rich.live import Live
 
-    from modeswitch.control.settings import layer_settings, read_settings_file, setting_origins
+    from modeswitch.control.settings_layers import (
+        layer_settings,
+        read_settings_file,
+        setting_origins,
+    )
     from modeswitch.ops.status import pipeline_status
     from modeswitch.ops.status_view import render_status
 

@@ -43,7 +43,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """``modeswitch run``: run the pipeline of a settings file until Ctrl-C, ``--until`` or
     ``--for``."""
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.runners.lifecycle import run_pipeline
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -87,7 +87,7 @@ def backfill_command(args: argparse.Namespace) -> int:
     outcome."""
     import uuid
 
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.modes.backfill import Window, end_unfinished_backfill, plan_backfill
     from modeswitch.runners.local import run_job_process
     from modeswitch.state import StateStore
@@ -147,7 +147,7 @@ def maintain_command(args: argparse.Namespace) -> int:
 
     from rich import box
 
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.ops.maintenance import maintain
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
@@ -193,7 +193,7 @@ def add_engine(sub: argparse._SubParsersAction) -> None:
 def engine_command(args: argparse.Namespace) -> int:
     """``modeswitch engine``: print whether the pipeline's warm engine runs (1 when not), or stop
     it."""
-    from modeswitch.control.settings import layer_settings, read_settings_file
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
     from modeswitch.runners.engine import engine_file, live_engine, ping, stop_engine
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))

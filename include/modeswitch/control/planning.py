@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from modeswitch.control.settings import PlannerSettings
+from modeswitch.control.setting_groups import PlannerSettings
 from modeswitch.errors import OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 

@@ -1,52 +1,48 @@
-"""When to run BATCH and when to run STREAM: backlog strategies, OR-combined, with hysteresis.
+"""When to run BATCH and when to run STREAM: the backlog strategies' verdict, with hysteresis.
 
 Every function here is pure: it takes plain values (offsets maps, timezone-aware datetimes,
 thresholds, the clock value ``now``, the previous :class:`PolicyState`) and returns a value.
 No I/O, no global clock: the Airflow ``decide`` task and the stream job's exit test call the
 same :func:`decide_mode` with what they observed, and persist the returned state.
 
-Strategies (Flink FLIP-328), each returning a :class:`Signal` (backlog true / false / no
-opinion, with a reason):
-
-- :func:`offset_boundary_signal`: in a batch epoch, some bucket is still below its boundary.
-- :func:`watermark_lag_signal`: now - watermark exceeds a threshold; the watermark is the
-  minimum over non-idle buckets of the max committed event time, minus the allowed lateness;
-  an idle source is not backlog.
-- :func:`offset_lag_signal`: records behind the latest offsets (total or worst bucket)
-  exceed a threshold.
-
-:func:`combine_signals` ORs them. :func:`decide_mode` adds what FLIP-328 leaves out, switching
-back: stream -> batch only after the backlog signal has held for ``enter_dwell`` with watermark
-lag above ``enter_threshold``; batch -> stream once the backlog is drained and watermark lag is
-at most ``exit_threshold``; never sooner than the minimum time in the current mode. An
-operator command overrides all of it, and the decision says so.
-
-Why one module of ~600 lines: the strategies, the watermark, the hysteresis and the decision
-record are one decision, read together when a threshold is tuned; every function is pure and
-tested one scenario at a time (tests/unit/test_policy.py), and none is used elsewhere alone.
+The strategies (Flink FLIP-328: offset boundary, watermark lag, offset lag) and their OR are
+:mod:`modeswitch.control.backlog`. :func:`decide_mode` adds what FLIP-328 leaves out,
+switching back: stream -> batch only after the backlog signal has held for ``enter_dwell``
+with watermark lag above ``enter_threshold``; batch -> stream once the backlog is drained and
+watermark lag is at most ``exit_threshold``; never sooner than the minimum time in the
+current mode. An operator command overrides all of it, and the decision says so; the
+:class:`Decision` records everything it used (tests/unit/test_policy.py, one scenario at a
+time).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
-from modeswitch.control.settings import (
-    PolicySettings,
-    parse_threshold_count,
-    parse_threshold_duration,
+from modeswitch.control.backlog import (
+    Signal,
+    Watermark,
+    combine_signals,
+    compute_watermark,
+    describe_duration,
+    offset_boundary_signal,
+    offset_lag,
+    offset_lag_signal,
+    require_aware,
+    watermark_lag_signal,
 )
+from modeswitch.control.setting_groups import PolicySettings
 from modeswitch.errors import ConfigError, InvalidTimestampError
-from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
+from modeswitch.offsets import offsets_from_dict, offsets_to_dict
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["batch", "stream", "paused"]
 CommandAction = Literal["force_batch", "force_stream", "pause", "resume"]
-WatermarkState = Literal["defined", "undefined", "idle"]
 
 _COMMAND_MODES: dict[str, Mode] = {
     "force_batch": "batch",
@@ -55,57 +51,6 @@ _COMMAND_MODES: dict[str, Mode] = {
 }
 RESUME = "resume"
 """The command that lifts a pause: the policy decides again. Nothing else does."""
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One strategy's verdict: ``backlog`` is True, False, or None for "no opinion" (the
-    strategy is off or has nothing to judge)."""
-
-    strategy: str
-    backlog: bool | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class Watermark:
-    """The event-time watermark and its lag at ``now``.
-
-    - ``state == "defined"``: ``value`` and ``lag`` are set; ``holding_bucket`` is the bucket
-      whose event time sets the watermark.
-    - ``state == "idle"``: every bucket is idle (or there is none): not backlog, lag None.
-    - ``state == "undefined"``: a non-idle bucket has nothing committed yet, so the watermark
-      cannot advance (Flink holds it at the minimum): counts as infinitely far behind;
-      ``holding_bucket`` is that bucket.
-    """
-
-    state: WatermarkState
-    value: datetime | None
-    lag: timedelta | None
-    holding_bucket: int | None
-    idle_buckets: frozenset[int]
-
-    def lag_above(self, threshold: timedelta) -> bool:
-        """True if the lag exceeds ``threshold``; an undefined watermark always does, an idle
-        source never does."""
-        if self.state == "undefined":
-            return True
-        return self.lag is not None and self.lag > threshold
-
-    def lag_at_most(self, threshold: timedelta) -> bool:
-        """True if the lag is at most ``threshold``; an idle source always is, an undefined
-        watermark never is."""
-        if self.state == "idle":
-            return True
-        return self.lag is not None and self.lag <= threshold
-
-    def describe(self) -> str:
-        """A short phrase for decision reasons."""
-        if self.state == "idle":
-            return "source idle"
-        if self.state == "undefined":
-            return f"watermark undefined (bucket {self.holding_bucket} has nothing committed)"
-        return f"watermark lag {_fmt(self.lag)} (held by bucket {self.holding_bucket})"
 
 
 @dataclass(frozen=True)
@@ -132,7 +77,7 @@ class Observation:
     last_data_at: Mapping[int, datetime] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _require_aware(self.now, what="now")
+        require_aware(self.now, what="now")
         set_ = object.__setattr__
         set_(self, "committed", offsets_from_dict(self.committed, source="committed"))
         set_(self, "latest", offsets_from_dict(self.latest, source="latest"))
@@ -169,9 +114,9 @@ class PolicyState:
     def __post_init__(self) -> None:
         if self.mode not in ("batch", "stream", "paused"):
             raise ConfigError(f"mode: {self.mode!r} is not one of batch, stream, paused")
-        _require_aware(self.mode_since, what="mode_since")
+        require_aware(self.mode_since, what="mode_since")
         if self.backlog_since is not None:
-            _require_aware(self.backlog_since, what="backlog_since")
+            require_aware(self.backlog_since, what="backlog_since")
 
     def to_record(self) -> dict[str, Any]:
         """JSON-safe form."""
@@ -242,155 +187,6 @@ class Decision:
         }
 
 
-# --- strategies ------------------------------------------------------------------------------
-
-
-def offset_boundary_signal(
-    committed: Mapping[int, int], boundary: Mapping[int, int] | None
-) -> Signal:
-    """Backlog while some bucket's committed offset is below its boundary (a batch epoch).
-
-    No boundary (not in a batch epoch): no opinion. A bucket missing from ``committed`` is at 0.
-    """
-    name = "offset_boundary"
-    if boundary is None:
-        return Signal(name, None, "no batch epoch boundary")
-    committed = offsets_from_dict(committed, source="committed")
-    boundary = offsets_from_dict(boundary, source="boundary")
-    behind = {
-        b: end - committed.get(b, 0) for b, end in boundary.items() if committed.get(b, 0) < end
-    }
-    if not behind:
-        return Signal(name, False, f"all {len(boundary)} buckets reached the boundary")
-    worst = max(behind, key=lambda b: (behind[b], -b))
-    return Signal(
-        name,
-        True,
-        f"{len(behind)} of {len(boundary)} buckets below the boundary "
-        f"({sum(behind.values())} records to go; bucket {worst} has {behind[worst]})",
-    )
-
-
-def compute_watermark(
-    now: datetime,
-    *,
-    max_event_time: Mapping[int, datetime],
-    last_data_at: Mapping[int, datetime],
-    idle_timeout: timedelta | None,
-    allowed_lateness: timedelta = timedelta(0),
-    unread: Mapping[int, int] | None = None,
-) -> Watermark:
-    """The watermark over the buckets that have had data: the keys of ``max_event_time`` and
-    ``last_data_at``, and the buckets with ``unread`` records.
-
-    A bucket is idle when it has nothing unread (``unread``, if given, is 0 for it) and no new
-    data arrived for at least ``idle_timeout`` (``None``: never idle; a bucket absent from
-    ``last_data_at`` has had no new data). The watermark is the
-    minimum over non-idle buckets of ``max_event_time``, minus ``allowed_lateness``; lag is
-    ``now - watermark``. See :class:`Watermark` for the idle and undefined cases.
-    """
-    _require_aware(now, what="now")
-    unread = unread or {}
-    buckets = sorted(
-        set(max_event_time) | set(last_data_at) | {b for b, n in unread.items() if n > 0}
-    )
-    idle: set[int] = set()
-    if idle_timeout is not None:
-        for bucket in buckets:
-            arrived = last_data_at.get(bucket)
-            quiet = arrived is None or now - arrived >= idle_timeout
-            if quiet and unread.get(bucket, 0) == 0:
-                idle.add(bucket)
-    active = [b for b in buckets if b not in idle]
-    if not active:
-        return Watermark("idle", None, None, None, frozenset(idle))
-    missing = [b for b in active if b not in max_event_time]
-    if missing:
-        return Watermark("undefined", None, None, missing[0], frozenset(idle))
-    holder = min(active, key=lambda b: (max_event_time[b], b))
-    value = max_event_time[holder] - allowed_lateness
-    return Watermark("defined", value, now - value, holder, frozenset(idle))
-
-
-def watermark_lag_signal(
-    now: datetime,
-    *,
-    max_event_time: Mapping[int, datetime],
-    last_data_at: Mapping[int, datetime],
-    threshold: timedelta | None,
-    idle_timeout: timedelta | None,
-    allowed_lateness: timedelta = timedelta(0),
-    unread: Mapping[int, int] | None = None,
-) -> Signal:
-    """Backlog while watermark lag (now - watermark) exceeds ``threshold`` (FLIP-328).
-
-    ``threshold`` None turns the strategy off (no opinion); otherwise it must be > 0
-    (:class:`ConfigError`). An idle source is not backlog; an undefined watermark (a non-idle
-    bucket with nothing committed) is. See :func:`compute_watermark` for the other arguments.
-    """
-    name = "watermark_lag"
-    threshold = parse_threshold_duration(threshold, setting="watermark_lag_threshold")
-    if threshold is None:
-        return Signal(name, None, "strategy off (watermark_lag_threshold is None)")
-    watermark = compute_watermark(
-        now,
-        max_event_time=max_event_time,
-        last_data_at=last_data_at,
-        idle_timeout=idle_timeout,
-        allowed_lateness=allowed_lateness,
-        unread=unread,
-    )
-    if watermark.state == "idle":
-        return Signal(name, False, "source idle: every bucket is idle")
-    backlog = watermark.lag_above(threshold)
-    relation = "above" if backlog else "at most"
-    return Signal(name, backlog, f"{watermark.describe()} {relation} {_fmt(threshold)}")
-
-
-def offset_lag_signal(
-    committed: Mapping[int, int],
-    latest: Mapping[int, int],
-    *,
-    threshold: int | None,
-    measure: Literal["total", "max_bucket"] = "total",
-) -> Signal:
-    """Backlog while the records behind ``latest`` exceed ``threshold``: summed over buckets
-    (``measure="total"``) or in the worst bucket (``"max_bucket"``).
-
-    ``threshold`` None turns the strategy off; otherwise it must be a whole number > 0
-    (:class:`ConfigError`). A bucket missing from ``committed`` is at 0.
-    """
-    name = "offset_lag"
-    threshold = parse_threshold_count(threshold, setting="offset_lag_threshold")
-    if threshold is None:
-        return Signal(name, None, "strategy off (offset_lag_threshold is None)")
-    lag = _offset_lag(committed, latest)
-    if measure == "total":
-        value, what = sum(lag.values()), "records behind in total"
-    elif measure == "max_bucket":
-        worst = max(lag, key=lambda b: (lag[b], -b), default=None)
-        value = 0 if worst is None else lag[worst]
-        what = f"records behind in bucket {worst}"
-    else:
-        raise ConfigError(f"offset_lag_measure: {measure!r} is not one of total, max_bucket")
-    backlog = value > threshold
-    relation = "above" if backlog else "at most"
-    return Signal(name, backlog, f"{value} {what}, {relation} {threshold}")
-
-
-def combine_signals(signals: Iterable[Signal]) -> Signal:
-    """OR (FLIP-328): backlog if any strategy says backlog; not backlog if none does and at
-    least one says not; no opinion if every strategy has none."""
-    signals = tuple(signals)
-    yes = [s for s in signals if s.backlog is True]
-    if yes:
-        return Signal("combined", True, "; ".join(f"{s.strategy}: {s.reason}" for s in yes))
-    no = [s for s in signals if s.backlog is False]
-    if no:
-        return Signal("combined", False, "; ".join(f"{s.strategy}: {s.reason}" for s in no))
-    return Signal("combined", None, "no strategy has an opinion")
-
-
 # --- the decision ----------------------------------------------------------------------------
 
 
@@ -420,7 +216,7 @@ def decide_mode(
     """
     obs = observation
     now = obs.now
-    unread = _offset_lag(obs.committed, obs.latest)
+    unread = offset_lag(obs.committed, obs.latest)
     signals = (
         offset_boundary_signal(obs.committed, obs.boundary),
         watermark_lag_signal(
@@ -511,7 +307,7 @@ def _choose(
         if backlog:
             return "stream", (
                 f"{start}: backlog signal but {watermark.describe()} not above "
-                f"enter_threshold {_fmt(enter)}"
+                f"enter_threshold {describe_duration(enter)}"
             )
         return "stream", f"{start}: no backlog ({combined.reason})"
 
@@ -521,23 +317,24 @@ def _choose(
             if backlog:
                 return "stream", (
                     f"backlog signal but {watermark.describe()} not above enter_threshold "
-                    f"{_fmt(enter)}"
+                    f"{describe_duration(enter)}"
                 )
             return "stream", f"no backlog ({combined.reason})"
         held = now - backlog_since
         if held < settings.enter_dwell:
             return "stream", (
-                f"backlog for {_fmt(held)}, less than enter_dwell {_fmt(settings.enter_dwell)} "
-                f"({combined.reason})"
+                f"backlog for {describe_duration(held)}, less than enter_dwell "
+                f"{describe_duration(settings.enter_dwell)} ({combined.reason})"
             )
         if in_mode < settings.min_time_in_stream:
             return "stream", (
-                f"backlog for {_fmt(held)}, but in stream for {_fmt(in_mode)}, less than "
-                f"min_time_in_stream {_fmt(settings.min_time_in_stream)}"
+                f"backlog for {describe_duration(held)}, but in stream for "
+                f"{describe_duration(in_mode)}, less than min_time_in_stream "
+                f"{describe_duration(settings.min_time_in_stream)}"
             )
         return "batch", (
-            f"backlog held for {_fmt(held)} (enter_dwell {_fmt(settings.enter_dwell)}): "
-            f"{combined.reason}"
+            f"backlog held for {describe_duration(held)} "
+            f"(enter_dwell {describe_duration(settings.enter_dwell)}): {combined.reason}"
         )
 
     # batch
@@ -546,32 +343,18 @@ def _choose(
     exit_ = settings.exit_threshold
     if exit_ is not None and not watermark.lag_at_most(exit_):
         return "batch", (
-            f"backlog drained but {watermark.describe()} above exit_threshold {_fmt(exit_)}"
+            f"backlog drained but {watermark.describe()} above exit_threshold "
+            f"{describe_duration(exit_)}"
         )
     if in_mode < settings.min_time_in_batch:
         return "batch", (
-            f"backlog drained, but in batch for {_fmt(in_mode)}, less than min_time_in_batch "
-            f"{_fmt(settings.min_time_in_batch)}"
+            f"backlog drained, but in batch for {describe_duration(in_mode)}, less than "
+            f"min_time_in_batch {describe_duration(settings.min_time_in_batch)}"
         )
     return "stream", f"backlog drained and {watermark.describe()}: {combined.reason}"
 
 
 # --- internals -------------------------------------------------------------------------------
-
-
-def _offset_lag(committed: Mapping[int, int], latest: Mapping[int, int]) -> OffsetsMap:
-    committed = offsets_from_dict(committed, source="committed")
-    latest = offsets_from_dict(latest, source="latest")
-    return {b: max(0, end - committed.get(b, 0)) for b, end in latest.items()}
-
-
-def _require_aware(value: Any, *, what: str) -> None:
-    if not isinstance(value, datetime):
-        raise InvalidTimestampError(f"{what}: {value!r} is not a datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidTimestampError(
-            f"{what}: {value!r} is naive; pass a timezone-aware UTC datetime"
-        )
 
 
 def _times(values: Mapping[Any, datetime], *, what: str) -> dict[int, datetime]:
@@ -585,17 +368,6 @@ def _times(values: Mapping[Any, datetime], *, what: str) -> dict[int, datetime]:
             bucket = int(key)
         except (TypeError, ValueError) as exc:
             raise InvalidTimestampError(f"{what}: bucket {key!r} is not an integer") from exc
-        _require_aware(value, what=f"{what} of bucket {bucket}")
+        require_aware(value, what=f"{what} of bucket {bucket}")
         result[bucket] = value
     return dict(sorted(result.items()))
-
-
-def _fmt(duration: timedelta | None) -> str:
-    if duration is None:
-        return "none"
-    seconds = duration.total_seconds()
-    if abs(seconds) < 120:
-        return f"{seconds:g}s"
-    if abs(seconds) < 7200:
-        return f"{seconds / 60:g}m"
-    return f"{seconds / 3600:g}h"

@@ -1,27 +1,21 @@
-"""Settings, declared and validated in one place (hence one module past 600 lines: each
-setting's doc, the settings table's text, is at its field).
+"""The pipeline's settings, declared and validated in one place: :class:`PipelineSettings`,
+the choices its settings take (``ENGINES``, ``BATCH_READERS``, ...), :data:`SCHEMA_TRANSFORM`.
 
-Each setting is one field of a settings class, declared with
-:func:`~modeswitch.control.values.setting`: its type (a choice is a ``Literal``), its code
-default, its parser, its rule and its doc. Those fields are the settings table: parsing
-(``from_mapping``), checking (the constructors), :meth:`PipelineSettings.to_mapping`, the
-Airflow Variable names (:func:`variable_name`) and the docs' table (:func:`settings_table`,
-``modeswitch settings``) all read them; what a class's ``__post_init__`` still spells out are
-the rules between settings (exit_threshold at most enter_threshold, value_schema and
+Each setting is one field, declared with :func:`~modeswitch.control.values.setting`: its type
+(a choice is a ``Literal``), code default, parser, rule and doc (the settings table's text).
+Parsing and writing a flat layer (:mod:`modeswitch.control.flat_settings`), the constructors'
+checks and the docs' table (:mod:`modeswitch.control.settings_table`) all read the fields;
+``__post_init__`` spells out only the rules between settings (value_schema and
 event_time_field only with the transform built from them, event_time_field a time field of
-value_schema).
+value_schema). The groups it holds are :mod:`modeswitch.control.setting_groups`; the layers
+(code defaults < config file < Airflow Variables < run params),
+:mod:`modeswitch.control.settings_layers`.
 
-Layering (code defaults < config file < Airflow Variables < run params) builds on the value
-parsers of :mod:`modeswitch.control.values`. Every parser takes the setting's name so that its
-error names the setting and the bad value.
-
-STYLE.md asks for settings validated in one place: every setting's default, layer and
-cross-field rule is here, in four groups (pipeline, policy, planner, maintenance). Not
-pydantic-settings (installed with Airflow): its sources (environment, files) are not our
+Not pydantic-settings (installed with Airflow): its sources (environment, files) are not our
 layers (Airflow Variables, one per setting, and a run's param); its errors name a field path
-and a pydantic error type where ours name the Airflow Variable or the param and the bad
-value; and durations (``250ms``, ``PT5M``), ``none`` thresholds and cross-field rules (enter
-above exit) would still be our own validators.
+and a pydantic error type where ours name the Airflow Variable or the param and the bad value;
+and durations (``250ms``, ``PT5M``), ``none`` thresholds and cross-field rules (enter above
+exit) would still be our own validators.
 """
 
 from __future__ import annotations
@@ -30,16 +24,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, get_args
+from typing import ClassVar, Literal, get_args
 
+from modeswitch.control.flat_settings import FlatSettings
 from modeswitch.control.locations import KafkaLocation, is_kafka_source
+from modeswitch.control.setting_groups import MaintenanceSettings, PlannerSettings, PolicySettings
 from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
-    _refuse_unknown,
-    at_least,
     check_settings,
-    declared_settings,
     greater_than_zero,
     not_negative,
     parse_bool,
@@ -49,7 +42,6 @@ from modeswitch.control.values import (
     parse_jvm_memory,
     parse_positive_int,
     parse_rate,
-    parse_settings,
     parse_text,
     parse_threshold_count,
     parse_threshold_duration,
@@ -62,13 +54,8 @@ from modeswitch.errors import ConfigError
 __all__ = [
     "MIN_DRIVER_MEMORY",
     "SCHEMA_TRANSFORM",
-    "VARIABLE_PREFIX",
-    "MaintenanceSettings",
+    "SETTINGS_CLASSES",
     "PipelineSettings",
-    "PlannerSettings",
-    "PolicySettings",
-    "layer_settings",
-    "load_job_settings",
     "parse_bool",
     "parse_duration",
     "parse_fraction",
@@ -77,232 +64,7 @@ __all__ = [
     "parse_rate",
     "parse_threshold_count",
     "parse_threshold_duration",
-    "read_settings_file",
-    "setting_origins",
-    "settings_table",
-    "variable_name",
-    "with_settings_table",
 ]
-
-# --- planner settings ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlannerSettings:
-    """How a batch epoch's backlog is cut into splits (one read task's range in one bucket)
-    and waves (the splits committed together in one sink commit).
-
-    The constructor validates (:func:`~modeswitch.control.values.check_settings`): every value
-    a whole number > 0, else :class:`ConfigError` naming the setting and the value. Strings
-    are accepted only through :meth:`from_mapping`.
-    """
-
-    max_split_records: int = setting(
-        1_000_000, parse=parse_positive_int, rule=greater_than_zero, doc="maximum split size"
-    )
-    # The "large checkpoint interval" of backlog mode (FLIP-309).
-    wave_records: int = setting(
-        10_000_000,
-        parse=parse_positive_int,
-        rule=greater_than_zero,
-        doc="batch wave size (records per sink commit)",
-    )
-    # The default deployment is local[*] on 2 cores.
-    parallelism: int = setting(
-        2,
-        parse=parse_positive_int,
-        rule=greater_than_zero,
-        doc="read tasks at once; each wave has at most this many partitions",
-    )
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> PlannerSettings:
-        """Settings from raw values (strings as Airflow Variables hold them); defaults fill
-        the gaps; an unknown name is refused, naming it."""
-        _refuse_unknown(raw, (d.name for d in declared_settings(cls)), what="planner")
-        return cls(**parse_settings(cls, raw))
-
-
-# --- maintenance settings --------------------------------------------------------------------
-
-MIN_VACUUM_RETENTION = timedelta(hours=1)
-"""Vacuum never deletes files younger than this, whatever the setting: a reader that opened
-the table's previous version (a dashboard query, a batch job's wave) must still find them."""
-MIN_LOG_RETENTION = timedelta(minutes=10)
-"""Log files are kept at least this long: a writer's conflict check and a reader opening the
-previous version read them, and maintenance summarises them first."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MaintenanceSettings:
-    """What ``modeswitch maintain`` (:mod:`modeswitch.ops.maintenance`) does to the tables."""
-
-    # delta-rs ``optimize.compact``'s ``target_size``.
-    compact_target_mb: int = setting(
-        128,
-        parse=parse_positive_int,
-        rule=greater_than_zero,
-        doc="maintenance: the size compaction aims at for the sink's and quarantine's files",
-    )
-    # A stream leaves one tombstone per micro-batch, 36 000 an hour at 100 ms, and every
-    # checkpoint carries them. Delta's own default is 7 days; the default matches
-    # log_retention, the reach of time travel anyway.
-    vacuum_retention: timedelta = setting(
-        timedelta(hours=2),
-        parse=parse_duration,
-        rule=at_least(
-            MIN_VACUUM_RETENTION,
-            f"is less than {MIN_VACUUM_RETENTION}: a reader of the previous version could lose "
-            "its files",
-        ),
-        doc="maintenance: files compaction or a rewind removed are deleted once this old (at "
-        "least `1h`); twice it is the tables' `delta.deletedFileRetentionDuration`, which "
-        "bounds the tombstones every reader loads",
-    )
-    # Every commit of a delta-rs writer on a local or network filesystem lists the whole
-    # _delta_log folder: a sink append took 6 ms beside 6 log files and 110 ms beside 16 800
-    # (bench/bench_soak.py), so the log a stream keeps (this retention times its commit rate)
-    # is what each micro-batch's commit pays for; Delta's default of 30 days would stall a
-    # stream within hours. It must exceed the time between maintenance runs, which summarise
-    # the log before the writers' own checkpoints clean it (the audit reports commits no
-    # summary covers).
-    log_retention: timedelta | None = setting(
-        timedelta(hours=2),
-        parse=parse_threshold_duration,
-        rule=at_least(
-            MIN_LOG_RETENTION,
-            f"must be a duration of at least {MIN_LOG_RETENTION} (or none): maintenance must "
-            "summarise the log first",
-        ),
-        doc="maintenance: every table's `delta.logRetentionDuration` (at least `10m`; `none`: "
-        "leave the tables' own); time travel reaches back this far; each commit lists the log "
-        "it keeps, so a fast stream wants it short",
-    )
-    progress_horizon: timedelta = setting(
-        timedelta(days=7),
-        parse=parse_duration,
-        rule=greater_than_zero,
-        doc="maintenance: `progress` rows older than this are merged, one per epoch and hour "
-        "(keeping the offsets, counts and max event times)",
-    )
-    maintenance_lease: timedelta = setting(
-        timedelta(hours=1),
-        parse=parse_duration,
-        rule=greater_than_zero,
-        doc="maintenance: how long a run holds the pipeline's lease at most (a second run is "
-        "refused meanwhile; a lease left by a run that died is taken over)",
-    )
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> MaintenanceSettings:
-        """Settings from raw values; defaults fill the gaps; an unknown name is refused."""
-        _refuse_unknown(raw, (d.name for d in declared_settings(cls)), what="maintenance")
-        return cls(**parse_settings(cls, raw))
-
-
-# --- policy settings -------------------------------------------------------------------------
-
-OffsetLagMeasure = Literal["total", "max_bucket"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PolicySettings:
-    """Thresholds of the backlog strategies and of the hysteresis around them.
-
-    Strategies (FLIP-328), OR-combined; a threshold of ``None`` turns its strategy off:
-    ``watermark_lag_threshold``, ``offset_lag_threshold`` (with ``offset_lag_measure``).
-    ``idle_timeout`` and ``allowed_lateness`` shape the watermark they read.
-
-    Hysteresis (beyond FLIP-328, which never switches back); lag here is watermark lag:
-    stream -> batch only once the backlog signal, with lag above ``enter_threshold``, has held
-    for ``enter_dwell``; batch -> stream only once the backlog is drained and lag is at most
-    ``exit_threshold``, which must be <= ``enter_threshold`` (``None`` for either drops the lag
-    condition); no switch out of a mode sooner than ``min_time_in_stream`` /
-    ``min_time_in_batch``.
-
-    The constructor validates: thresholds ``None`` or > 0, durations >= 0, exit <= enter,
-    else :class:`ConfigError` naming the setting and the value. Strings (``30s``, ``5m``,
-    ``PT5M``, ``none``) are accepted through :meth:`from_mapping`.
-    """
-
-    watermark_lag_threshold: timedelta | None = setting(
-        timedelta(minutes=5),
-        parse=parse_threshold_duration,
-        rule=threshold_above_zero,
-        doc="backlog while watermark lag (now - watermark) exceeds it",
-    )
-    offset_lag_threshold: int | None = setting(
-        None,
-        parse=parse_threshold_count,
-        rule=threshold_above_zero,
-        doc="backlog while records behind the latest offsets exceed it",
-    )
-    offset_lag_measure: OffsetLagMeasure = setting(
-        "total",
-        parse=parse_choice,
-        doc="records behind in `total`, or in the worst bucket (`max_bucket`)",
-    )
-    enter_threshold: timedelta | None = setting(
-        timedelta(minutes=5),
-        parse=parse_threshold_duration,
-        rule=threshold_above_zero,
-        doc="stream → batch once lag is above it ...",
-    )
-    enter_dwell: timedelta = setting(
-        timedelta(minutes=1),
-        parse=parse_duration,
-        rule=not_negative,
-        doc="... for this long (dwell)",
-    )
-    exit_threshold: timedelta | None = setting(
-        timedelta(seconds=30),
-        parse=parse_threshold_duration,
-        rule=threshold_above_zero,
-        doc="batch → stream once drained and lag is at most this (at most `enter_threshold`)",
-    )
-    min_time_in_stream: timedelta = setting(
-        timedelta(minutes=5),
-        parse=parse_duration,
-        rule=not_negative,
-        doc="minimum time in stream mode",
-    )
-    min_time_in_batch: timedelta = setting(
-        timedelta(0), parse=parse_duration, rule=not_negative, doc="minimum time in batch mode"
-    )
-    allowed_lateness: timedelta = setting(
-        timedelta(0), parse=parse_duration, rule=not_negative, doc="subtracted from the watermark"
-    )
-    idle_timeout: timedelta | None = setting(
-        timedelta(minutes=1),
-        parse=parse_threshold_duration,
-        rule=threshold_above_zero,
-        doc="a quiet, drained bucket stops holding the watermark back after this long (`none`: "
-        "no bucket is ever idle)",
-    )
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-        enter, exit_ = self.enter_threshold, self.exit_threshold
-        if enter is not None and exit_ is not None and exit_ > enter:
-            raise ConfigError(
-                f"exit_threshold: {exit_} must be at most enter_threshold ({enter}), "
-                "otherwise the pipeline would switch back and forth",
-                setting="exit_threshold",
-            )
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> PolicySettings:
-        """Settings from raw values (strings as Airflow Variables hold them); defaults fill
-        the gaps; an unknown name is refused, naming it."""
-        _refuse_unknown(raw, (d.name for d in declared_settings(cls)), what="policy")
-        return cls(**parse_settings(cls, raw))
-
 
 # --- the whole pipeline's settings -----------------------------------------------------------
 
@@ -365,11 +127,12 @@ DERIVED_LOCATIONS = ("sink", "quarantine", "state_root", "checkpoint_root")
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineSettings:
+class PipelineSettings(FlatSettings):
     """Everything one pipeline run needs, validated in one place.
 
     Each field declared with :func:`~modeswitch.control.values.setting` is one setting, and
-    its ``doc`` says what it does (the settings table: :func:`settings_table`). ``policy`` and
+    its ``doc`` says what it does (the settings table:
+    :func:`~modeswitch.control.settings_table.settings_table`). ``policy`` and
     ``planner`` hold the switching and planning settings, ``maintenance`` those of
     ``modeswitch maintain``; a flat layer holds the settings of all four.
 
@@ -378,8 +141,16 @@ class PipelineSettings:
     ``pipeline`` (their ``shown`` default).
 
     Layering (code defaults < config file < Airflow Variables < run params) is
-    :func:`layer_settings`; every layer is a flat mapping of setting name to raw value.
+    :func:`~modeswitch.control.settings_layers.layer_settings`; every layer is a flat mapping
+    of setting name to raw value (:class:`~modeswitch.control.flat_settings.FlatSettings`).
     """
+
+    settings_kind: ClassVar[str] = "pipeline"
+    setting_groups: ClassVar[Mapping[str, type[FlatSettings]]] = {
+        "policy": PolicySettings,
+        "planner": PlannerSettings,
+        "maintenance": MaintenanceSettings,
+    }
 
     pipeline: str = setting(
         "modeswitch",
@@ -650,9 +421,10 @@ class PipelineSettings:
         "under `modeswitch run`, else `submit` (cluster deploy mode, YARN, Kubernetes, Celery): "
         "the task's log says which and why",
     )
-    policy: PolicySettings = PolicySettings()
-    planner: PlannerSettings = PlannerSettings()
-    maintenance: MaintenanceSettings = MaintenanceSettings()
+    # The groups are frozen dataclasses, so one default instance is shared safely.
+    policy: PolicySettings = PolicySettings()  # noqa: RUF009
+    planner: PlannerSettings = PlannerSettings()  # noqa: RUF009
+    maintenance: MaintenanceSettings = MaintenanceSettings()  # noqa: RUF009
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -705,63 +477,9 @@ class PipelineSettings:
         """The stream checkpoint of one epoch: fresh per epoch, reused by its restarts."""
         return f"{self.checkpoint_root}/epoch-{epoch}"
 
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        """Every setting name a layer may hold (pipeline, policy, planner and maintenance
-        settings), in the settings table's order."""
-        return tuple(d.name for group in _SETTINGS_CLASSES for d in declared_settings(group))
 
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any]) -> PipelineSettings:
-        """Settings from one flat mapping of raw values; unknown names are refused."""
-        _refuse_unknown(raw, cls.names(), what="pipeline")
-        groups = {key: group(**parse_settings(group, raw)) for key, group in _GROUPS.items()}
-        return cls(**parse_settings(cls, raw), **groups)
-
-    def to_mapping(self) -> dict[str, str]:
-        """A flat mapping of strings that :meth:`from_mapping` reads back to equal settings."""
-        out: dict[str, str] = {}
-        for group in (self, self.policy, self.planner, self.maintenance):
-            for declared in declared_settings(type(group)):
-                out[declared.name] = _raw_value(getattr(group, declared.name))
-        return out
-
-    def to_json(self) -> str:
-        import json
-
-        return json.dumps(self.to_mapping(), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> PipelineSettings:
-        import json
-
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"settings: {text[:80]!r} is not valid JSON ({exc})") from exc
-        if not isinstance(raw, dict):
-            raise ConfigError(f"settings: expected a JSON object, got {type(raw).__name__}")
-        return cls.from_mapping(raw)
-
-
-_GROUPS: dict[str, Any] = {
-    "policy": PolicySettings,
-    "planner": PlannerSettings,
-    "maintenance": MaintenanceSettings,
-}
-"""The setting groups a flat layer's names are sorted into, by the group's settings."""
-_SETTINGS_CLASSES = (PipelineSettings, *_GROUPS.values())
-
-
-def _raw_value(value: Any) -> str:
-    """``value`` as a layer holds it, which its parser reads back."""
-    if value is None:
-        return "none"
-    if isinstance(value, timedelta):
-        return f"{value.total_seconds():g}s"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+SETTINGS_CLASSES: tuple[type, ...] = (PipelineSettings, *PipelineSettings.setting_groups.values())
+"""Every settings class, in the settings table's order: the pipeline's, then its groups'."""
 
 
 def _location(value: str) -> str:
@@ -769,113 +487,3 @@ def _location(value: str) -> str:
 
     value = value.strip()
     return absolute_location(value) if value else value
-
-
-# --- the settings table ----------------------------------------------------------------------
-
-VARIABLE_PREFIX = "modeswitch_"
-
-
-def variable_name(setting: str) -> str:
-    """The Airflow Variable that holds ``setting``: ``modeswitch_<setting>``."""
-    return f"{VARIABLE_PREFIX}{setting}"
-
-
-TABLE_START = "<!-- settings-table:start: generated by `modeswitch settings --update FILE` -->"
-TABLE_END = "<!-- settings-table:end -->"
-
-
-def settings_table() -> str:
-    """Every setting as a row of a markdown table, from the settings classes' fields: its
-    name, its Airflow Variable, its type, its default and its doc, in :meth:`names` order."""
-    lines = [
-        "| setting | Airflow Variable | type | default | what |",
-        "|---|---|---|---|---|",
-    ]
-    for group in _SETTINGS_CLASSES:
-        for declared in declared_settings(group):
-            cells = (
-                f"`{declared.name}`",
-                f"`{variable_name(declared.name)}`",
-                declared.describe_type(),
-                declared.describe_default(),
-                declared.setting.doc,
-            )
-            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def with_settings_table(markdown: str) -> str:
-    """``markdown`` with :func:`settings_table` between its lines :data:`TABLE_START` and
-    :data:`TABLE_END`; a ConfigError when it has not one of each, in that order."""
-    lines = markdown.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.strip() == TABLE_START]
-    ends = [i for i, line in enumerate(lines) if line.strip() == TABLE_END]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise ConfigError(
-            f"settings table: expected one line {TABLE_START!r} and, after it, one line "
-            f"{TABLE_END!r}"
-        )
-    return "".join([*lines[: starts[0] + 1], settings_table(), *lines[ends[0] :]])
-
-
-def read_settings_file(path: str) -> dict[str, Any]:
-    """A config file's flat mapping: TOML (``.toml``) or JSON (anything else)."""
-    import json
-    import tomllib
-
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle) if path.endswith(".toml") else json.load(handle)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path!r} does not exist") from exc
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"config file {path!r} is not valid: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path!r}: expected a table/object of settings")
-    return data
-
-
-def layer_settings(*layers: tuple[str, Mapping[str, Any] | None]) -> PipelineSettings:
-    """Apply named layers in order (later wins) over the code defaults, then validate.
-
-    Each layer is ``(where, mapping)``, e.g. ``("Airflow Variable", {...})``; a bad value is
-    reported as ``<where> <setting>: ...`` so the operator knows what to fix.
-    """
-    merged: dict[str, Any] = {}
-    for _, mapping in layers:
-        merged.update(mapping or {})
-    origin = setting_origins(*layers)
-    try:
-        return PipelineSettings.from_mapping(merged)
-    except ConfigError as exc:
-        where = origin.get(exc.setting) if exc.setting else None
-        raise ConfigError(f"{where} {exc}" if where else str(exc), setting=exc.setting) from exc
-
-
-def setting_origins(*layers: tuple[str, Mapping[str, Any] | None]) -> dict[str, str]:
-    """Where each setting that a layer sets got its value: the last layer that sets it, as
-    :func:`layer_settings` names it (``config file pipeline.toml:``); settings no layer sets
-    have their code default."""
-    origin: dict[str, str] = {}
-    for where, mapping in layers:
-        origin.update(dict.fromkeys(mapping or {}, where))
-    return origin
-
-
-def load_job_settings(config: str, *, pipeline: str) -> PipelineSettings:
-    """The settings a Spark job was given with ``--config``: inline JSON or a JSON/TOML file.
-
-    The ``decide`` step resolves and validates every layer, then hands the result to the job,
-    so both see the same values. ``pipeline`` must match the settings' pipeline.
-    """
-    raw = config.strip()
-    if raw.startswith("{"):
-        settings = PipelineSettings.from_json(raw)
-    else:
-        settings = PipelineSettings.from_mapping(read_settings_file(raw))
-    if settings.pipeline != pipeline:
-        raise ConfigError(
-            f"--pipeline {pipeline!r} does not match the settings' pipeline {settings.pipeline!r}"
-        )
-    return settings

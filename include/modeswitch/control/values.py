@@ -176,7 +176,9 @@ def parse_threshold_count(value: str | int | None, *, setting: str) -> int | Non
         raise ConfigError(f"{exc} (use 'none' to turn it off)", setting=setting) from exc
 
 
-def _refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
+def refuse_unknown(raw: Mapping[str, Any], known: Iterable[str], *, what: str) -> None:
+    """Refuse ``raw`` when it holds a name that is not ``known``: a :class:`ConfigError`
+    naming the unknown ``what`` settings and the known ones."""
     known = frozenset(known)
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -390,7 +392,7 @@ def declared_settings(cls: type) -> tuple[DeclaredSetting, ...]:
 
 def parse_settings(cls: type, raw: Mapping[str, Any]) -> dict[str, Any]:
     """The values of ``cls``'s settings that ``raw`` holds, each read by its own parser; names
-    that are not ``cls``'s settings are left out (:func:`_refuse_unknown` refuses them)."""
+    that are not ``cls``'s settings are left out (:func:`refuse_unknown` refuses them)."""
     return {
         declared.name: declared.setting.parse(raw[declared.name], setting=declared.name)
         for declared in declared_settings(cls)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from modeswitch.control.settings import variable_name
+from modeswitch.control.settings_layers import variable_name
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.jobs import JOBS
 from modeswitch.runners.processes import start_group, stop_group

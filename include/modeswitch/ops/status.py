@@ -38,7 +38,8 @@ from typing import Any
 
 import pendulum
 
-from modeswitch.control.policy import PolicySettings, decide_mode
+from modeswitch.control.policy import decide_mode
+from modeswitch.control.setting_groups import PolicySettings
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.offsets import offsets_to_dict
@@ -74,7 +75,7 @@ def pipeline_status(
     bucket_limit: int | None = None,
 ) -> dict[str, Any]:
     """The pipeline's state now, JSON-safe (module docstring). ``origins``: where each set
-    setting came from (:func:`~modeswitch.control.settings.setting_origins`); the others are
+    setting came from (:func:`~modeswitch.control.settings_layers.setting_origins`); the others are
     defaults. The source is asked for its latest offsets; if it cannot answer, ``next`` and the lags
     say why instead, and the rest is still shown. ``buckets`` holds the ``bucket_limit``
     buckets (all without it) after the first ``bucket_offset`` in ``bucket_order``."""

@@ -22,7 +22,8 @@ from concurrent.futures import CancelledError, Future
 from pathlib import Path
 from typing import Any
 
-from modeswitch.control.settings import PipelineSettings, load_job_settings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings_layers import load_job_settings
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.engine import (
     EngineAddress,

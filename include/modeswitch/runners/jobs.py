@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from modeswitch.control.settings import PipelineSettings, load_job_settings
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings_layers import load_job_settings
 from modeswitch.errors import ModeswitchError
 
 if TYPE_CHECKING:  # the modes import pyspark: only where a job runs

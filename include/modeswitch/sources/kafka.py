@@ -24,8 +24,11 @@ What this log promises, and what it does not:
   :data:`NOT_UTF8_PREFIX` followed by the bytes in base64, which the transform quarantines
   with the reason ``value is not UTF-8``.
 
-The ``kafka://`` URL itself is parsed in :mod:`modeswitch.control.locations`, below the
-settings that check it; :class:`KafkaLocation` and :func:`is_kafka_source` are re-exported here.
+A topic's partitions and offsets (asked of the brokers, no record read) are
+:class:`~modeswitch.sources.kafka_topic.KafkaTopic`'s, which :class:`KafkaLog` extends with
+reading and writing records. The ``kafka://`` URL itself is parsed in
+:mod:`modeswitch.control.locations`, below the settings that check it; :class:`KafkaLocation`
+and :func:`is_kafka_source` are re-exported here.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ from modeswitch.errors import (
     OffsetOutOfRangeError,
     UnknownBucketError,
 )
-from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
+from modeswitch.sources.kafka_topic import KafkaTopic, confluent
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +66,8 @@ NOT_UTF8_PREFIX = "\ufffdbase64:"
 cannot begin JSON, so such a value never parses as a record."""
 BATCH_RECORDS = 65_536
 CONSUME_BATCH = 10_000
-METADATA_TIMEOUT = 10.0
-"""Seconds a metadata or offsets request may take before the broker counts as unreachable."""
 READ_IDLE_TIMEOUT = 30.0
 """Seconds a range read may go without a message before it gives up."""
-LEADER_RETRY_PAUSE = 0.2
-"""Seconds between asks while a partition has no leader."""
-_NO_LEADER_CODES = ("NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE")
-
-
-def _between_leaders(exc: BaseException) -> bool:
-    """Whether a client error says the partition has no leader right now: an answer the
-    broker changes within seconds, unlike an unreachable broker or a missing topic."""
-    error = exc.args[0] if exc.args else None
-    kafka = _confluent()
-    codes = {getattr(kafka.KafkaError, name) for name in _NO_LEADER_CODES}
-    return isinstance(error, kafka.KafkaError) and error.code() in codes
-
 
 _config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "modeswitch_kafka_config", default=None
@@ -116,13 +104,7 @@ def kafka_environment(config: Mapping[str, str]) -> dict[str, str]:
     return {ENV_KAFKA_CONFIG: json.dumps(dict(config), sort_keys=True)}
 
 
-def _confluent() -> Any:
-    import confluent_kafka
-
-    return confluent_kafka
-
-
-class KafkaLog:
+class KafkaLog(KafkaTopic):
     """A topic, read by partition and exact offsets; see the module docstring."""
 
     contiguous = False  # transaction markers, aborted transactions and compaction leave gaps
@@ -131,17 +113,15 @@ class KafkaLog:
 
     def __init__(self, source: str, config: Mapping[str, str] | None = None) -> None:
         self.location = KafkaLocation.parse(source)
-        self.topic = self.location.topic
-        self.config = dict(kafka_config() if config is None else config)
-        if not self.config.get("bootstrap.servers"):
+        config = dict(kafka_config() if config is None else config)
+        if not config.get("bootstrap.servers"):
             raise ConfigError(
                 f"source {source!r}: no Kafka bootstrap.servers; set {ENV_KAFKA_CONFIG} (a "
                 'JSON object such as {"bootstrap.servers": "broker:9092"}) or, under Airflow, '
                 "the kafka_connection setting's Connection"
             )
-        self._consumer: Any = None
+        super().__init__(self.location.topic, config)
         self._writer: Any = None
-        self._compacting: bool | None = None
 
     def __str__(self) -> str:
         """With its brokers: a Java client's errors name a partition, not where it was."""
@@ -156,175 +136,13 @@ class KafkaLog:
         that is the message timestamp (no ``event_time`` field in the source)."""
         return self.location.event_time_field is None
 
-    @property
-    def compacting(self) -> bool:
-        """True when the topic's ``cleanup.policy`` includes ``compact`` (asked once)."""
-        if self._compacting is None:
-            self._compacting = "compact" in self._topic_config("cleanup.policy").split(",")
-        return self._compacting
-
-    def _topic_config(self, name: str) -> str:
-        from confluent_kafka.admin import AdminClient, ConfigResource
-
-        admin = AdminClient({**self.config, "logger": log})
-        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic)
-        try:
-            described = admin.describe_configs([resource], request_timeout=METADATA_TIMEOUT)
-            entries = described[resource].result(timeout=METADATA_TIMEOUT)
-        except Exception as exc:
-            raise self._unreachable(f"its config {name}", exc) from exc
-        return entries[name].value or ""
-
-    @property
-    def servers(self) -> str:
-        return self.config["bootstrap.servers"]
-
-    def _client_config(self, **extra: Any) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "group.id": f"modeswitch-{self.topic}",  # required by librdkafka; never committed
-            "isolation.level": "read_committed",
-            **self.config,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error",
-            "socket.connection.setup.timeout.ms": int(METADATA_TIMEOUT * 1000),
-            "fetch.wait.max.ms": 50,  # a range ending in a transaction marker ends at EOF
-            **extra,
-        }
-        config.setdefault("logger", log)
-        return config
-
-    def _metadata_consumer(self) -> Any:
-        if self._consumer is None:
-            self._consumer = _confluent().Consumer(self._client_config())
-        return self._consumer
-
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        super().close()
         if self._writer is not None:
             self._writer.flush(10)
             self._writer = None
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def _unreachable(self, what: str, exc: BaseException) -> ModeswitchError:
-        self.close()  # a client left to retry would log each failed connection, for ever
-        return ModeswitchError(
-            f"kafka {self.servers}: {what} of topic {self.topic!r} failed within "
-            f"{METADATA_TIMEOUT:.0f} s ({exc}); is the broker reachable and the topic there?"
-        )
-
     # -- BucketedLog ------------------------------------------------------------------------
-
-    def buckets(self) -> list[int]:
-        """The topic's partitions, asked each time: a partition added to a running topic is
-        a new bucket at the next plan."""
-        kafka = _confluent()
-        try:
-            meta = self._metadata_consumer().list_topics(self.topic, timeout=METADATA_TIMEOUT)
-        except kafka.KafkaException as exc:
-            raise self._unreachable("metadata", exc) from exc
-        topic = meta.topics.get(self.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            why = f" ({topic.error.str()})" if topic is not None and topic.error else ""
-            raise ModeswitchError(
-                f"kafka {self.servers}: topic {self.topic!r} does not exist{why}; topics there: "
-                f"{sorted(t for t in meta.topics if not t.startswith('__'))[:20]}"
-            )
-        return sorted(topic.partitions)
-
-    def _watermarks(self) -> dict[int, tuple[int, int]]:
-        return {partition: self._watermark(partition) for partition in self.buckets()}
-
-    def _watermark(self, partition: int) -> tuple[int, int]:
-        """``(earliest, latest)`` of one partition: a request to its leader, asked again
-        within :data:`METADATA_TIMEOUT` while the partition has none (a topic just created,
-        a leader moving or restarting)."""
-        kafka = _confluent()
-        tp = kafka.TopicPartition(self.topic, partition)
-        deadline = time.monotonic() + METADATA_TIMEOUT
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return self._metadata_consumer().get_watermark_offsets(tp, timeout=max(left, 0.1))
-            except kafka.KafkaException as exc:
-                if not (_between_leaders(exc) and left > LEADER_RETRY_PAUSE):
-                    raise self._unreachable(f"offsets of partition {partition}", exc) from exc
-            time.sleep(LEADER_RETRY_PAUSE)
-
-    def earliest_offsets(self) -> OffsetsMap:
-        return {b: low for b, (low, _) in self._watermarks().items()}
-
-    def latest_offsets(self) -> OffsetsMap:
-        return {b: high for b, (_, high) in self._watermarks().items()}
-
-    def offset_at(self, event_time: datetime) -> OffsetsMap:
-        """Per partition, the first offset whose message timestamp is at or after
-        ``event_time``: Kafka's ``offsets_for_times``. A broker that answers "none" while
-        the partition's newest message is newer (librdkafka's mock cluster does) is answered
-        by a binary search over message timestamps instead."""
-        kafka = _confluent()
-        millis = int(event_time.timestamp() * 1000)
-        marks = self._watermarks()
-        consumer = self._metadata_consumer()
-        asked = [kafka.TopicPartition(self.topic, b, millis) for b in marks]
-        try:
-            found = consumer.offsets_for_times(asked, timeout=METADATA_TIMEOUT)
-        except kafka.KafkaException as exc:
-            raise self._unreachable("offsets_for_times", exc) from exc
-        result = {}
-        for tp in found:
-            low, high = marks[tp.partition]
-            if tp.offset >= 0:
-                result[tp.partition] = max(low, min(tp.offset, high))
-            else:
-                result[tp.partition] = self._search_time(tp.partition, low, high, millis)
-        return result
-
-    def _search_time(self, partition: int, low: int, high: int, millis: int) -> int:
-        """The first position in ``[low, high]`` from which the next record's timestamp is
-        >= ``millis`` (``high`` if none): a binary search, one probe read per step, assuming
-        timestamps grow with offsets as Kafka's time index does."""
-        kafka = _confluent()
-        consumer = kafka.Consumer(self._client_config())
-        try:
-            lo, hi = low, high
-            while lo < hi:
-                mid = (lo + hi) // 2
-                consumer.assign([kafka.TopicPartition(self.topic, partition, mid)])
-                found = self._probe(consumer, partition, mid)
-                if found is None or found[1] >= millis:
-                    hi = mid
-                else:
-                    lo = found[0] + 1
-            return lo
-        finally:
-            consumer.close()
-
-    def _probe(self, consumer: Any, partition: int, start: int) -> tuple[int, int] | None:
-        """(offset, timestamp in ms) of the first record at or after ``start``, or None."""
-        kafka = _confluent()
-        deadline = time.monotonic() + METADATA_TIMEOUT
-        while time.monotonic() < deadline:
-            for message in consumer.consume(1, timeout=1.0):
-                error = message.error()
-                if error is None:
-                    return message.offset(), message.timestamp()[1]
-                if error.code() == kafka.KafkaError._PARTITION_EOF:
-                    return None
-                raise ModeswitchError(
-                    f"kafka {self.servers}: topic {self.topic!r} partition {partition}: read "
-                    f"at {start} failed: {error.str()}"
-                )
-        raise ModeswitchError(
-            f"kafka {self.servers}: topic {self.topic!r} partition {partition}: no answer in "
-            f"{METADATA_TIMEOUT:.0f} s reading at offset {start}"
-        )
 
     def held_offsets(self, bucket: int, start: int, end: int) -> np.ndarray:
         """The offsets in ``[start, end)`` that hold a record (gaps left out), ascending."""
@@ -349,7 +167,7 @@ class KafkaLog:
         """The records of ``[start, end)``: done when the position passes ``end - 1``."""
         if start >= end:
             return
-        kafka = _confluent()
+        kafka = confluent()
         consumer = kafka.Consumer(
             self._client_config(**{"fetch.max.bytes": 52_428_800, "queued.min.messages": 200_000})
         )
@@ -411,7 +229,7 @@ class KafkaLog:
 
     def _producer(self) -> Any:
         if self._writer is None:
-            self._writer = _confluent().Producer(
+            self._writer = confluent().Producer(
                 {
                     "compression.type": "zstd",
                     "linger.ms": 20,

@@ -1,17 +1,9 @@
 """The embedded bucketed log: append-only Parquet segments in a folder, the default source.
 
-One module past 600 lines: it is one format (layout, appends, the open segment, reads,
-retention), whose rules hold only together.
-
-Layout under a root that pyarrow can address (a local path, ``file://``, ``s3://``, ``gs://``,
-``hdfs://``)::
-
-    <root>/_log.json                               {"format": ..., "buckets": N}
-    <root>/<bucket>/<20-digit base offset>.parquet  one immutable segment
-
-A segment holds the records ``[base, base + num_rows)`` of its bucket; consecutive segments
-of a bucket are contiguous. Segments are written aside (a dot-file) and published with a
-rename, so a reader never sees half a segment.
+Its files (the layout, reading and writing one segment, the bucket's lock) are
+:mod:`modeswitch.sources.segment_files`; this is the log built on them: :class:`SegmentLog`,
+which finds the segments of a range, reads them, appends, keeps a bucket's newest segment
+open, and drops old segments (retention).
 
 On a local filesystem the newest segment of a bucket stays *open* for a short while (one
 second, up to 65 536 records, by default): an appender that published it extends it by
@@ -30,23 +22,13 @@ publish still refuses an existing segment name, but check-then-move is not atomi
 
 ``latest_offsets()`` lists each bucket's folder and reads the footer of its newest segment
 only; its cost does not depend on the number of records.
-
-Why one module of ~670 lines: the reader, the appender (with its open segment), retention and
-the bucket count share one layout's invariants (contiguous offsets, atomic publish, only the
-newest segment grows); each relies on how the others touch the files, so they are read and
-changed together.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
-import fcntl
-import json
 import logging
-import os
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,27 +36,36 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from modeswitch.errors import (
-    ModeswitchError,
-    OffsetOutOfRangeError,
-    SegmentConflictError,
-    UnknownBucketError,
-)
+from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.base import RECORD_SCHEMA, check_range
+from modeswitch.sources.segment_files import (
+    LOG_FORMAT,
+    LOG_FORMAT_VERSION,
+    META_FILE,
+    OFFSET_DIGITS,
+    SEGMENT_WRITE_OPTIONS,
+    Segment,
+    bucket_lock,
+    file_identity,
+    first_offset_at,
+    link_snapshot,
+    list_segment_names,
+    publish_segment,
+    read_meta,
+    read_segment,
+    read_whole_segments,
+    rewrite_segment,
+    segment_name,
+    write_meta,
+)
 from modeswitch.storage import filesystem
 
 log = logging.getLogger(__name__)
 
-LOG_FORMAT = "modeswitch-segments"
-LOG_FORMAT_VERSION = 1
-META_FILE = "_log.json"
-OFFSET_DIGITS = 20
-_NAME_LENGTH = OFFSET_DIGITS + len(".parquet")
 DEFAULT_BATCH_ROWS = 65_536
 SMALL_SEGMENT_RUN = 8  # read this many small whole segments or more in one scan
 SMALL_SEGMENT_SCAN = 512  # at most this many files per scan
@@ -88,27 +79,8 @@ against 72-74 MB now; one such bucket read alone, 114 MB against 9 MB (docs/BENC
 backlog of 100 M records"). Segments that
 small are read one at a time at little cost; the scans are for a live producer's many tiny
 ones (~1 ms a file one at a time)."""
-SEGMENT_WRITE_OPTIONS: dict = {"compression": "snappy", "use_dictionary": ["bucket"]}
-"""How segments are written: dictionary encoding for the one-value ``bucket`` column only.
-Offsets, times, keys and payloads barely repeat; a dictionary for them is built, overflows
-and is abandoned by the writer, and its pages cost every reader a decoding pass (Spark's
-read of a segment + the default transform: ~15 % less CPU without them, docs/BENCHMARKS.md)."""
 OPEN_SEGMENT_SECONDS = 1.0
 OPEN_SEGMENT_RECORDS = 65_536
-
-
-def segment_name(base_offset: int) -> str:
-    """File name of the segment that starts at ``base_offset``: zero-padded, sorts by offset."""
-    if base_offset < 0:
-        raise ValueError(f"segment base offset {base_offset} is negative")
-    return f"{base_offset:0{OFFSET_DIGITS}d}.parquet"
-
-
-@dataclass(frozen=True)
-class Segment:
-    bucket: int
-    base: int
-    path: str
 
 
 @dataclass(frozen=True)
@@ -186,13 +158,9 @@ class SegmentLog:
         fs.create_dir(base, recursive=True)
         for bucket in range(buckets):
             fs.create_dir(f"{base}/{bucket}", recursive=True)
-        body = json.dumps(
-            {"format": LOG_FORMAT, "version": LOG_FORMAT_VERSION, "buckets": buckets}
-        ).encode()
-        tmp = f"{base}/.{META_FILE}.{uuid.uuid4().hex}"
-        with fs.open_output_stream(tmp) as out:
-            out.write(body)
-        fs.move(tmp, meta_path)
+        write_meta(
+            fs, base, {"format": LOG_FORMAT, "version": LOG_FORMAT_VERSION, "buckets": buckets}
+        )
         log.info("created bucketed log at %s with %d buckets", root, buckets)
         return cls(root, **options)
 
@@ -205,11 +173,7 @@ class SegmentLog:
         first = self._refresh_bucket_count()
         for bucket in range(first, first + count):
             self._fs.create_dir(f"{self._base}/{bucket}", recursive=True)
-        meta = {**(self._read_meta() or {}), "buckets": first + count}
-        tmp = f"{self._base}/.{META_FILE}.{uuid.uuid4().hex}"
-        with self._fs.open_output_stream(tmp) as out:
-            out.write(json.dumps(meta).encode())
-        self._fs.move(tmp, f"{self._base}/{META_FILE}")
+        write_meta(self._fs, self._base, {**(self._read_meta() or {}), "buckets": first + count})
         self._bucket_count = first + count
         return list(range(first, first + count))
 
@@ -220,15 +184,7 @@ class SegmentLog:
         return self._bucket_count
 
     def _read_meta(self) -> dict | None:
-        path = f"{self._base}/{META_FILE}"
-        try:
-            with self._fs.open_input_stream(path) as src:
-                meta = json.loads(src.read())
-        except FileNotFoundError:
-            return None
-        if meta.get("format") != LOG_FORMAT:
-            raise ModeswitchError(f"{path} is not a modeswitch segment log: {meta!r}")
-        return meta
+        return read_meta(self._fs, self._base)
 
     # -- reading --------------------------------------------------------------------------
     def buckets(self) -> list[int]:
@@ -245,23 +201,9 @@ class SegmentLog:
             )
 
     def _segment_names(self, bucket: int) -> list[str]:
-        """Segment file names of ``bucket``, ascending. Zero-padded names sort as their
-        offsets do, so this is one listing and one sort of strings: no parsing per file."""
+        """Segment file names of ``bucket``, ascending (:func:`list_segment_names`)."""
         self._check_bucket(bucket)
-        folder = f"{self._base}/{bucket}"
-        if self._local:
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                names = []
-        else:
-            selector = pafs.FileSelector(folder, allow_not_found=True)
-            names = [info.base_name for info in self._fs.get_file_info(selector)]
-        names = [
-            n for n in names if len(n) == _NAME_LENGTH and n[0].isdigit() and n.endswith(".parquet")
-        ]
-        names.sort()
-        return names
+        return list_segment_names(self._fs, f"{self._base}/{bucket}", local=self._local)
 
     def _segment(self, bucket: int, name: str) -> Segment:
         return Segment(bucket, int(name[:OFFSET_DIGITS]), f"{self._base}/{bucket}/{name}")
@@ -271,10 +213,7 @@ class SegmentLog:
         return [self._segment(bucket, name) for name in self._segment_names(bucket)]
 
     def _identity(self, path: str) -> tuple[int, int, int] | None:
-        if not self._local:
-            return None
-        info = os.stat(path)
-        return info.st_ino, info.st_size, info.st_mtime_ns
+        return file_identity(path, local=self._local)
 
     def _segment_rows(self, segment: Segment) -> int:
         key = (segment.path, self._identity(segment.path))
@@ -317,22 +256,9 @@ class SegmentLog:
     def _offset_at(self, bucket: int, at: datetime) -> int:
         earliest, latest, _ = self._bounds(bucket)
         for segment, _ in self.covering(bucket, earliest, latest):
-            parquet = pq.ParquetFile(segment.path, filesystem=self._fs)
-            meta = parquet.metadata
-            column = meta.schema.names.index("event_time")
-            group_start = segment.base
-            for group in range(meta.num_row_groups):
-                rows = meta.row_group(group).num_rows
-                stats = meta.row_group(group).column(column).statistics
-                skip = stats is not None and stats.has_min_max and stats.max < at
-                if not skip and group_start + rows > earliest:
-                    table = parquet.read_row_group(group, columns=["offset", "event_time"])
-                    hits = pc.greater_equal(table.column("event_time"), pa.scalar(at))
-                    hits = pc.and_(hits, pc.greater_equal(table.column("offset"), earliest))
-                    found = pc.index(hits, True).as_py()
-                    if found >= 0:
-                        return int(table.column("offset")[found].as_py())
-                group_start += rows
+            found = first_offset_at(self._fs, segment, at, earliest)
+            if found is not None:
+                return found
         return latest
 
     def covering(self, bucket: int, start: int, end: int) -> list[tuple[Segment, int]]:
@@ -388,17 +314,19 @@ class SegmentLog:
                 # costs ~1 ms each, which a catch-up over thousands of them cannot afford.
                 run = self._whole_segments(covered, index, start, end, batch_rows)
                 if len(run) >= SMALL_SEGMENT_RUN:
-                    yield from self._read_whole(run, batch_rows)
+                    yield from read_whole_segments(self._fs, run, batch_rows, root=self.root)
                     index += len(run)
                     continue
                 segment, seg_end = covered[index]
-                yield from self._read_segment(
+                yield from read_segment(
+                    self._fs,
                     segment,
                     seg_end,
                     max(start, segment.base),
                     min(end, seg_end),
                     batch_rows,
                     newest=segment.base == newest,
+                    root=self.root,
                 )
                 index += 1
         except FileNotFoundError as exc:
@@ -428,7 +356,7 @@ class SegmentLog:
             fs, folder = filesystem(scratch)
             fs.create_dir(folder, recursive=True)
             if self._local and isinstance(fs, pafs.LocalFileSystem):
-                linked = self._link_snapshot(segment, min(end, seg_end), folder)
+                linked = link_snapshot(segment, min(end, seg_end), folder)
                 if linked:
                     paths.append(f"{scratch}/{linked}")
                     continue
@@ -438,28 +366,6 @@ class SegmentLog:
             pq.write_table(table, f"{folder}/{name}", filesystem=fs, **SEGMENT_WRITE_OPTIONS)
             paths.append(f"{scratch}/{name}")
         return paths
-
-    def _link_snapshot(self, segment: Segment, needed_end: int, folder: str) -> str | None:
-        """Hard-link ``segment`` into ``folder`` and return the link's name, or None where no
-        link can be made (another filesystem: EXDEV). An appender never changes a segment file
-        in place (it writes a new file and renames it over the old one), so the link is a
-        snapshot holding at least what was planned; the reader filters the offsets it needs.
-        One snapshot per segment and folder: another range of the same segment (a second
-        split of the bucket) reuses it, so no row is read twice, unless it misses that range."""
-        name = f"{segment.bucket}-{segment.base}.parquet"
-        try:
-            os.link(segment.path, f"{folder}/{name}")
-        except FileExistsError as exc:
-            held = pq.ParquetFile(f"{folder}/{name}").metadata.num_rows
-            if segment.base + held < needed_end:
-                raise ModeswitchError(
-                    f"{folder}/{name}: the snapshot holds offsets up to {segment.base + held} "
-                    f"of bucket {segment.bucket}, not {needed_end}: take the snapshots of one "
-                    "scratch folder after every range in it was planned"
-                ) from exc
-        except OSError:
-            return None
-        return name
 
     def _whole_segments(
         self, covered: list, index: int, start: int, end: int, batch_rows: int
@@ -479,71 +385,6 @@ class SegmentLog:
             records += size
         return run
 
-    def _read_whole(
-        self, run: list[tuple[Segment, int]], batch_rows: int
-    ) -> Iterator[pa.RecordBatch]:
-        """The records of a run of whole segments, streamed: pyarrow's scanner reads the files
-        on its threads and yields their batches in the order of the files given (offset
-        order), each checked to continue the one before; nothing is sorted."""
-        import pyarrow.dataset as ds
-
-        dataset = ds.dataset(
-            [segment.path for segment, _ in run], format="parquet", filesystem=self._fs
-        )
-        first, last = run[0][0].base, run[-1][1]
-        expected = first
-        for batch in dataset.to_batches(batch_size=batch_rows, use_threads=True):
-            if not batch.num_rows:
-                continue
-            offsets = batch.column("offset")
-            ends = expected + batch.num_rows
-            if offsets[0].as_py() != expected or offsets[-1].as_py() != ends - 1 or ends > last:
-                break
-            expected = ends
-            yield _conform(batch)
-        else:
-            if expected == last:
-                return
-        raise ModeswitchError(
-            f"log {self.root!r}: bucket {run[0][0].bucket}: segments from offset {first} to "
-            f"{last} do not hold contiguous offsets (they break after offset {expected - 1})"
-        )
-
-    def _read_segment(
-        self,
-        segment: Segment,
-        seg_end: int,
-        lo: int,
-        hi: int,
-        batch_rows: int,
-        *,
-        newest: bool = False,
-    ) -> Iterator[pa.RecordBatch]:
-        # One open for footer and rows: an open segment replaced meanwhile is read whole from
-        # the version opened (it only ever grows at its end).
-        parquet = pq.ParquetFile(segment.path, filesystem=self._fs)
-        meta = parquet.metadata
-        rows = meta.num_rows
-        if segment.base + rows != seg_end and not (newest and segment.base + rows > seg_end):
-            raise ModeswitchError(
-                f"log {self.root!r}: bucket {segment.bucket}: segment {segment.path} holds "
-                f"{meta.num_rows} records but the next segment starts at {seg_end}: "
-                "offsets are not contiguous"
-            )
-        group_start = segment.base
-        for group in range(meta.num_row_groups):
-            group_rows = meta.row_group(group).num_rows
-            group_end = group_start + group_rows
-            if group_end > lo and group_start < hi:
-                table = parquet.read_row_group(group)
-                table = table.slice(max(lo, group_start) - group_start)
-                table = table.slice(0, min(hi, group_end) - max(lo, group_start))
-                for batch in table.to_batches(max_chunksize=batch_rows):
-                    yield _conform(batch)
-            group_start = group_end
-            if group_start >= hi:
-                break
-
     # -- writing --------------------------------------------------------------------------
     def append(
         self, bucket: int, records: pa.Table | pa.RecordBatch, *, close: bool = False
@@ -562,7 +403,7 @@ class SegmentLog:
         if count == 0:
             latest = self._bounds(bucket)[1]
             return latest, latest
-        with self._bucket_lock(bucket):
+        with bucket_lock(f"{self._base}/{bucket}", local=self._local):
             _, start, names = self._bounds(bucket)
             table = pa.table(
                 {
@@ -600,13 +441,7 @@ class SegmentLog:
     def _extend(self, bucket: int, opened: _OpenSegment, table: pa.Table) -> None:
         """Rewrite the open segment with ``table`` appended, atomically (rename over it)."""
         whole = pa.concat_tables([opened.table, table])
-        tmp = f"{self._base}/{bucket}/.{uuid.uuid4().hex}.parquet.tmp"
-        try:
-            pq.write_table(whole, tmp, **SEGMENT_WRITE_OPTIONS)
-            os.replace(tmp, opened.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
+        rewrite_segment(f"{self._base}/{bucket}", opened.path, whole)
         self._remember_open(bucket, opened.path, opened.base, opened.opened_at, whole)
 
     def _remember_open(
@@ -622,46 +457,13 @@ class SegmentLog:
 
     def _publish(self, bucket: int, start: int, table: pa.Table, *, close: bool = False) -> None:
         folder = f"{self._base}/{bucket}"
-        final = f"{folder}/{segment_name(start)}"
-        tmp = f"{folder}/.{uuid.uuid4().hex}.parquet.tmp"
-        pq.write_table(table, tmp, filesystem=self._fs, **SEGMENT_WRITE_OPTIONS)
-        try:
-            if self._local:
-                # link() never replaces an existing file, unlike rename().
-                try:
-                    os.link(tmp, final)
-                except FileExistsError as exc:
-                    raise SegmentConflictError(
-                        f"log {self.root!r}: bucket {bucket}: a segment at offset {start} "
-                        "already exists; another appender wrote this bucket concurrently"
-                    ) from exc
-            else:
-                if self._fs.get_file_info(final).type != pafs.FileType.NotFound:
-                    raise SegmentConflictError(
-                        f"log {self.root!r}: bucket {bucket}: a segment at offset {start} "
-                        "already exists; another appender wrote this bucket concurrently"
-                    )
-                self._fs.move(tmp, final)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                self._fs.delete_file(tmp)
+        what = f"log {self.root!r}: bucket {bucket}"
+        final = publish_segment(self._fs, folder, start, table, local=self._local, what=what)
         if self._local and not close:
             self._remember_open(bucket, final, start, time.monotonic(), table)
         else:
             self._open.pop(bucket, None)
             self._rows[(final, self._identity(final))] = table.num_rows
-
-    @contextlib.contextmanager
-    def _bucket_lock(self, bucket: int) -> Iterator[None]:
-        if not self._local:
-            yield
-            return
-        with open(f"{self._base}/{bucket}/.lock", "a") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     # -- retention ------------------------------------------------------------------------
     def drop_before(self, offsets: Mapping[int, int]) -> int:
@@ -672,16 +474,10 @@ class SegmentLog:
         """
         dropped = 0
         for bucket, offset in offsets.items():
-            with self._bucket_lock(bucket):
+            with bucket_lock(f"{self._base}/{bucket}", local=self._local):
                 segments = self.segments(bucket)
                 for i, segment in enumerate(segments[:-1]):
                     if segments[i + 1].base <= offset:
                         self._fs.delete_file(segment.path)
                         dropped += 1
         return dropped
-
-
-def _conform(batch: pa.RecordBatch) -> pa.RecordBatch:
-    if batch.schema.equals(RECORD_SCHEMA):
-        return batch
-    return batch.cast(RECORD_SCHEMA)
