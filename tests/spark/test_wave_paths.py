@@ -57,8 +57,7 @@ def _assert_exact(settings: PipelineSettings) -> None:
 def calls(monkeypatch) -> list[tuple]:
     """What the batch job and the backfill called to read and write: (reader or writer, the
     writer asked, whether a record count was expected)."""
-    import modeswitch.modes.batch as batch
-    import modeswitch.sources.native as native
+    import modeswitch.modes.waves as waves
 
     seen: list[tuple] = []
 
@@ -69,11 +68,10 @@ def calls(monkeypatch) -> list[tuple]:
 
         return called
 
-    monkeypatch.setattr(batch, "read_segments", spy("read_segments", batch.read_segments))
-    monkeypatch.setattr(native, "read_segments", spy("read_segments", native.read_segments))
-    monkeypatch.setattr(batch, "write_batch", spy("write_batch", batch.write_batch))
+    monkeypatch.setattr(waves, "read_segments", spy("read_segments", waves.read_segments))
+    monkeypatch.setattr(waves, "write_batch", spy("write_batch", waves.write_batch))
     monkeypatch.setattr(
-        batch.arrow_wave, "write_wave", spy("write_wave", batch.arrow_wave.write_wave)
+        waves.arrow_wave, "write_wave", spy("write_wave", waves.arrow_wave.write_wave)
     )
     return seen
 
