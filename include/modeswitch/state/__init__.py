@@ -1,7 +1,9 @@
 """The pipeline's control state in Delta tables: epochs, splits, progress, decisions, commands.
 
 Build a :class:`StateStore` from plain strings in each process that needs one (a Spark driver,
-an Airflow task, the CLI); it pickles, and concurrent writers lose no update.
+an Airflow task, the CLI); it pickles, and concurrent writers lose no update. Its parts are one
+per table: ``store.epochs``, ``store.ledger``, ``store.progress``, ``store.decisions``,
+``store.commands``; :func:`reconcile` brings them up to the sink's Delta log.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from modeswitch.state.records import (
     RecordedDecision,
     SplitStatus,
 )
-from modeswitch.state.store import StateStore
+from modeswitch.state.store import StateStore, reconcile
 
 __all__ = [
     "Command",
@@ -34,4 +36,5 @@ __all__ = [
     "RecordedDecision",
     "SplitStatus",
     "StateStore",
+    "reconcile",
 ]

@@ -1,18 +1,16 @@
 """What every part of the control state shares: where the tables are, and how one is opened.
 
-:class:`ControlState` holds the pipeline's id, the state root, the sink's URI and the storage
-options (strings only: it pickles); the parts of :class:`~modeswitch.state.StateStore` (one
+:class:`StateTables` holds the pipeline's id, the state root, the sink's URI and the storage
+options (strings only: it pickles). Each part of :class:`~modeswitch.state.StateStore` (one
 module per table: :mod:`.epochs`, :mod:`.ledger`, :mod:`.progress`, :mod:`.decisions`,
-:mod:`.commands`) build on it.
+:mod:`.commands`) is built over the store's one :class:`StateTables`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from modeswitch.state.records import check_choice, check_int, check_text, to_json
@@ -22,11 +20,7 @@ from modeswitch.storage import absolute_location
 log = logging.getLogger(__name__)
 
 
-STATE_DIR = "_modeswitch"
-_PIPELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-class ControlState:
+class StateTables:
     """The control tables of one pipeline, and the one sink table whose log they follow.
 
     ``state_root`` holds the tables (``<root>/epochs``, ``<root>/splits``, ...); local paths are
@@ -35,8 +29,8 @@ class ControlState:
     :class:`~modeswitch.errors.StateConflictError`; a table that reaches
     ``compact_at_files`` data files is compacted by the writer that got it there.
 
-    The store holds only strings and numbers: it pickles, and it opens the tables afresh on
-    every call, so one instance may be shared by threads or shipped to another process.
+    It holds only strings and numbers: it pickles, and it opens the tables afresh on every
+    call, so one instance may be shared by threads or shipped to another process.
     """
 
     def __init__(
@@ -62,27 +56,20 @@ class ControlState:
 
     def __repr__(self) -> str:
         return (
-            f"StateStore(state_root={self.state_root!r}, sink_table_uri={self.sink_table_uri!r},"
-            f" pipeline={self.pipeline!r})"
+            f"StateTables(state_root={self.state_root!r}, "
+            f"sink_table_uri={self.sink_table_uri!r}, pipeline={self.pipeline!r})"
         )
 
-    def table_uri(self, name: str) -> str:
+    def uri(self, name: str) -> str:
         """Where the control table ``name`` (``epochs``, ``splits``, ...) lives."""
         check_choice(name, tuple(SCHEMAS), what="control table")
         return f"{self.state_root}/{name}"
 
-    def epoch_event_maxima(self, epoch: int) -> dict[int, int]:
-        """Per bucket, the max event time of one epoch's sink commits (``progress``)."""
-        raise NotImplementedError
-
-    def control_table(self, name: str) -> ControlTable:
-        """Control table ``name`` (``epochs``, ``progress``, ...), for maintenance."""
-        return self._table(name)
-
-    def _table(self, name: str) -> ControlTable:
+    def table(self, name: str) -> ControlTable:
+        """Control table ``name`` (``epochs``, ``progress``, ...), opened afresh."""
         return ControlTable(
             name=name,
-            uri=self.table_uri(name),
+            uri=self.uri(name),
             schema=SCHEMAS[name],
             storage_options=self.storage_options,
             attempts=self.attempts,
@@ -94,10 +81,7 @@ def _normalise_uri(uri: str) -> str:
     return absolute_location(uri)
 
 
-def _iso(value: datetime | None) -> str:
-    return "never" if value is None else value.isoformat()
-
-
-def _json_roundtrip(value: Mapping[str, Any], *, what: str) -> dict[str, Any]:
-    """The value as it will read back from its JSON column."""
+def json_roundtrip(value: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+    """The value as it will read back from its JSON column (decisions' inputs, commands'
+    args)."""
     return json.loads(to_json(value, what=what))

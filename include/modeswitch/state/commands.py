@@ -17,8 +17,9 @@ from modeswitch.errors import (
     StateRecordNotFoundError,
 )
 from modeswitch.offsets import offsets_to_dict
+from modeswitch.sinks.commits import SinkCommit
 from modeswitch.sinks.history import LogSummary
-from modeswitch.state.base import ControlState, _json_roundtrip
+from modeswitch.state.base import StateTables, json_roundtrip
 from modeswitch.state.codec import command_from_row, command_to_row
 from modeswitch.state.records import (
     COMMAND_KINDS,
@@ -37,12 +38,14 @@ from modeswitch.state.tables import SCHEMAS, Change, Snapshot, insert, rows_tabl
 log = logging.getLogger(__name__)
 
 
-class CommandsState(ControlState):
-    """Submitting, resolving and reading operator commands."""
+class CommandTable:
+    """Submitting, resolving and reading operator commands, and the backfill and maintenance
+    runs recorded as commands (``store.commands``)."""
 
-    # --- commands ----------------------------------------------------------------------------
+    def __init__(self, tables: StateTables) -> None:
+        self._tables = tables
 
-    def submit_command(
+    def submit(
         self, kind: CommandKind, args: Mapping[str, Any] | None = None, *, issuer: str
     ) -> int:
         """Queue an operator command as ``pending`` and return its id (1, 2, ...; never
@@ -70,7 +73,7 @@ class CommandsState(ControlState):
                 )
             offsets = check_offsets(args["offsets"], what="rewind command offsets")
             args["offsets"] = offsets_to_dict(offsets)
-        stored_args = _json_roundtrip(args, what=f"{kind} command args")
+        stored_args = json_roundtrip(args, what=f"{kind} command args")
         now = utc_now()
 
         def plan(snapshot: Snapshot) -> Change[int]:
@@ -86,11 +89,13 @@ class CommandsState(ControlState):
             rows = rows_table(SCHEMAS["commands"], [command_to_row(command)])
             return Change(command.id, insert(rows))
 
-        command_id = self._table("commands").transact(f"submit_command {kind}", plan)
-        log.info("pipeline %s: command %d %s from %s", self.pipeline, command_id, kind, issuer)
+        command_id = self._tables.table("commands").transact(f"submit_command {kind}", plan)
+        log.info(
+            "pipeline %s: command %d %s from %s", self._tables.pipeline, command_id, kind, issuer
+        )
         return command_id
 
-    def apply_command(self, command: int, epoch: int, offsets: Mapping[int, int]) -> bool:
+    def apply(self, command: int, epoch: int, offsets: Mapping[int, int]) -> bool:
         """Mark a pending command applied in ``epoch`` at the commit boundary ``offsets``.
 
         True if this call applied it. False if it was no longer pending (already applied, by
@@ -112,7 +117,7 @@ class CommandsState(ControlState):
             ),
         )
 
-    def reject_command(self, command: int, reason: str) -> bool:
+    def reject(self, command: int, reason: str) -> bool:
         """Mark a pending command rejected, saying why; True if this call rejected it, False
         if it was no longer pending."""
         reason = check_text(
@@ -139,7 +144,7 @@ class CommandsState(ControlState):
             rows = snapshot.read(pc.field("id") == command_id).to_pylist()
             if not rows:
                 raise StateRecordNotFoundError(
-                    f"command {command_id} does not exist in {self.table_uri('commands')}"
+                    f"command {command_id} does not exist in {self._tables.uri('commands')}"
                 )
             current = command_from_row(rows[0])
             if current.status != expected:
@@ -149,38 +154,38 @@ class CommandsState(ControlState):
                 True, upsert(rows_table(SCHEMAS["commands"], [command_to_row(resolved)]), ("id",))
             )
 
-        done = self._table("commands").transact(f"command {command_id} {outcome}", plan)
+        done = self._tables.table("commands").transact(f"command {command_id} {outcome}", plan)
         if done:
-            log.info("pipeline %s: command %d %s", self.pipeline, command_id, outcome)
+            log.info("pipeline %s: command %d %s", self._tables.pipeline, command_id, outcome)
         else:
             log.info(
                 "pipeline %s: command %d was no longer %s; not %s",
-                self.pipeline,
+                self._tables.pipeline,
                 command_id,
                 expected,
                 outcome,
             )
         return done
 
-    def command(self, command: int) -> Command:
+    def get(self, command: int) -> Command:
         """The command ``command``; :class:`~modeswitch.errors.StateRecordNotFoundError` if
         none."""
         command_id = check_int(command, what="command", minimum=1)
-        rows = self._table("commands").read(pc.field("id") == command_id).to_pylist()
+        rows = self._tables.table("commands").read(pc.field("id") == command_id).to_pylist()
         if not rows:
             raise StateRecordNotFoundError(
-                f"command {command_id} does not exist in {self.table_uri('commands')}"
+                f"command {command_id} does not exist in {self._tables.uri('commands')}"
             )
         return command_from_row(rows[0])
 
-    def commands(self, status: str | None = None, *, last: int | None = None) -> list[Command]:
+    def list(self, status: str | None = None, *, last: int | None = None) -> list[Command]:
         """Commands in submission order, optionally only those with ``status``, or only the
         ``last`` ones submitted.
 
         The table keeps every command (maintenance adds one an hour), so a stream's poll for
         pending commands, twice a second, must not read them all: the ids and statuses are
         read first (two small columns), then only the rows wanted."""
-        table = self._table("commands")
+        table = self._tables.table("commands")
         if status is None and last is None:
             rows = table.read().to_pylist()
             return sorted((command_from_row(row) for row in rows), key=lambda c: c.id)
@@ -196,8 +201,6 @@ class CommandsState(ControlState):
         where = (pc.field("id") >= ids[0]) & (pc.field("id") <= ids[-1])
         rows = table.read(where, match=pc.field("id").isin(ids)).to_pylist()
         return sorted((command_from_row(row) for row in rows), key=lambda c: c.id)
-
-    # --- backfill runs -----------------------------------------------------------------------
 
     def claim_backfill(
         self,
@@ -231,7 +234,7 @@ class CommandsState(ControlState):
         )
         log.info(
             "pipeline %s: backfill command %d %s (run %s)",
-            self.pipeline,
+            self._tables.pipeline,
             command_id,
             describe_backfill(args),
             run_id,
@@ -247,7 +250,7 @@ class CommandsState(ControlState):
 
         def refuse(held: Command, args: Mapping[str, Any]) -> Exception:
             return MaintenanceRefusedError(
-                f"maintenance of pipeline {self.pipeline!r} refused: run "
+                f"maintenance of pipeline {self._tables.pipeline!r} refused: run "
                 f"{held.args.get('run_id')!r} (command {held.id}, started "
                 f"{held.created_at.isoformat()}) holds the maintenance lease until "
                 f"{(held.created_at + lease).isoformat()}"
@@ -270,7 +273,7 @@ class CommandsState(ControlState):
     ) -> int:
         run_id = check_text(run_id, what=f"{kind} run id", allow_empty=False)
         issuer = check_text(issuer, what="command issuer", allow_empty=False)
-        stored_args = _json_roundtrip({**args, "run_id": run_id}, what=f"{kind} command args")
+        stored_args = json_roundtrip({**args, "run_id": run_id}, what=f"{kind} command args")
         now = utc_now()
 
         def plan(snapshot: Snapshot) -> Change[int]:
@@ -310,7 +313,7 @@ class CommandsState(ControlState):
             )
             return Change(command.id, upsert(rows, ("id",), insert_missing=True))
 
-        return self._table("commands").transact(f"claim_{kind}", plan)
+        return self._tables.table("commands").transact(f"claim_{kind}", plan)
 
     def finish_backfill(self, command: int, *, error: str | None = None, **outcome: Any) -> bool:
         """Mark a running backfill ``applied`` (its ``outcome``, e.g. records and sink version,
@@ -322,7 +325,7 @@ class CommandsState(ControlState):
         def finish(current: Command) -> Command:
             if error is not None:
                 return replace(current, status="rejected", rejected_at=now, reason=error)
-            args = _json_roundtrip({**current.args, **outcome}, what="backfill outcome")
+            args = json_roundtrip({**current.args, **outcome}, what="backfill outcome")
             return replace(current, status="applied", applied_at=now, args=args)
 
         return self._resolve_command(
@@ -336,7 +339,7 @@ class CommandsState(ControlState):
         dies before it ends). False, nothing written, if it no longer holds its claim."""
 
         def note(current: Command) -> Command:
-            return replace(current, args=_json_roundtrip({**current.args, **outcome}, what="run"))
+            return replace(current, args=json_roundtrip({**current.args, **outcome}, what="run"))
 
         return self._resolve_command(command, "noted", note, expected="running")
 
@@ -344,7 +347,7 @@ class CommandsState(ControlState):
         """What maintenance runs kept of the sink's log before cleaning it, oldest first
         (:mod:`modeswitch.sinks.history`): what the exactly-once audit reads in its place.
         A run that died after keeping its summary counts too."""
-        rows = self._table("commands").read(match=pc.field("kind") == "maintain")
+        rows = self._tables.table("commands").read(match=pc.field("kind") == "maintain")
         found = []
         for command in map(command_from_row, rows.to_pylist()):
             raw = command.args.get("log_summary")
@@ -352,9 +355,17 @@ class CommandsState(ControlState):
                 found.append(LogSummary.from_dict(raw))
         return sorted(found, key=lambda s: s.through)
 
-    def pending_commands(self) -> list[Command]:
+    def pending(self) -> list[Command]:
         """Commands waiting for a commit boundary, oldest first."""
-        return self.commands("pending")
+        return self.list("pending")
+
+    def acknowledge_rewind(self, commit: SinkCommit) -> bool:
+        """Mark the rewind command of sink commit ``commit`` applied, with the commit's epoch
+        and end offsets: the one outcome both ``decide`` and
+        :func:`~modeswitch.state.reconcile` record. True if this call applied it."""
+        if not commit.is_rewind or commit.command is None:
+            raise InvalidStateInputError(f"sink commit {commit!r} is not a rewind")
+        return self.apply(commit.command, max(commit.epoch, 1), commit.end)
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modeswitch.errors import InvalidStateInputError
-from modeswitch.state.base import ControlState, _json_roundtrip
+from modeswitch.state.base import StateTables, json_roundtrip
 from modeswitch.state.codec import decision_from_row, decision_to_row
 from modeswitch.state.records import (
     MODES,
@@ -32,12 +32,13 @@ from modeswitch.state.tables import SCHEMAS, TIMESTAMP, Change, Snapshot, insert
 log = logging.getLogger(__name__)
 
 
-class DecisionsState(ControlState):
-    """Recording and reading decisions."""
+class DecisionTable:
+    """Recording and reading decisions (``store.decisions``)."""
 
-    # --- decisions ---------------------------------------------------------------------------
+    def __init__(self, tables: StateTables) -> None:
+        self._tables = tables
 
-    def record_decision(
+    def record(
         self,
         mode: Mode,
         reason: str,
@@ -63,17 +64,17 @@ class DecisionsState(ControlState):
             mode=check_choice(mode, MODES, what="decision mode"),
             reason=check_text(reason, what="decision reason"),
             switched=switched,
-            inputs=_json_roundtrip(inputs, what="decision inputs"),
+            inputs=json_roundtrip(inputs, what="decision inputs"),
             epoch=None if epoch is None else check_int(epoch, what="decision epoch", minimum=1),
             decided_by=check_text(decided_by, what="decided_by"),
         )
         rows = rows_table(SCHEMAS["decisions"], [decision_to_row(decision)])
-        self._table("decisions").transact(
+        self._tables.table("decisions").transact(
             f"record_decision {decision.mode}", lambda _: Change(None, insert(rows))
         )
         return decision
 
-    def decisions(
+    def list(
         self,
         limit: int | None = None,
         *,
@@ -93,7 +94,7 @@ class DecisionsState(ControlState):
         (compacted files hold row groups in time order, so older ones are skipped by their
         statistics)."""
         offset = check_int(offset, what="offset")
-        delta = self._table("decisions").load()
+        delta = self._tables.table("decisions").load()
         if delta is None:
             return []
         snapshot = Snapshot(delta)
@@ -119,16 +120,14 @@ class DecisionsState(ControlState):
         picked = rows.take(order[offset:end]).to_pylist()
         return [decision_from_row(row if inputs else {**row, "inputs": "{}"}) for row in picked]
 
-    def decision_count(self) -> int:
+    def count(self) -> int:
         """How many decisions are recorded (one column read)."""
-        return self._table("decisions").read(columns=["at"]).num_rows
+        return self._tables.table("decisions").read(columns=["at"]).num_rows
 
-    def latest_decision(self) -> RecordedDecision | None:
+    def latest(self) -> RecordedDecision | None:
         """The newest policy evaluation, or None before the first."""
-        newest = self.decisions(limit=1)
+        newest = self.list(limit=1)
         return newest[0] if newest else None
-
-    # --- commands ----------------------------------------------------------------------------
 
 
 _FIRST_STRETCH = timedelta(minutes=1)

@@ -1,4 +1,9 @@
-"""The ``epochs`` table: one row per epoch (mode, why, start / boundary / end, status)."""
+"""The ``epochs`` table: one row per epoch (mode, why, start / boundary / end, status).
+
+Closing an epoch keeps with it the max event times of its sink commits (read from
+``progress``); :meth:`EpochTable.max_event_times` reads them back, with the running epoch's
+from ``progress`` and the rewinds from ``commands``.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +23,11 @@ from modeswitch.errors import (
     StateRecordNotFoundError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
-from modeswitch.sinks.commits import latest_sink_commit
-from modeswitch.state.base import ControlState, _iso
+from modeswitch.sinks.commits import latest_sink_commit, rewind_txn_version, split_txn_version
+from modeswitch.state.base import StateTables
 from modeswitch.state.codec import epoch_from_row, epoch_to_row
+from modeswitch.state.commands import CommandTable
+from modeswitch.state.progress import ProgressTable
 from modeswitch.state.records import (
     CLOSED_EPOCH_STATUSES,
     MODES,
@@ -47,12 +54,19 @@ from modeswitch.state.tables import (
 log = logging.getLogger(__name__)
 
 
-class EpochsState(ControlState):
-    """Opening, closing and reading epochs."""
+class EpochTable:
+    """Opening, closing and reading epochs (``store.epochs``). ``progress`` gives a closing
+    epoch the max event times it keeps; ``commands`` the rewinds that
+    :meth:`max_event_times` leaves out."""
 
-    # --- epochs ------------------------------------------------------------------------------
+    def __init__(
+        self, tables: StateTables, *, progress: ProgressTable, commands: CommandTable
+    ) -> None:
+        self._tables = tables
+        self._progress = progress
+        self._commands = commands
 
-    def open_epoch(
+    def open(
         self,
         mode: Mode,
         reason: str,
@@ -85,7 +99,9 @@ class EpochsState(ControlState):
                 f"epoch boundary: a stream epoch has no boundary, got {boundary!r}"
             )
         latest = latest_sink_commit(
-            self.sink_table_uri, self.pipeline, storage_options=self.storage_options
+            self._tables.sink_table_uri,
+            self._tables.pipeline,
+            storage_options=self._tables.storage_options,
         )
         sink_floor = latest.epoch if latest else 0
         now = utc_now()
@@ -126,11 +142,13 @@ class EpochsState(ControlState):
                 new_id, upsert(rows_table(SCHEMAS["epochs"], rows), ("id",), insert_missing=True)
             )
 
-        epoch_id = self._table("epochs").transact(f"open_epoch {mode}", plan)
-        log.info("pipeline %s: opened %s epoch %d (%s)", self.pipeline, mode, epoch_id, reason)
+        epoch_id = self._tables.table("epochs").transact(f"open_epoch {mode}", plan)
+        log.info(
+            "pipeline %s: opened %s epoch %d (%s)", self._tables.pipeline, mode, epoch_id, reason
+        )
         return epoch_id
 
-    def close_epoch(
+    def close(
         self,
         epoch: int,
         end: Mapping[int, int],
@@ -151,10 +169,10 @@ class EpochsState(ControlState):
         now = utc_now()
         # Kept with the epoch, so that the watermark's inputs are read from the epochs table
         # and the running epoch's rows, not from every progress row the pipeline ever wrote.
-        maxima = self.epoch_event_maxima(epoch_id)
+        maxima = self._progress.epoch_event_maxima(epoch_id)
 
         def plan(snapshot: Snapshot) -> Change[bool]:
-            current = _one_epoch(snapshot, epoch_id, self.table_uri("epochs"))
+            current = _one_epoch(snapshot, epoch_id, self._tables.uri("epochs"))
             if not current.running:
                 if current.status == status and current.end == end:
                     return Change(False)
@@ -173,16 +191,16 @@ class EpochsState(ControlState):
             rows = rows_table(SCHEMAS["epochs"], [epoch_to_row(closed)])
             return Change(True, upsert(rows, ("id",)))
 
-        closed = self._table("epochs").transact(f"close_epoch {epoch_id}", plan)
+        closed = self._tables.table("epochs").transact(f"close_epoch {epoch_id}", plan)
         if closed:
-            log.info("pipeline %s: closed epoch %d as %s", self.pipeline, epoch_id, status)
+            log.info("pipeline %s: closed epoch %d as %s", self._tables.pipeline, epoch_id, status)
         return closed
 
-    def epochs(self, *, last: int | None = None, since: datetime | None = None) -> list[Epoch]:
+    def list(self, *, last: int | None = None, since: datetime | None = None) -> list[Epoch]:
         """Every epoch, oldest first; or only the ``last`` newest, and those that ran at or
         after ``since`` (still running, or ended then). Bounded by what it returns: the ids
         and times are read first, then the rows of the epochs wanted only."""
-        table = self._table("epochs")
+        table = self._tables.table("epochs")
         where = None
         if last is not None or since is not None:
             times = table.read(columns=["id", "ended_at"])
@@ -201,26 +219,67 @@ class EpochsState(ControlState):
         rows = table.read(where).to_pylist()
         return sorted((epoch_from_row(row) for row in rows), key=lambda epoch: epoch.id)
 
-    def epoch(self, epoch: int) -> Epoch:
+    def get(self, epoch: int) -> Epoch:
         """The epoch ``epoch``; :class:`~modeswitch.errors.StateRecordNotFoundError` if none."""
         epoch_id = check_int(epoch, what="epoch", minimum=1)
-        rows = self._table("epochs").read(pc.field("id") == epoch_id).to_pylist()
+        rows = self._tables.table("epochs").read(pc.field("id") == epoch_id).to_pylist()
         if not rows:
             raise StateRecordNotFoundError(
-                f"epoch {epoch_id} does not exist in {self.table_uri('epochs')}"
+                f"epoch {epoch_id} does not exist in {self._tables.uri('epochs')}"
             )
         return epoch_from_row(rows[0])
 
-    def current_epoch(self) -> Epoch | None:
+    def current(self) -> Epoch | None:
         """The running epoch, or None between epochs."""
-        rows = self._table("epochs").read(match=pc.field("status") == "running").to_pylist()
+        rows = self._tables.table("epochs").read(match=pc.field("status") == "running").to_pylist()
         epochs = sorted((epoch_from_row(row) for row in rows), key=lambda epoch: epoch.id)
         return epochs[-1] if epochs else None
 
-    def latest_epoch(self) -> Epoch | None:
+    def latest(self) -> Epoch | None:
         """The newest epoch, running or closed; None before the first one."""
-        epochs = self.epochs(last=1)
+        epochs = self.list(last=1)
         return epochs[-1] if epochs else None
+
+    def max_event_times(self) -> dict[int, int]:
+        """Per bucket, the max event time (µs) of what is in the sink, from ``progress``.
+
+        A bucket that a rewind moved back counts only commits after the newest rewind of it
+        (its later rows were deleted); until one lands it has none, and the policy treats it
+        as behind. Rewinds come from the applied ``rewind`` commands (cheap to read: no
+        sink history), whose epoch and id give the rewind commit's place among the commits.
+        """
+        cutoff: dict[int, int] = {}
+        for command in self._commands.list("applied"):
+            if command.kind != "rewind" or command.applied_epoch is None:
+                continue
+            version = rewind_txn_version(command.applied_epoch, command.id)
+            for bucket in command.args.get("offsets", {}):
+                cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
+        # Rows of epoch e count for bucket b unless a rewind of b was applied after an epoch
+        # >= e: a data commit's version txn_version(e, seq) is below rewind_txn_version(a, c)
+        # exactly when e <= a.
+        after = {bucket: split_txn_version(v)[0] for bucket, v in cutoff.items()}
+        latest: dict[int, int] = {}
+        for epoch, maxima in self._event_maxima_by_epoch().items():
+            for bucket, micros in maxima.items():
+                if epoch > after.get(bucket, 0):
+                    latest[bucket] = max(micros, latest.get(bucket, micros))
+        return latest
+
+    def _event_maxima_by_epoch(self) -> dict[int, dict[int, int]]:
+        """Per epoch and bucket, the max event time of its sink commits: a closed epoch's
+        from the epochs table (kept when it closed), the others' (the running one, and any
+        closed before the maxima were kept) from their progress rows only."""
+        epochs = self.list()
+        kept = {e.id: e.max_event_time_us for e in epochs if e.max_event_time_us is not None}
+        unkept = [e.id for e in epochs if e.id not in kept]
+        lowest = min([*unkept, max(kept, default=0) + 1])
+        read = self._progress.event_maxima_from(lowest)
+        return {**read, **kept}  # type: ignore[dict-item]
+
+
+def _iso(value: datetime | None) -> str:
+    return "never" if value is None else value.isoformat()
 
 
 def _one_epoch(snapshot: Snapshot, epoch_id: int, where: str) -> Epoch:

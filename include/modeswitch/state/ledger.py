@@ -1,9 +1,12 @@
-"""The split ledger (``splits``) of batch epochs, and the ``finished`` buckets of each."""
+"""The split ledger (``splits``) of batch epochs, and the ``finished`` buckets of each.
+
+The ledger reads the epoch a split belongs to (its start and boundary) from the epochs table.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Protocol
@@ -15,8 +18,10 @@ from modeswitch.errors import (
     InvalidStateTransitionError,
     StateRecordNotFoundError,
 )
-from modeswitch.state.base import ControlState
+from modeswitch.offsets import OffsetsMap
+from modeswitch.state.base import StateTables
 from modeswitch.state.codec import split_from_row, split_to_row
+from modeswitch.state.epochs import EpochTable
 from modeswitch.state.records import (
     SPLIT_STATUSES,
     SPLIT_TRANSITIONS,
@@ -58,12 +63,15 @@ class WaveLike(Protocol):
     def splits(self) -> Iterable[SplitLike]: ...
 
 
-class LedgerState(ControlState):
-    """The split ledger and the buckets that reached their boundary."""
+class SplitLedger:
+    """The split ledger and the buckets that reached their boundary (``store.ledger``);
+    ``epochs`` gives each batch epoch's range."""
 
-    # --- split ledger ------------------------------------------------------------------------
+    def __init__(self, tables: StateTables, *, epochs: EpochTable) -> None:
+        self._tables = tables
+        self._epochs = epochs
 
-    def record_splits(self, epoch: int, waves: Iterable[WaveLike]) -> int:
+    def record(self, epoch: int, waves: Iterable[WaveLike]) -> int:
         """Add the planned splits of a batch epoch to its ledger as ``pending``; returns how
         many rows were added.
 
@@ -73,7 +81,7 @@ class LedgerState(ControlState):
         re-plan, mark the old splits ``replanned`` first; a re-plan continues the wave
         numbering, so a new split never repeats a replanned one's wave.
         """
-        owner = self.epoch(epoch)
+        owner = self._epochs.get(epoch)
         if owner.mode != "batch" or owner.boundary is None:
             raise InvalidStateInputError(
                 f"epoch {owner.id} is a {owner.mode} epoch; only batch epochs have a split ledger"
@@ -119,11 +127,11 @@ class LedgerState(ControlState):
             rows_new = rows_table(SCHEMAS["splits"], [split_to_row(s) for s in records])
             return Change(len(records), insert(rows_new))
 
-        added = self._table("splits").transact(f"record_splits epoch {owner.id}", plan)
-        log.info("pipeline %s: epoch %d ledger +%d splits", self.pipeline, owner.id, added)
+        added = self._tables.table("splits").transact(f"record_splits epoch {owner.id}", plan)
+        log.info("pipeline %s: epoch %d ledger +%d splits", self._tables.pipeline, owner.id, added)
         return added
 
-    def mark_splits(
+    def mark(
         self,
         epoch: int,
         splits: Iterable[SplitLike | tuple[int, int, int]],
@@ -167,7 +175,7 @@ class LedgerState(ControlState):
             rows_changed = rows_table(SCHEMAS["splits"], [split_to_row(s) for s in changed])
             return Change(len(changed), upsert(rows_changed, _SPLIT_KEY_COLUMNS))
 
-        return self._table("splits").transact(f"mark_splits epoch {epoch_id} {status}", plan)
+        return self._tables.table("splits").transact(f"mark_splits epoch {epoch_id} {status}", plan)
 
     def splits(self, epoch: int, status: SplitStatus | None = None) -> list[LedgerSplit]:
         """The ledger of an epoch (optionally only one status), by wave, bucket and offset."""
@@ -176,18 +184,20 @@ class LedgerState(ControlState):
         if status is not None:
             check_choice(status, SPLIT_STATUSES, what="split status")
             match = pc.field("status") == status
-        rows = self._table("splits").read(pc.field("epoch") == epoch_id, match=match).to_pylist()
+        rows = (
+            self._tables.table("splits")
+            .read(pc.field("epoch") == epoch_id, match=match)
+            .to_pylist()
+        )
         return sorted(
             (split_from_row(row) for row in rows), key=lambda s: (s.wave, s.bucket, s.start)
         )
 
-    # --- backlog finished --------------------------------------------------------------------
-
-    def record_backlog_finished(self, epoch: int, buckets: Iterable[int]) -> int:
+    def record_finished(self, epoch: int, buckets: Iterable[int]) -> int:
         """Record that ``buckets`` of batch epoch ``epoch`` reached their boundary (Fluss's
         BacklogFinishEvent); returns how many were new. Each bucket is recorded once per
         epoch: recording it again (a retried job) is a no-op."""
-        owner = self.epoch(epoch)
+        owner = self._epochs.get(epoch)
         if owner.mode != "batch" or owner.boundary is None:
             raise InvalidStateInputError(
                 f"epoch {owner.id} is a {owner.mode} epoch; only batch epochs finish a backlog"
@@ -220,15 +230,42 @@ class LedgerState(ControlState):
             )
             return Change(len(new), insert(table))
 
-        return self._table("finished").transact(f"record_backlog_finished {owner.id}", plan)
+        return self._tables.table("finished").transact(f"record_backlog_finished {owner.id}", plan)
 
-    def finished_buckets(self, epoch: int) -> dict[int, datetime]:
+    def finished(self, epoch: int) -> dict[int, datetime]:
         """The buckets of a batch epoch that reached their boundary, and when."""
         epoch_id = check_int(epoch, what="epoch", minimum=1)
-        rows = self._table("finished").read(pc.field("epoch") == epoch_id).to_pylist()
+        rows = self._tables.table("finished").read(pc.field("epoch") == epoch_id).to_pylist()
         return {row["bucket"]: row["finished_at"] for row in rows}
 
-    # --- progress ----------------------------------------------------------------------------
+    def commit_reached(
+        self, newest_end: Mapping[int, OffsetsMap], *, now: datetime
+    ) -> tuple[LedgerSplit, ...]:
+        """Mark committed every pending split ``[bucket, start, end)`` of an epoch whose newest
+        sink commit ended at ``end`` or beyond in that bucket (``newest_end``: per epoch, that
+        commit's end offsets); returns the splits marked, in one commit (what
+        :func:`~modeswitch.state.reconcile` repairs)."""
+
+        def plan(snapshot: Snapshot) -> Change[tuple[LedgerSplit, ...]]:
+            if not newest_end:
+                return Change(())
+            pending = [
+                split_from_row(row)
+                for row in snapshot.read(
+                    pc.field("epoch") >= min(newest_end), match=pc.field("status") == "pending"
+                ).to_pylist()
+            ]
+            covered = tuple(
+                replace(split, status="committed", updated_at=now)
+                for split in pending
+                if split.end <= newest_end.get(split.epoch, {}).get(split.bucket, -1)
+            )
+            if not covered:
+                return Change(())
+            rows = rows_table(SCHEMAS["splits"], [split_to_row(s) for s in covered])
+            return Change(covered, upsert(rows, _SPLIT_KEY_COLUMNS))
+
+        return self._tables.table("splits").transact("reconcile splits", plan)
 
 
 def _split_key(split: SplitLike | tuple[int, int, int], *, what: str) -> tuple[int, int, int]:

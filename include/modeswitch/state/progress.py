@@ -22,9 +22,9 @@ from modeswitch.errors import (
     StateConflictError,
 )
 from modeswitch.offsets import OffsetsMap, offsets_to_dict
-from modeswitch.sinks.commits import SinkCommit, rewind_txn_version, split_txn_version
+from modeswitch.sinks.commits import SinkCommit
 from modeswitch.sinks.commits import committed_offsets as sink_committed_offsets
-from modeswitch.state.base import ControlState
+from modeswitch.state.base import StateTables
 from modeswitch.state.codec import progress_from_row, progress_to_row
 from modeswitch.state.records import (
     MODES,
@@ -67,12 +67,13 @@ def progress_keys(commits: Sequence[SinkCommit | Progress]) -> pc.Expression:
     )
 
 
-class ProgressState(ControlState):
-    """Recording and reading the sink commits; what the sink holds."""
+class ProgressTable:
+    """Recording and reading the sink commits; what the sink holds (``store.progress``)."""
 
-    # --- progress ----------------------------------------------------------------------------
+    def __init__(self, tables: StateTables) -> None:
+        self._tables = tables
 
-    def record_progress(
+    def record(
         self,
         commit: SinkCommit,
         *,
@@ -85,9 +86,9 @@ class ProgressState(ControlState):
         with :class:`~modeswitch.errors.InvalidStateTransitionError` (the sink log disagrees
         with the state: a bug, never to be papered over).
         """
-        return self.record_progress_many([commit], watermark=watermark, recorded_by=recorded_by) > 0
+        return self.record_many([commit], watermark=watermark, recorded_by=recorded_by) > 0
 
-    def record_progress_many(
+    def record_many(
         self,
         commits: Sequence[SinkCommit],
         *,
@@ -97,7 +98,7 @@ class ProgressState(ControlState):
     ) -> int:
         """Record several sink commits in one commit of the progress table (a stream records
         its micro-batches this way, about once a second); returns how many were new. Same
-        idempotence and refusal as :meth:`record_progress`. ``through``: a sink version up to
+        idempotence and refusal as :meth:`record`. ``through``: a sink version up to
         which every commit of the pipeline is recorded once these are (the caller read the
         log up to it); it moves :meth:`reconciled_through` forward in the same commit."""
         rows = [self._progress_of(c, watermark=watermark, recorded_by=recorded_by) for c in commits]
@@ -135,21 +136,50 @@ class ProgressState(ControlState):
             table = rows_table(SCHEMAS["progress"], [progress_to_row(p) for p in new])
             return Change(len(new), insert(table), mark=mark)
 
-        return self._table("progress").transact(f"record_progress {label}", plan)
+        return self._tables.table("progress").transact(f"record_progress {label}", plan)
+
+    def record_missing(
+        self, commits: Sequence[SinkCommit], *, through: int, now: pendulum.DateTime
+    ) -> tuple[tuple[int, int], ...]:
+        """Record, as ``recorded_by="reconcile"``, those of ``commits`` (newest first) that
+        have no progress row, oldest first, and move :meth:`reconciled_through` up to sink
+        version ``through`` in the same commit; returns the ``(epoch, sequence)`` recorded.
+        A commit already recorded is left as it is (what
+        :func:`~modeswitch.state.reconcile` repairs)."""
+
+        def plan(snapshot: Snapshot) -> Change[tuple[tuple[int, int], ...]]:
+            recorded = set()
+            if commits:
+                have = snapshot.read(progress_keys(commits), columns=["epoch", "sequence"])
+                recorded = {(row["epoch"], row["sequence"]) for row in have.to_pylist()}
+            missing = [c for c in reversed(commits) if (c.epoch, c.sequence) not in recorded]
+            held = snapshot.transaction_version(self._reconciled_app)
+            advance = through > (-1 if held is None else held)
+            if not missing and not advance:
+                return Change(())
+            rows = [
+                progress_to_row(self._progress_of(c, recorded_by="reconcile", now=now))
+                for c in missing
+            ]
+            keys = tuple((c.epoch, c.sequence) for c in missing)
+            write = insert(rows_table(SCHEMAS["progress"], rows)) if rows else no_rows()
+            return Change(keys, write, mark=(self._reconciled_app, through) if advance else None)
+
+        return self._tables.table("progress").transact("reconcile progress", plan)
 
     @property
     def _reconciled_app(self) -> str:
-        return f"{self.pipeline}/reconciled"
+        return f"{self._tables.pipeline}/reconciled"
 
     def reconciled_through(self) -> int:
         """The sink version up to which every commit of the pipeline is recorded in
-        ``progress`` (-1 before any): where :meth:`reconcile` and a stream's supervisor start
-        reading the sink's log."""
-        table = self._table("progress").load()
+        ``progress`` (-1 before any): where :func:`~modeswitch.state.reconcile` and a stream's
+        supervisor start reading the sink's log."""
+        table = self._tables.table("progress").load()
         held = None if table is None else table.transaction_version(self._reconciled_app)
         return -1 if held is None else held
 
-    def downsample_progress(self, horizon: timedelta, *, now: datetime | None = None) -> int:
+    def downsample(self, horizon: timedelta, *, now: datetime | None = None) -> int:
         """Merge the progress rows recorded more than ``horizon`` ago into one row per epoch
         and hour (its first commit's start, its last commit's end, the records summed, the
         max event times, ``commits`` the number of commits it stands for); returns how many
@@ -164,11 +194,11 @@ class ProgressState(ControlState):
         """
         from deltalake import CommitProperties, Transaction, write_deltalake
 
-        table = self._table("progress")
+        table = self._tables.table("progress")
         hour = timedelta(hours=1)
         now_s = int((as_utc(now) if now is not None else utc_now()).timestamp())
         cut_s = (now_s - int(horizon.total_seconds())) // 3600 * 3600
-        app = f"{self.pipeline}/downsampled"
+        app = f"{self._tables.pipeline}/downsampled"
 
         def attempt(number: int) -> int:
             delta = table.load()
@@ -209,33 +239,33 @@ class ProgressState(ControlState):
 
         removed = retry_commit_races(
             attempt,
-            attempts=self.attempts,
-            what=f"downsampling progress of pipeline {self.pipeline!r}",
+            attempts=self._tables.attempts,
+            what=f"downsampling progress of pipeline {self._tables.pipeline!r}",
             error=StateConflictError,
         )
         if removed:
             log.info(
                 "pipeline %s: progress older than %s merged: %d rows fewer",
-                self.pipeline,
+                self._tables.pipeline,
                 horizon,
                 removed,
             )
         return removed
 
-    def progress(self, epoch: int | None = None) -> list[Progress]:
+    def list(self, epoch: int | None = None) -> list[Progress]:
         """Recorded sink commits (of one epoch, or all), by epoch and sequence."""
         where = None
         if epoch is not None:
             where = pc.field("epoch") == check_int(epoch, what="epoch")
-        rows = self._table("progress").read(where).to_pylist()
+        rows = self._tables.table("progress").read(where).to_pylist()
         return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
 
-    def progress_after_version(self, version: int) -> list[Progress]:
+    def after_version(self, version: int) -> list[Progress]:
         """Recorded sink commits that wrote a sink table version above ``version`` (rows
         without a recorded version are left out), by epoch and sequence: what landed since a
         reader last looked at ``version``."""
         where = pc.field("sink_version") > check_int(version, what="version", minimum=-1)
-        rows = self._table("progress").read(where).to_pylist()
+        rows = self._tables.table("progress").read(where).to_pylist()
         return sorted((progress_from_row(row) for row in rows), key=lambda p: (p.epoch, p.sequence))
 
     def epoch_summaries(self, first_epoch: int) -> dict[int, dict[str, Any]]:
@@ -244,7 +274,7 @@ class ProgressState(ControlState):
         and the first and last sink table versions it wrote (``first_version``,
         ``last_version``; None where no row records one). Reads six columns of the rows of
         those epochs only (older row groups are skipped by their statistics)."""
-        rows = self._table("progress").read(
+        rows = self._tables.table("progress").read(
             pc.field("epoch") >= check_int(first_epoch, what="first_epoch"),
             columns=["epoch", "records", "committed_at", "commits", "quarantined", "sink_version"],
         )
@@ -284,34 +314,10 @@ class ProgressState(ControlState):
     def committed_offsets(self) -> OffsetsMap:
         """Per bucket, the end of what is in the sink, read from the sink's own Delta log."""
         return sink_committed_offsets(
-            self.sink_table_uri, self.pipeline, storage_options=self.storage_options
+            self._tables.sink_table_uri,
+            self._tables.pipeline,
+            storage_options=self._tables.storage_options,
         )
-
-    def max_event_times(self) -> dict[int, int]:
-        """Per bucket, the max event time (µs) of what is in the sink, from ``progress``.
-
-        A bucket that a rewind moved back counts only commits after the newest rewind of it
-        (its later rows were deleted); until one lands it has none, and the policy treats it
-        as behind. Rewinds come from the applied ``rewind`` commands (cheap to read: no
-        sink history), whose epoch and id give the rewind commit's place among the commits.
-        """
-        cutoff: dict[int, int] = {}
-        for command in self.commands("applied"):
-            if command.kind != "rewind" or command.applied_epoch is None:
-                continue
-            version = rewind_txn_version(command.applied_epoch, command.id)
-            for bucket in command.args.get("offsets", {}):
-                cutoff[int(bucket)] = max(version, cutoff.get(int(bucket), version))
-        # Rows of epoch e count for bucket b unless a rewind of b was applied after an epoch
-        # >= e: a data commit's version txn_version(e, seq) is below rewind_txn_version(a, c)
-        # exactly when e <= a.
-        after = {bucket: split_txn_version(v)[0] for bucket, v in cutoff.items()}
-        latest: dict[int, int] = {}
-        for epoch, maxima in self._event_maxima_by_epoch().items():
-            for bucket, micros in maxima.items():
-                if epoch > after.get(bucket, 0):
-                    latest[bucket] = max(micros, latest.get(bucket, micros))
-        return latest
 
     def epoch_event_maxima(self, epoch: int) -> dict[int, int]:
         """Per bucket, the max event time of one epoch's sink commits: what closing the epoch
@@ -320,21 +326,15 @@ class ProgressState(ControlState):
             epoch, {}
         )
 
-    def _event_maxima_by_epoch(self) -> dict[int, dict[int, int]]:
-        """Per epoch and bucket, the max event time of its sink commits: a closed epoch's
-        from the epochs table (kept when it closed), the others' (the running one, and any
-        closed before the maxima were kept) from their progress rows only."""
-        epochs = self.epochs()
-        kept = {e.id: e.max_event_time_us for e in epochs if e.max_event_time_us is not None}
-        unkept = [e.id for e in epochs if e.id not in kept]
-        lowest = min([*unkept, max(kept, default=0) + 1])
-        read = self._progress_maxima(pc.field("epoch") >= lowest)
-        return {**read, **kept}  # type: ignore[dict-item]
+    def event_maxima_from(self, first_epoch: int) -> dict[int, dict[int, int]]:
+        """Per epoch from ``first_epoch`` on and per bucket, the max event time of its sink
+        commits, from their progress rows (older epochs' rows are skipped by statistics)."""
+        return self._progress_maxima(pc.field("epoch") >= first_epoch)
 
     def _progress_maxima(self, where: pc.Expression) -> dict[int, dict[int, int]]:
         """Per epoch and bucket, the max event time of the progress rows ``where`` selects,
         in one vectorised pass (the JSON maps become one column per bucket)."""
-        rows = self._table("progress").read(where, columns=["epoch", "max_event_time_us"])
+        rows = self._tables.table("progress").read(where, columns=["epoch", "max_event_time_us"])
         maxima: dict[int, dict[int, int]] = {}
         if not rows.num_rows:
             return maxima
@@ -362,9 +362,10 @@ class ProgressState(ControlState):
     ) -> Progress:
         if not isinstance(commit, SinkCommit):
             raise InvalidStateInputError(f"sink commit: {commit!r} is not a SinkCommit")
-        if commit.pipeline != self.pipeline:
+        pipeline = self._tables.pipeline
+        if commit.pipeline != pipeline:
             raise InvalidStateInputError(
-                f"sink commit: pipeline {commit.pipeline!r} is not this store's {self.pipeline!r}"
+                f"sink commit: pipeline {commit.pipeline!r} is not this store's {pipeline!r}"
             )
         what = f"sink commit {commit.epoch}/{commit.sequence}"
         committed_at = None

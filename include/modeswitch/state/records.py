@@ -191,9 +191,9 @@ class Progress:
     """One sink commit as the control state knows it (row of ``progress``).
 
     ``recorded_by`` is ``"sink"`` when the writer recorded it after its commit, or
-    ``"reconcile"`` when :meth:`StateStore.reconcile` repaired it from the sink's Delta log;
+    ``"reconcile"`` when :func:`~modeswitch.state.reconcile` repaired it from the sink's Delta log;
     ``"maintain"`` for a row that stands for ``commits`` consecutive commits of its epoch,
-    merged past the progress horizon (:meth:`StateStore.downsample_progress`).
+    merged past the progress horizon (:meth:`.ProgressTable.downsample`).
     """
 
     epoch: int
@@ -251,7 +251,7 @@ class Command:
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """What :meth:`StateStore.reconcile` repaired: progress rows it inserted, as
+    """What :func:`~modeswitch.state.reconcile` repaired: progress rows it inserted, as
     ``(epoch, sequence)``, the splits it marked committed, and the rewind commands it marked
     applied."""
 
