@@ -105,7 +105,7 @@ def _stream_deferred(database: Path) -> bool:
 
 def _first_batch_seconds(settings: PipelineSettings) -> float:
     """The first batch epoch: from its opening (the epochs table) to its last sink commit."""
-    first = StateStore.from_settings(settings).epochs()[0]
+    first = StateStore.from_settings(settings).epochs.list()[0]
     commits = sink_commits(settings.sink, settings.pipeline)
     last = max(c.committed_at_ms for c in commits if c.epoch == first.id)
     return round(last / 1000 - first.started_at.timestamp(), 1)

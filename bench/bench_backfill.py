@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         producer.join()
         # Paused once it has written what was produced.
-        store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
+        store.commands.submit("pause", {"note": "benchmark done"}, issuer="bench")
         job.join(timeout=300)
         runner.close()
     close_epoch(settings, stream)

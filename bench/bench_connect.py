@@ -119,7 +119,7 @@ def run_one(variant: str, scratch: Path, seconds: float) -> dict:
     measure_from = time.time() + WARM_UP_SECONDS
     timer = threading.Timer(
         WARM_UP_SECONDS + seconds,
-        lambda: store.submit_command("pause", {"note": "benchmark done"}, issuer="bench"),
+        lambda: store.commands.submit("pause", {"note": "benchmark done"}, issuer="bench"),
     )
     producer.start()
     timer.start()

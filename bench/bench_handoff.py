@@ -87,7 +87,7 @@ def one_round(root: Path, engine: str, records: int, console: Console) -> dict:
         for before, after in itertools.pairwise(commits)
         if (before.mode, after.mode) == ("batch", "stream")
     ]
-    epochs = StateStore.from_settings(settings).epochs()
+    epochs = StateStore.from_settings(settings).epochs.list()
     batches = [e for e in epochs if e.mode == "batch"]
     assert len(handoffs) == 2 and len(batches) == 2, (handoffs, [e.mode for e in epochs])
     return {

@@ -244,7 +244,7 @@ def run_stream(scratch: Path, name: str, log_root: str, label: str, **extra: str
     while process.poll() is None:
         if committed_offsets(settings.sink, settings.pipeline) == target:
             caught_up = time.perf_counter()
-            store.submit_command("pause", {"note": "benchmark caught up"}, issuer="bench")
+            store.commands.submit("pause", {"note": "benchmark caught up"}, issuer="bench")
             break
         time.sleep(0.2)
     code = finish(process)
@@ -376,7 +376,7 @@ def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path
         # Past Spark's start and the catch-up of what arrived during the batch epoch.
         measure_from = time.time() + WARM_UP_SECONDS
         time.sleep(WARM_UP_SECONDS + seconds)
-        store.submit_command("pause", {"note": "benchmark done"}, issuer="bench")
+        store.commands.submit("pause", {"note": "benchmark done"}, issuer="bench")
         job.join(timeout=180)
         if job.is_alive() or failure:
             raise RuntimeError(f"the stream job did not stop cleanly: {failure}")

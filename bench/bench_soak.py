@@ -191,7 +191,7 @@ class History:
         self.bookkeeping.append(time.perf_counter() - began)
 
     def log_bytes(self) -> dict[str, int]:
-        state = {name: log_bytes(self.store.table_uri(name)) for name in SCHEMAS}
+        state = {name: log_bytes(self.store.tables.uri(name)) for name in SCHEMAS}
         return {"sink": log_bytes(self.settings.sink), "state": sum(state.values())}
 
 

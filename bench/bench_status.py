@@ -153,7 +153,7 @@ def build(root: Path, progress_rows: int, decision_rows: int) -> PipelineSetting
         ("progress", [progress_to_row(p) for p in progress]),
         ("decisions", [decision_to_row(d) for d in decisions]),
     ):
-        table = ControlTable(name, store.table_uri(name), SCHEMAS[name])
+        table = ControlTable(name, store.tables.uri(name), SCHEMAS[name])
         for lo in range(0, len(rows), CHUNK):
             write_deltalake(
                 table.uri, rows_table(SCHEMAS[name], rows[lo : lo + CHUNK]), mode="append"
@@ -208,7 +208,7 @@ class LiveWriter(threading.Thread):
         sequence = 10_000
         while not self.stop.wait(0.25):
             now = datetime.now(UTC)
-            self.store.record_decision("stream", "live", decision_inputs(now, {0: 1}, "stream"))
+            self.store.decisions.record("stream", "live", decision_inputs(now, {0: 1}, "stream"))
             row = progress_to_row(
                 Progress(
                     epoch=EPOCHS,

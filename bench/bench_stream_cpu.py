@@ -140,7 +140,7 @@ def one_round(work: Path, records: int, per_trigger: int, runtime: timedelta) ->
         run_job_process("stream", settings, stream.epoch)
         seconds = time.monotonic() - began
         status, _ = close_epoch(settings, stream.epoch)
-    progress = StateStore.from_settings(settings).progress(stream.epoch)
+    progress = StateStore.from_settings(settings).progress.list(stream.epoch)
     return {
         "status": status,
         "micro_batches": len(progress),

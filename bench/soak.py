@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             soak.settings.sink,
             soak.settings.quarantine,
             soak.settings.pipeline,
-            summaries=store.log_summaries(),
+            summaries=store.commands.log_summaries(),
         )
         totals = report.totals
         ok = report.ok and totals.missing == 0 and totals.duplicated == 0

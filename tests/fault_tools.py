@@ -107,8 +107,8 @@ def pause_when_caught_up(
         while not done.wait(0.5):
             if committed_offsets(settings.sink, settings.pipeline) != target:
                 continue
-            if not again or not store.commands("pending"):
-                store.submit_command("pause", {"note": "caught up"}, issuer="test")
+            if not again or not store.commands.list("pending"):
+                store.commands.submit("pause", {"note": "caught up"}, issuer="test")
                 if not again:
                     return
 
@@ -378,7 +378,7 @@ def assert_safe(settings: PipelineSettings, journal: Journal) -> None:
     keys = [(c.epoch, c.sequence) for c in commits]
     assert len(keys) == len(set(keys)), "a wave or micro-batch was committed twice"
     assert offset_regressions(commits) == []
-    epochs = StateStore(settings.state_root, settings.sink, settings.pipeline).epochs()
+    epochs = StateStore(settings.state_root, settings.sink, settings.pipeline).epochs.list()
     assert all(not e.running for e in epochs)
     for before, after in itertools.pairwise(epochs):
         assert after.start == before.end, f"epoch {after.id} does not start where {before.id} ended"

@@ -95,7 +95,7 @@ def test_a_window_is_filled_while_the_pipeline_streams(
             first += 200
         while committed_offsets(settings.sink, "afbackfill") != log.latest_offsets():
             threading.Event().wait(0.5)
-        store.submit_command("pause", {"note": "test over"}, issuer="test")
+        store.commands.submit("pause", {"note": "test over"}, issuer="test")
 
     backfilled = threading.Event()
     stream = threading.Thread(
@@ -135,7 +135,7 @@ def test_a_window_is_filled_while_the_pipeline_streams(
         if started_at < c.table_version < commit.table_version
     ]
     assert beside, "no live commit landed while the backfill ran"
-    [ran] = [c for c in store.commands() if c.kind == "backfill"]
+    [ran] = [c for c in store.commands.list() if c.kind == "backfill"]
     assert (ran.status, ran.args["records"]) == ("applied", commit.records)
     # The window that landed is an event on the sink's Asset, through the backfill DAG's alias.
     [(extra, alias)] = asset_events(f"file://{settings.sink}")

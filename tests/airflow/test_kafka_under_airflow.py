@@ -76,7 +76,7 @@ def test_a_kafka_pipeline_under_airflow_keeps_the_connections_secret_off_every_t
             finally:
                 stop_engine(settings)
         assert EngineAddress.read(engine_file(settings)) is None
-        epochs = StateStore.from_settings(settings).epochs()
+        epochs = StateStore.from_settings(settings).epochs.list()
         assert [(e.mode, e.status) for e in epochs] == [
             ("batch", "completed"),
             ("stream", "completed"),

@@ -49,13 +49,13 @@ def test_a_run_compacts_the_sink_and_the_audit_holds(airflow_db, tmp_path: Path)
     log = SegmentLog.create(settings.source, buckets=2)
     produce_backlog(log, EventGenerator(seed=1, buckets=2), records=800)
     store = StateStore.from_settings(settings)
-    epoch = store.open_epoch("stream", "live", {0: 0, 1: 0})
+    epoch = store.epochs.open("stream", "live", {0: 0, 1: 0})
     for sequence in range(40):  # a stream's micro-batches: a small file each
         commit = commit_to_sink(
             settings.sink, epoch, sequence, {0: 5 * sequence, 1: 5 * sequence},
             {0: 5 * sequence + 5, 1: 5 * sequence + 5}, mode="stream", pipeline=PIPELINE,
         )  # fmt: skip
-        store.record_progress(commit)
+        store.progress.record(commit)
     rows = DeltaTable(settings.sink).to_pyarrow_table().num_rows
     env = {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()}
     env["AIRFLOW_VAR_MODESWITCH_SOURCE"] = settings.source
@@ -66,7 +66,7 @@ def test_a_run_compacts_the_sink_and_the_audit_holds(airflow_db, tmp_path: Path)
     assert str(run.state) == "success"
     assert len(DeltaTable(settings.sink).file_uris()) == 1
     assert DeltaTable(settings.sink).to_pyarrow_table().num_rows == rows
-    [command] = [c for c in store.commands() if c.kind == "maintain"]
+    [command] = [c for c in store.commands.list() if c.kind == "maintain"]
     assert command.status == "applied" and command.issuer.startswith("airflow")
     sink = next(t for t in command.args["tables"] if t["table"] == "sink")
     assert (sink["files_before"], sink["files_after"]) == (40, 1)
@@ -75,12 +75,12 @@ def test_a_run_compacts_the_sink_and_the_audit_holds(airflow_db, tmp_path: Path)
         settings.sink,
         settings.quarantine,
         PIPELINE,
-        summaries=store.log_summaries(),
+        summaries=store.commands.log_summaries(),
     )
     assert report.ok and report.totals.expected == 400
 
     # Another run holds the lease: this one fails with the reason and rewrites nothing.
-    store.claim_maintenance(run_id="elsewhere", issuer="test", lease=timedelta(hours=1))
+    store.commands.claim_maintenance(run_id="elsewhere", issuer="test", lease=timedelta(hours=1))
     version = DeltaTable(settings.sink).version()
     dag = _dag()
     # No retry: dag.test() would wait out the task's retry_delay (a minute) to be refused again.

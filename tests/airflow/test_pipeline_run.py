@@ -73,13 +73,13 @@ def test_batch_then_stream_epoch_with_a_control_command(
     states = _states(run)
     assert states["decide"] == "success", states
     assert {states["backlog_batch"], states["stream"], states["close_epoch"]} == {"skipped"}
-    assert store.epochs() == []  # a dry run decides and shows, and writes nothing
+    assert store.epochs.list() == []  # a dry run decides and shows, and writes nothing
 
     run = pipeline.test(run_conf={"force_mode": "auto", "dry_run": False})
     states = _states(run)
     assert str(run.state) == "success", states
     assert states["stream"] == "skipped"
-    [batch] = store.epochs()
+    [batch] = store.epochs.list()
     assert (batch.mode, batch.status) == ("batch", "completed")
     assert sum(batch.end.values()) == sum(batch.boundary.values()) == RECORDS
     # The closed epoch is an event on the sink's Asset, through the pipeline DAG's alias.
@@ -130,12 +130,12 @@ def test_batch_then_stream_epoch_with_a_control_command(
     states = _states(run)
     assert str(run.state) == "success", states
     assert states["backlog_batch"] == "skipped"
-    _, stream = store.epochs()
+    _, stream = store.epochs.list()
     assert (stream.mode, stream.status) == ("stream", "completed")
     assert stream.start == batch.end  # the exact handoff
     assert sum(stream.end.values()) > RECORDS  # it read some of the new records
     assert "command" in (stream.end_reason or ""), stream.end_reason  # not its 10 min runtime
-    [command] = store.commands()
+    [command] = store.commands.list()
     assert (command.kind, command.status) == ("switch_to_batch", "applied")
     assert command.applied_epoch == stream.id
     events = [extra for extra, _ in asset_events(f"file://{sink}")]

@@ -189,7 +189,8 @@ def test_random_task_and_job_kills_under_the_scheduler_converge_exactly_once(
     def converged() -> bool:
         with contextlib.suppress(Exception):  # the control tables come with the first epoch
             return any(
-                e.mode == "stream" and not e.running and e.end == target for e in store.epochs()
+                e.mode == "stream" and not e.running and e.end == target
+                for e in store.epochs.list()
             )
         return False
 
@@ -218,8 +219,8 @@ def test_random_task_and_job_kills_under_the_scheduler_converge_exactly_once(
         airflow.wait_for(
             "the pause to close every epoch",
             lambda: (
-                [c for c in store.commands() if c.kind == "pause" and c.status == "applied"]
-                and not any(e.running for e in store.epochs())
+                [c for c in store.commands.list() if c.kind == "pause" and c.status == "applied"]
+                and not any(e.running for e in store.epochs.list())
             ),
             180,
         )

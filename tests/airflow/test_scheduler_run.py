@@ -55,6 +55,7 @@ from fault_tools import (
     records_in_window,
 )
 from postgres_tools import PostgresServer, throwaway_postgres
+from state_tools import warehouse_store
 
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import submit_control_command
@@ -65,7 +66,6 @@ from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.processes import stop_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
 
 pytestmark = pytest.mark.scheduler
 
@@ -551,12 +551,12 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
         "close_epoch": "success",
     }
     variables = airflow.env
-    store = StateStore.for_warehouse(
+    store = warehouse_store(
         variables["AIRFLOW_VAR_MODESWITCH_WAREHOUSE"],
         "sched",
         f"{variables['AIRFLOW_VAR_MODESWITCH_WAREHOUSE']}/sched",
     )
-    first = store.epochs()[0]
+    first = store.epochs.list()[0]
     assert (first.mode, first.status) == ("batch", "completed")
     assert first.end == first.boundary
     assert sum(first.end.values()) == RECORDS
@@ -584,7 +584,9 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
     landed = json.loads(value)
     assert landed["epochs"][0]["epoch"] == first.id
     assert all(e["rows"] == e["records"] for e in landed["epochs"]), landed
-    assert landed["epochs"][0]["rows"] == store.epoch_summaries(first.id)[first.id]["records"]
+    assert (
+        landed["epochs"][0]["rows"] == store.progress.epoch_summaries(first.id)[first.id]["records"]
+    )
 
     # Records that arrive now are committed by the next epochs: the sink's live Asset, watched
     # in the triggerer, has events for them, whether or not those epochs have closed.
@@ -684,11 +686,11 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     assert version.startswith("PostgreSQL")
     airflow.wait_for("the four components to be healthy", lambda: _healthy(airflow.port), 240)
     warehouse = airflow.env["AIRFLOW_VAR_MODESWITCH_WAREHOUSE"]
-    store = StateStore.for_warehouse(warehouse, "sched", f"{warehouse}/sched")
+    store = warehouse_store(warehouse, "sched", f"{warehouse}/sched")
 
     def streaming() -> bool:
         with contextlib.suppress(Exception):  # the control tables are created by the first run
-            return any(e.mode == "stream" and e.running for e in store.epochs())
+            return any(e.mode == "stream" and e.running for e in store.epochs.list())
         return False
 
     airflow.wait_for("the batch epoch, then a stream epoch to run", streaming, 600)
@@ -697,7 +699,7 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
         return any(c.mode == "stream" for c in sink_commits(f"{warehouse}/sched", "sched"))
 
     airflow.wait_for("the stream's first commit", stream_committed, 240)
-    [running] = [e for e in store.epochs() if e.running]
+    [running] = [e for e in store.epochs.list() if e.running]
     # The warm engine runs the stream (it opened it at the batch's end); the stream task
     # handed it over and is deferred, its wait in the triggerer: no worker slot held.
     airflow.wait_for(
@@ -730,13 +732,13 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
         airflow.wait_for(
             f"the stream to commit the records produced after crash {crash + 1}",
             lambda latest=latest: all(
-                store.committed_offsets().get(b, 0) >= n for b, n in latest.items()
+                store.progress.committed_offsets().get(b, 0) >= n for b, n in latest.items()
             ),
             240,
         )
         if crash + 1 < PG_CRASHES:
             airflow.wait_for("the components to be healthy", lambda: _healthy(airflow.port), 300)
-    assert [e.id for e in store.epochs() if e.running] == [running.id]
+    assert [e.id for e in store.epochs.list() if e.running] == [running.id]
     # The operator's page queues commands without the scheduler (the same function as the
     # control DAG's task): the stream stops at its next commit boundary.
     variables = settings_from_airflow(
@@ -749,7 +751,7 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     )
 
     def stopped_stream():
-        ended = [e for e in store.epochs() if e.mode == "stream" and not e.running]
+        ended = [e for e in store.epochs.list() if e.mode == "stream" and not e.running]
         return ended[0] if ended else None
 
     stream = airflow.wait_for("the stream to stop on the command", stopped_stream, 240)
@@ -772,14 +774,14 @@ def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     assert control == [("success",)], airflow.logs()
     airflow.wait_for(
         "the pause to be applied",
-        lambda: [c for c in store.commands() if c.kind == "pause" and c.status == "applied"],
+        lambda: [c for c in store.commands.list() if c.kind == "pause" and c.status == "applied"],
         300,
     )
-    batch = store.epochs()[0]
+    batch = store.epochs.list()[0]
     assert (batch.mode, batch.status) == ("batch", "completed")
     assert sum(batch.end.values()) == RECORDS
     assert stream.status == "completed" and stream.start == batch.end  # the exact handoff
-    [command] = [c for c in store.commands() if c.kind == "switch_to_batch"]
+    [command] = [c for c in store.commands.list() if c.kind == "switch_to_batch"]
     assert command.status == "applied" and command.applied_epoch == stream.id
     assert "command" in (stream.end_reason or ""), stream.end_reason
     # The pipeline's task instances are Airflow's rows in PostgreSQL.

@@ -53,11 +53,13 @@ def test_the_connections_extras_become_the_tables_storage_options(variables) -> 
     assert SECRET not in settings.to_json()  # the settings name the connection only
     options = connection_storage_options(settings)
     assert options == EXTRAS
-    assert StateStore.from_settings(settings, storage_options=options).storage_options == EXTRAS
+    assert (
+        StateStore.from_settings(settings, storage_options=options).tables.storage_options == EXTRAS
+    )
     written = sink_options(settings, 1, "batch")  # Spark prints a write's options
     assert SECRET not in json.dumps(written)
     assert ENV_STORAGE_OPTIONS not in os.environ  # handed over, never exported
-    assert StateStore.from_settings(settings).storage_options == {}  # a job: its environment
+    assert StateStore.from_settings(settings).tables.storage_options == {}  # a job: its environment
 
 
 def _record_stores(monkeypatch) -> list[dict[str, str]]:
@@ -68,7 +70,7 @@ def _record_stores(monkeypatch) -> list[dict[str, str]]:
 
     def recording(cls, settings, *, storage_options=None):
         store = real(cls, settings, storage_options=storage_options)
-        seen.append((store.storage_options, os.environ.get(ENV_STORAGE_OPTIONS)))
+        seen.append((store.tables.storage_options, os.environ.get(ENV_STORAGE_OPTIONS)))
         return store
 
     monkeypatch.setattr(StateStore, "from_settings", classmethod(recording))

@@ -194,7 +194,7 @@ def test_a_stream_job_killed_after_its_first_commits_succeeds_on_a_retry(
 
     run = pipeline.test(run_conf={"force_mode": "batch", "dry_run": False})
     assert str(run.state) == "success", _states(run)
-    [batch] = store.epochs()
+    [batch] = store.epochs.list()
     assert (batch.mode, batch.status) == ("batch", "completed")
     assert sum(batch.end.values()) == RECORDS
 
@@ -228,7 +228,7 @@ def test_a_stream_job_killed_after_its_first_commits_succeeds_on_a_retry(
     assert any(cmd.split()[1:2] == [STREAM_JOB] for cmd in watcher.killed), watcher.killed
     assert watcher.stop_queued
 
-    _, stream = store.epochs()
+    _, stream = store.epochs.list()
     assert (stream.mode, stream.status) == ("stream", "completed")
     assert stream.start == batch.end  # the exact handoff
     assert stream.end == log.latest_offsets()

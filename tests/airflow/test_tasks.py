@@ -80,7 +80,7 @@ def test_control_command_is_queued(variables) -> None:
     )
     settings = settings_from_airflow(get_variable=variables.get)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    [pending] = store.pending_commands()
+    [pending] = store.commands.pending()
     assert (pending.id, pending.kind, pending.args) == (
         result["command"],
         "switch_to_batch",
@@ -110,7 +110,7 @@ def test_bad_control_params_are_refused(variables, params, message) -> None:
     with pytest.raises(ConfigError, match=message):
         submit_control_command(params, get_variable=variables.get)
     settings = settings_from_airflow(get_variable=variables.get)
-    assert StateStore(settings.state_root, settings.sink, settings.pipeline).commands() == []
+    assert StateStore(settings.state_root, settings.sink, settings.pipeline).commands.list() == []
 
 
 def test_trigger_serialize_round_trip(variables) -> None:

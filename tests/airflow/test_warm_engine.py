@@ -136,7 +136,7 @@ def kill_attached(settings: PipelineSettings) -> int:
     """:func:`kill_engine` once the stream task has attached to the stream epoch the engine
     runs (the engine started it itself at the batch's end): killed before, the task would
     start a new engine and run the epoch in its first try (ci30 saw that, under load)."""
-    [epoch] = [e.id for e in StateStore.from_settings(settings).epochs() if e.running]
+    [epoch] = [e.id for e in StateStore.from_settings(settings).epochs.list() if e.running]
     said = engine_file(settings).with_suffix(".log")
     deadline = time.monotonic() + WAIT
     while f"attached to stream epoch {epoch}, still running" not in said.read_text():
@@ -198,13 +198,13 @@ def _batch_stream_batch_stream(settings: PipelineSettings, log: SegmentLog) -> N
     # task's trigger (dag.test() runs it in line), not by the task.
     said = engine_file(settings).with_suffix(".log").read_text()
     waited = re.findall(r"a deferred task waits for (\w+) epoch (\d+)", said)
-    assert [(e.mode, str(e.id)) for e in store.epochs()] == waited, waited
+    assert [(e.mode, str(e.id)) for e in store.epochs.list()] == waited, waited
     # The warm-up stream started with the engine ran beside the first batch instead of giving
     # way to it: it ended (here, stopped by the first stream epoch: this batch is short) only
     # after the batch had started. (Before, it stopped at the task's first request.)
     warm_up_end = said.index("stream warm-up: ")
     assert said.index("engine: running batch epoch") < warm_up_end, said[:warm_up_end][-3000:]
-    epochs = store.epochs()
+    epochs = store.epochs.list()
     assert [(e.mode, e.status) for e in epochs] == [
         ("batch", "completed"),
         ("stream", "completed"),
@@ -214,7 +214,7 @@ def _batch_stream_batch_stream(settings: PipelineSettings, log: SegmentLog) -> N
     for before, after in itertools.pairwise(epochs):
         assert after.start == before.end  # each handoff exact
     # Each stream epoch was opened by the engine right after its batch, not by the next run.
-    openers = [d.decided_by for d in store.decisions() if d.switched and d.mode == "stream"]
+    openers = [d.decided_by for d in store.decisions.list() if d.switched and d.mode == "stream"]
     assert openers.count("engine") == 2, openers
     assert epochs[-1].end == log.latest_offsets()
     report = audit(log.root, settings.sink, settings.quarantine, PIPELINE)
@@ -266,7 +266,7 @@ def test_an_engine_killed_mid_stream_and_mid_wave_is_replaced_and_nothing_is_los
     assert stream_ti.try_number == 2
     assert len(killed) == 2 and engine_pid(settings) not in (None, *killed)
 
-    batch, stream = store.epochs()
+    batch, stream = store.epochs.list()
     assert (batch.status, stream.status) == ("completed", "completed")
     assert stream.start == batch.end and stream.end == log.latest_offsets()
     sequences = sorted(c.sequence for c in stream_commits(settings.sink, stream.id))

@@ -145,12 +145,12 @@ def test_commands_go_through_the_control_dags_checks(client, pipeline) -> None:
         os.environ, {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in pipeline.items()}
     ):
         store = StateStore.from_settings(settings_from_airflow())
-    assert store.commands() == []
+    assert store.commands.list() == []
     queued = http.post(
         "/modeswitch/api/commands", json={"command": "pause", "note": "n"}, headers=token("op")
     )
     assert queued.status_code == 200, queued.text
-    (command,) = store.commands()
+    (command,) = store.commands.list()
     assert queued.json()["command"] == command.id
     assert (command.kind, command.issuer, command.args) == ("pause", "page user-op", {"note": "n"})
     # Also in Airflow's own Audit Log, under the control DAG: who, when, which command.
@@ -280,13 +280,13 @@ def test_hostile_commands_are_refused_and_queue_nothing(client, pipeline, body, 
         stores = [
             StateStore.from_settings(settings_from_airflow({"pipeline": p})) for p in PIPELINES
         ]
-        before = sum(len(store.commands()) for store in stores)
+        before = sum(len(store.commands.list()) for store in stores)
         if raw is None:
             response = http.post("/modeswitch/api/commands", json=body, headers=token("op"))
         else:  # not JSON at all
             headers = {**token("op"), "Content-Type": "application/json"}
             response = http.post("/modeswitch/api/commands", content=raw, headers=headers)
-        after = [c for store in stores for c in store.commands()]
+        after = [c for store in stores for c in store.commands.list()]
     _refused_properly(response)
     if response.status_code != 200:
         assert len(after) == before  # nothing queued from a refused request
@@ -347,7 +347,7 @@ def test_a_cross_site_form_post_cannot_queue_a_command(client, pipeline) -> None
                     "/modeswitch/api/commands", content=body, headers={"Content-Type": simple}
                 )
                 assert sent.status_code == 422, (simple, sent.status_code, sent.text[:300])
-            assert store.commands() == []
+            assert store.commands.list() == []
             # The page's own same-origin call, with the cookie alone, works.
             same_site = http.post(
                 "/modeswitch/api/commands",
@@ -357,7 +357,7 @@ def test_a_cross_site_form_post_cannot_queue_a_command(client, pipeline) -> None
             assert same_site.status_code == 200, same_site.text[:300]
         finally:
             http.cookies.clear()
-    assert [c.kind for c in store.commands()] == ["pause"]
+    assert [c.kind for c in store.commands.list()] == ["pause"]
 
 
 def _audit_log_entries() -> list:

@@ -60,15 +60,15 @@ def test_the_page_shows_what_the_control_tables_hold(
     browser.save_screenshot(str(tmp_path / "page.png"))
 
     store = StateStore.from_settings(pipeline)
-    epochs = store.epochs()
+    epochs = store.epochs.list()
     assert browser.find_element("css selector", "[data-testid=mode]").text == "stream"
     assert browser.find_element("css selector", "[data-testid=epoch]").text == str(epochs[-1].id)
 
-    committed = store.committed_offsets()
+    committed = store.progress.committed_offsets()
     shown = {int(row[0]): int(row[1].replace(",", "")) for row in cells(browser, "buckets")}
     assert shown == committed
 
-    decisions = store.decisions(limit=20)
+    decisions = store.decisions.list(limit=20)
     rows = cells(browser, "decisions")
     assert [row[3] for row in rows] == [d.decided_by for d in decisions]
     assert rows[0][4] == decisions[0].reason
@@ -126,7 +126,7 @@ def test_a_bad_rewind_is_refused_on_the_page(
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = StateStore.from_settings(pipeline)
-    before = store.commands()
+    before = store.commands.list()
     log_in(browser, airflow_url, users[role])
     open_page(browser, airflow_url, pipeline.pipeline)
     browser.find_element("id", "rewind-offsets").send_keys(offsets)
@@ -139,7 +139,7 @@ def test_a_bad_rewind_is_refused_on_the_page(
     )
     browser.save_screenshot(str(tmp_path / "refused.png"))
     assert result.text.startswith(message), result.text
-    assert store.commands() == before  # nothing was queued
+    assert store.commands.list() == before  # nothing was queued
 
 
 def test_a_command_from_the_page_is_queued_like_the_control_dags(
@@ -158,8 +158,8 @@ def test_a_command_from_the_page_is_queued_like_the_control_dags(
             and b.find_element("id", "action-result")
         )
     )
-    command = max(store.commands(), key=lambda c: c.id)
+    command = max(store.commands.list(), key=lambda c: c.id)
     assert result.text == f"queued command {command.id} (pause)"
     assert (command.kind, command.status, command.issuer) == ("pause", "pending", "page admin")
     assert command.args == {"note": "maintenance window"}
-    store.reject_command(command.id, "test over")  # leave the pipeline as it was
+    store.commands.reject(command.id, "test over")  # leave the pipeline as it was

@@ -35,7 +35,7 @@ def wide(pipeline: PipelineSettings) -> PipelineSettings:
     for derived in ("sink", "quarantine", "state_root", "checkpoint_root"):
         del mapping[derived]
     settings = PipelineSettings.from_mapping({**mapping, "pipeline": "wide"})
-    epoch = StateStore.from_settings(settings).open_epoch(
+    epoch = StateStore.from_settings(settings).epochs.open(
         "batch",
         "test: a backlog over 1 000 buckets",
         {b: 0 for b in range(BUCKETS)},
@@ -117,12 +117,14 @@ def test_the_chart_zooms_into_a_range_and_back(
     # Its axis says so, and it draws the decisions of the range only.
     assert chart.find_element("css selector", "text.t-from").text == label(since)
     assert chart.find_element("css selector", "text.t-to").text == label(until) + " UTC"
-    assert int(chart.get_attribute("data-points")) == len(store.decisions(since=since, until=until))
+    assert int(chart.get_attribute("data-points")) == len(
+        store.decisions.list(since=since, until=until)
+    )
     assert browser.find_element("id", "zoom-reset").is_enabled()
 
     # From the keyboard: the range from a second before the first switch to one after the
     # second: two switches drawn, the decisions between them.
-    first, second = [d for d in reversed(store.decisions()) if d.switched][:2]
+    first, second = [d for d in reversed(store.decisions.list()) if d.switched][:2]
     since = (first.at - timedelta(seconds=1)).replace(microsecond=0)
     until = (second.at + timedelta(seconds=1)).replace(microsecond=0)
     for field, value in (("zoom-from", since), ("zoom-to", until)):
@@ -132,7 +134,9 @@ def test_the_chart_zooms_into_a_range_and_back(
     box.send_keys(Keys.ENTER)
     wait.until(lambda b: chart_range(b) == (since, until))
     assert len(chart.find_elements("css selector", "line.switch")) == 2
-    assert int(chart.get_attribute("data-points")) == len(store.decisions(since=since, until=until))
+    assert int(chart.get_attribute("data-points")) == len(
+        store.decisions.list(since=since, until=until)
+    )
     # A time the API cannot read is refused with its reason; the range stays.
     box = browser.find_element("id", "zoom-from")
     box.clear()

@@ -104,7 +104,7 @@ def test_the_cycle_runs_on_a_two_worker_standalone_cluster(
         stopped = stop_engine(settings)
     assert stopped, "the batch task started the engine, and it outlived the runs"
 
-    epochs = StateStore.from_settings(settings).epochs()
+    epochs = StateStore.from_settings(settings).epochs.list()
     assert [e.mode for e in epochs[:4]] == ["batch", "stream", "batch", "stream"]
     assert all(e.status == "completed" for e in epochs), [(e.id, e.status) for e in epochs]
     for before, after in itertools.pairwise(epochs):

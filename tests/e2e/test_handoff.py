@@ -128,7 +128,7 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
             epochs.append(run_epoch(runner, settings, "stream"))
         assert burst.fired.is_set(), (
             "the stream never caught up with the live producer; its epoch ended: "
-            f"{store.epochs()[-1].end_reason}"
+            f"{store.epochs.list()[-1].end_reason}"
         )
         epochs.append(run_epoch(runner, settings, "batch"))  # drains the burst
         short = PipelineSettings.from_mapping(
@@ -143,7 +143,7 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
     # Each epoch starts exactly where the previous one ended: no gap, no overlap.
     for (_, _, end), (_, start, _) in itertools.pairwise(epochs):
         assert start == end
-    recorded = store.epochs()
+    recorded = store.epochs.list()
     assert [e.mode for e in recorded] == ["batch", "stream", "batch", "stream"]
     assert all(e.status == "completed" for e in recorded)
     assert recorded[0].end == recorded[0].boundary
@@ -152,7 +152,7 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
     assert "policy" in stream_stop, stream_stop
     assert "watermark lag" in stream_stop, stream_stop
     # The first stream kept up with the live producer before the burst held it back.
-    first_stream = [p for p in store.progress(recorded[1].id)]
+    first_stream = [p for p in store.progress.list(recorded[1].id)]
     assert len(first_stream) >= 3
 
     report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)

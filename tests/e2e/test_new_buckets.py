@@ -71,7 +71,7 @@ def test_buckets_added_under_a_running_pipeline_are_read_exactly_once(tmp_path: 
         grown.update(log.latest_offsets())
         while not done.wait(0.5):
             if committed_offsets(settings.sink, "grow") == grown:
-                store.submit_command("pause", {"note": "caught up"}, issuer="test")
+                store.commands.submit("pause", {"note": "caught up"}, issuer="test")
                 return
 
     watcher = threading.Thread(target=grow_then_pause, daemon=True)

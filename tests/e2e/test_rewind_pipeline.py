@@ -72,7 +72,7 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     assert batch.mode == "batch"
     run_job_process("batch", settings, batch.epoch, timeout=600)
     assert close_epoch(settings, batch.epoch)[0] == "completed"
-    drained = store.committed_offsets()
+    drained = store.progress.committed_offsets()
     rewind_to = {0: drained[0] // 2, 2: 0}
 
     stream = decide(settings, force_mode="stream", decided_by="e2e")
@@ -80,9 +80,9 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
 
     def rewind_when_streaming() -> None:
         deadline = time.monotonic() + 240
-        while not store.progress(stream.epoch) and time.monotonic() < deadline:
+        while not store.progress.list(stream.epoch) and time.monotonic() < deadline:
             time.sleep(0.5)
-        store.submit_command(
+        store.commands.submit(
             "rewind", {"offsets": {str(b): o for b, o in rewind_to.items()}}, issuer="e2e"
         )
 
@@ -93,21 +93,21 @@ def test_a_rewind_stops_the_stream_and_the_next_epoch_reprocesses_exactly_once(
     finally:
         submitter.join()
     close_epoch(settings, stream.epoch)
-    stopped = store.epoch(stream.epoch)
+    stopped = store.epochs.get(stream.epoch)
     assert "command #1 rewind" in (stopped.end_reason or ""), stopped.end_reason
-    assert store.command(1).status == "pending"  # left for decide
+    assert store.commands.get(1).status == "pending"  # left for decide
 
     again = decide(settings, decided_by="e2e")
     assert again.reason.startswith('command #1 rewind to {"0":'), again.reason
     assert again.start == {**stopped.end, **rewind_to}
-    assert store.command(1).status == "applied"
-    assert store.epoch(again.epoch).start == again.start
+    assert store.commands.get(1).status == "applied"
+    assert store.epochs.get(again.epoch).start == again.start
     drain = PipelineSettings.from_mapping(
         {**settings.to_mapping(), "stream_trigger": "available_now"}
     )
     run_job_process(again.mode, drain, again.epoch, timeout=600)
     close_epoch(settings, again.epoch)
-    ended = store.epoch(again.epoch)
+    ended = store.epochs.get(again.epoch)
     assert ended.status == "completed"
     for bucket, offset in rewind_to.items():
         assert ended.end[bucket] >= stopped.end[bucket] > offset

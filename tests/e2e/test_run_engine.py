@@ -80,11 +80,11 @@ def test_modeswitch_run_on_the_warm_engine_hands_off_inside_it_and_stops_it(
         assert "epoch 1: batch" in run.stdout and "epoch 2: stream" in run.stdout, run.stdout
 
         store = StateStore.from_settings(settings)
-        epochs = {e.id: e for e in store.epochs()}
+        epochs = {e.id: e for e in store.epochs.list()}
         assert [epochs[1].mode, epochs[2].mode] == ["batch", "stream"]
         assert epochs[2].start == epochs[1].end  # the exact handoff
         # The engine handed the batch over to its stream itself.
-        opened = [(d.decided_by, d.mode) for d in store.decisions() if d.switched]
+        opened = [(d.decided_by, d.mode) for d in store.decisions.list() if d.switched]
         assert opened == [("engine", "stream"), ("modeswitch run", "batch")], opened
 
         # The engine's log shows it ran both epochs; it is gone, its address file too.

@@ -65,7 +65,7 @@ def test_batch_driver_killed_mid_wave_then_after_a_wave_commit_then_rerun_conver
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     for number, fault in enumerate(["sink.between_check_and_commit", "batch.after_wave_commit"]):
         kill_at(settings, "batch", plan.epoch, fault, tmp_path / f"markers-{number}")
-        assert store.current_epoch().id == plan.epoch  # still open: the rerun re-attaches
+        assert store.epochs.current().id == plan.epoch  # still open: the rerun re-attaches
         again = decide(settings)
         assert again.attached
         assert again.epoch == plan.epoch
@@ -81,7 +81,7 @@ def test_batch_driver_killed_mid_wave_then_after_a_wave_commit_then_rerun_conver
     assert status == "completed"
     assert end == plan.boundary
     assert_exactly_once(settings)
-    ledger = store.splits(plan.epoch)
+    ledger = store.ledger.splits(plan.epoch)
     live = [s for s in ledger if s.status != "replanned"]
     assert all(s.status == "committed" for s in live)
     # The wave the sink held but the ledger missed was reconciled, never read again.

@@ -66,7 +66,7 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
         )
         demo_cycle(settings, log, PARTITIONS, console, burst_after=10)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    epochs = store.epochs()
+    epochs = store.epochs.list()
     assert [e.mode for e in epochs][:4] == ["batch", "stream", "batch", "stream"]
     for before, after in itertools.pairwise(epochs):
         assert after.start == before.end  # every handoff exact, at Kafka offsets

@@ -113,17 +113,17 @@ def test_offsets_dropped_by_retention_stop_the_next_epoch_before_anything_is_wri
     run_pipeline(settings, until="caught-up")
     log = open_log(settings.source)
     produce_backlog(log, EventGenerator(seed=5, buckets=4), records=8_000, first=2_000_000)
-    committed = StateStore.from_settings(settings).committed_offsets()
+    committed = StateStore.from_settings(settings).progress.committed_offsets()
     kafka_cluster.delete_records(KafkaLocation.parse(settings.source).topic, 2, committed[2] + 5)
     store = StateStore.from_settings(settings)
-    epochs, version = len(store.epochs()), DeltaTable(settings.sink).version()
+    epochs, version = len(store.epochs.list()), DeltaTable(settings.sink).version()
     with pytest.raises(
         OffsetOutOfRangeError,
         match=rf"retention dropped records it never read \(bucket 2: \[{committed[2]}, "
         rf"{committed[2] + 5}\)\)\. Nothing was written.*start afresh with a new sink",
     ):
         decide(settings)
-    assert len(store.epochs()) == epochs
+    assert len(store.epochs.list()) == epochs
     assert DeltaTable(settings.sink).version() == version
 
 
@@ -186,7 +186,7 @@ def test_partitions_added_under_a_running_stream_are_read_exactly_once(
     def pause_once_caught_up() -> None:
         while not target or committed_offsets(settings.sink, "kafka_grows") != target:
             time.sleep(0.5)
-        store.submit_command("pause", {"note": "caught up"}, issuer="test")
+        store.commands.submit("pause", {"note": "caught up"}, issuer="test")
 
     pauser = threading.Thread(target=pause_once_caught_up, daemon=True)
     pauser.start()

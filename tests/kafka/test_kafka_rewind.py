@@ -82,7 +82,7 @@ def test_a_rewind_to_an_event_time_rereads_the_topic_from_kafkas_time_index(
     assert all(log.latest_offsets()[b] > expected[b] > 0 for b in expected)
     first = _run(spark, settings)
     store = StateStore.from_settings(settings)
-    drained = store.committed_offsets()
+    drained = store.progress.committed_offsets()
     assert drained == log.latest_offsets()
 
     # As the control DAG queues it: the topic's client configuration from Airflow's connection.
@@ -94,7 +94,7 @@ def test_a_rewind_to_an_event_time_rereads_the_topic_from_kafkas_time_index(
     assert {int(b): o for b, o in queued["args"]["offsets"].items()} == expected
 
     again = _run(spark, settings)
-    epoch = store.epoch(again)
+    epoch = store.epochs.get(again)
     assert epoch.start == expected  # the next epoch began at the time index's offsets
     assert epoch.end == drained
     [rewind] = [c for c in sink_commits(settings.sink, settings.pipeline) if c.is_rewind]

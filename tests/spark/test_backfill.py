@@ -126,13 +126,13 @@ def test_reprocess_replaces_a_window_once_and_a_rerun_leaves_the_same_rows(
         (first.command, "reprocess", window),
     ]
     store = StateStore.from_settings(settings)
-    ran = [c for c in store.commands() if c.kind == "backfill"]
+    ran = [c for c in store.commands.list() if c.kind == "backfill"]
     assert [(c.status, c.args["run_id"], c.args["records"]) for c in ran] == [
         ("applied", "reprocess-1", report.records),
         ("applied", "reprocess-2", report.records),
     ]
     # The live pipeline sees none of it: its committed offsets and watermark stand.
-    assert store.committed_offsets() == committed
+    assert store.progress.committed_offsets() == committed
     # The operator's view lists the runs with what they did.
     shown = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "backfill"]
     assert shown[0]["outcome"] == (
@@ -157,7 +157,9 @@ def test_a_retried_run_reattaches_and_an_overlapping_run_is_refused(
     # Other buckets, or a window next to it, go ahead.
     beside = Window.parse(HISTORY_END.subtract(hours=5), HISTORY_END.subtract(hours=4))
     plan_backfill(settings, beside, "reprocess", run_id="beside", issuer="test")
-    StateStore.from_settings(settings).finish_backfill(held.command, error="test: given up")
+    StateStore.from_settings(settings).commands.finish_backfill(
+        held.command, error="test: given up"
+    )
     plan_backfill(settings, overlapping, "fill", run_id="other", issuer="test")
 
 

@@ -144,7 +144,7 @@ def writer_setup(spark, tmp_path: Path):
     store = StateStore.from_settings(settings)
     from modeswitch.sinks.native import write_batch
 
-    first = store.open_epoch("batch", "backlog", {0: 0, 1: 0}, {0: 200, 1: 200})
+    first = store.epochs.open("batch", "backlog", {0: 0, 1: 0}, {0: 200, 1: 200})
     write_batch(
         _micro_batch(spark, settings.source, {0: 0, 1: 0}, {0: 200, 1: 200}),
         settings.sink,
@@ -153,8 +153,8 @@ def writer_setup(spark, tmp_path: Path):
         mode="batch",
         offsetsEnd=offsets_to_json({0: 200, 1: 200}),
     )
-    store.close_epoch(first, {0: 200, 1: 200})
-    epoch = store.open_epoch("stream", "live", {0: 200, 1: 200}, None)
+    store.epochs.close(first, {0: 200, 1: 200})
+    epoch = store.epochs.open("stream", "live", {0: 200, 1: 200}, None)
     checkpoint = tmp_path / "checkpoint"
 
     def writer_of(epoch_id: int):

@@ -162,7 +162,7 @@ def test_fill_loads_a_window_of_payload_times_below_a_live_start_once(
     assert_exact(settings, 300)
     # The stream's commits record the payload's times, which the watermark is taken from.
     latest = {b: max(t for i, t in recent.items() if i % BUCKETS == b) for b in range(BUCKETS)}
-    recorded = StateStore.from_settings(settings).max_event_times()
+    recorded = StateStore.from_settings(settings).epochs.max_event_times()
     assert {b: event_time_from_micros(us) for b, us in recorded.items()} == latest
     assert latest != {b: max(log_time(i) for i in recent if i % BUCKETS == b) for b in latest}
 

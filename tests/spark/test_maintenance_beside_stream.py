@@ -23,7 +23,7 @@ from modeswitch.runners.local import run_job_process
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
 
 PIPELINE = "tended"
 GENERATOR = EventGenerator(seed=11, buckets=2, malformed_fraction=0.02)
@@ -57,8 +57,8 @@ def test_maintenance_runs_beside_a_committing_stream(spark, tmp_path: Path) -> N
     produce_backlog(log, GENERATOR, records=2_000)
     store = StateStore.from_settings(settings)
     # An epoch before the stream's: its jobs are the zombies fenced out at the end.
-    old = store.open_epoch("batch", "backlog", {0: 0, 1: 0}, {0: 0, 1: 0})
-    store.close_epoch(old, {0: 0, 1: 0})
+    old = store.epochs.open("batch", "backlog", {0: 0, 1: 0}, {0: 0, 1: 0})
+    store.epochs.close(old, {0: 0, 1: 0})
     live = decide(settings, force_mode="stream")
     assert live.epoch == old + 1
 
@@ -104,7 +104,7 @@ def test_maintenance_runs_beside_a_committing_stream(spark, tmp_path: Path) -> N
             lambda: committed_offsets(settings.sink, PIPELINE) == log.latest_offsets(),
             "the stream to catch up",
         )
-        store.submit_command("pause", {"note": "test over"}, issuer="test")
+        store.commands.submit("pause", {"note": "test over"}, issuer="test")
         stream.join(timeout=300)
     assert not stream.is_alive()
     close_epoch(settings, live.epoch)
@@ -116,17 +116,17 @@ def test_maintenance_runs_beside_a_committing_stream(spark, tmp_path: Path) -> N
     assert log_files[0].name != "00000000000000000000.json"  # the log was cleaned
 
     # Every record once: the audit reads the summaries in place of the cleaned commits.
-    summaries = store.log_summaries()
+    summaries = store.commands.log_summaries()
     report = audit(
         settings.source, settings.sink, settings.quarantine, PIPELINE, summaries=summaries
     )
     assert report.ok, report
     assert report.totals.expected == sum(log.latest_offsets().values())
     # Every micro-batch committed once and recorded once, in order.
-    progress = store.progress(live.epoch)
+    progress = store.progress.list(live.epoch)
     assert [p.sequence for p in progress] == list(range(len(progress)))
     assert report.sink_commits == len(progress) > 20
-    assert not store.reconcile().repaired
+    assert not reconcile(store).repaired
 
     # A zombie of the ended epoch before: refused, even with the log cleaned and compacted.
     end = committed_offsets(settings.sink, PIPELINE)

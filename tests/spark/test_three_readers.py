@@ -65,7 +65,7 @@ def written(spark, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict
         "quarantine": (settings.quarantine, ["bucket", "offset"]),
     }
     for name in SCHEMAS:
-        found[name] = (store.table_uri(name), list(ORDER[name]))
+        found[name] = (store.tables.uri(name), list(ORDER[name]))
     return found, log.latest_offsets(), root
 
 

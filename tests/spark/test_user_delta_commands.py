@@ -147,13 +147,13 @@ def test_the_pipeline_goes_on_beside_a_teams_own_delta_commands(spark, tmp_path:
         stop_feeding.set()
         feeder.join(timeout=10)
         _wait_for(caught_up, "the stream to catch up")
-        store.submit_command("pause", {"note": "test over"}, issuer="test")
+        store.commands.submit("pause", {"note": "test over"}, issuer="test")
         stream.join(timeout=300)
     assert not stream.is_alive()
     assert close_epoch(settings, live.epoch)[0] == "completed"
 
     # Every micro-batch committed once and recorded once, in order, around the commands.
-    progress = store.progress(live.epoch)
+    progress = store.progress.list(live.epoch)
     assert [p.sequence for p in progress] == list(range(len(progress)))
     assert _stream_commits(settings, live.epoch) == len(progress)
     history = {h["version"]: h for h in DeltaTable(settings.sink).history()}
@@ -181,7 +181,7 @@ def test_the_pipeline_goes_on_beside_a_teams_own_delta_commands(spark, tmp_path:
     drain = PipelineSettings.from_mapping(
         {**settings.to_mapping(), "stream_trigger": "available_now"}
     )
-    store.submit_command("resume", {"note": "go on"}, issuer="test")  # the pause holds until it
+    store.commands.submit("resume", {"note": "go on"}, issuer="test")  # the pause holds until it
     after = decide(drain)
     assert after.start == committed_offsets(settings.sink, PIPELINE)
     run_job_process(after.mode, drain, after.epoch, timeout=600)
@@ -192,7 +192,7 @@ def test_the_pipeline_goes_on_beside_a_teams_own_delta_commands(spark, tmp_path:
         settings.sink,
         settings.quarantine,
         PIPELINE,
-        summaries=store.log_summaries(),
+        summaries=store.commands.log_summaries(),
     )
     assert report.ok, report
     assert (report.totals.missing, report.totals.duplicated) == (0, 0)

@@ -101,7 +101,7 @@ def test_the_task_tells_the_notifiers_once_per_breach_and_recovery(
     commit(settings, plan.epoch, 0, {b: (0, n) for b, n in LATEST.items()})
     third = look()
     # The alert is the newest decision now; the policy's memory is the same.
-    assert store.latest_decision().decided_by == "alerts"
+    assert store.decisions.latest().decided_by == "alerts"
     assert previous_state(store) == policy is not None
     assert third["event"] == "recovery"
     assert look()["event"] is None
@@ -109,7 +109,7 @@ def test_the_task_tells_the_notifiers_once_per_breach_and_recovery(
         "breach: offset lag 140 records > 100",
         "recovery: recovered from offset lag 140 records > 100",
     ]
-    alerts = [d for d in store.decisions() if d.decided_by == "alerts"]
+    alerts = [d for d in store.decisions.list() if d.decided_by == "alerts"]
     assert [d.reason for d in reversed(alerts)] == [
         "lag alert breach: offset lag 140 records > 100",
         "lag alert recovery: recovered from offset lag 140 records > 100",
@@ -126,7 +126,7 @@ def test_without_thresholds_it_skips_and_a_bad_notifier_is_refused_before_anythi
     )
     with pytest.raises(ConfigError, match="alert_notifiers: 'nowhere:x' cannot be imported"):
         lag_alert_task({}, settings=settings)
-    assert StateStore.from_settings(settings).decisions() == []
+    assert StateStore.from_settings(settings).decisions.list() == []
     with pytest.raises(ConfigError, match="'json' is not module:name"):
         load_notifiers("json")
     with pytest.raises(ConfigError, match="'json:__doc__' is not a notifier"):

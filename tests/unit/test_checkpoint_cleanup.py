@@ -20,9 +20,9 @@ def test_only_the_newest_ended_epochs_keep_their_checkpoints(tmp_path: Path) -> 
     )
     store = StateStore.from_settings(settings)
     for _ in range(3):
-        epoch = store.open_epoch("stream", "live", {0: 0})
-        store.close_epoch(epoch, {0: 0}, "completed", "stopped")
-    running = store.open_epoch("stream", "live", {0: 0})
+        epoch = store.epochs.open("stream", "live", {0: 0})
+        store.epochs.close(epoch, {0: 0}, "completed", "stopped")
+    running = store.epochs.open("stream", "live", {0: 0})
     root = Path(settings.checkpoint_root)
     names = ["epoch-1", "epoch-2", "epoch-2-from-7", "epoch-3", f"epoch-{running}", "notes"]
     for name in names:

@@ -39,10 +39,10 @@ def pipeline(tmp_path: Path) -> tuple[PipelineSettings, StateStore]:
 def _stream_stops_for(store: StateStore, epoch: int, kind: str, action: str, mode: str) -> None:
     """What the stream job does at its stop for a pending ``kind`` command
     (:func:`modeswitch.modes.stream.run_stream_epoch`): apply it, record its exit."""
-    [command] = [c for c in store.pending_commands() if c.kind == kind]
-    end = store.committed_offsets() or store.epochs()[-1].start
-    store.apply_command(command.id, epoch, end)
-    store.record_decision(
+    [command] = [c for c in store.commands.pending() if c.kind == kind]
+    end = store.progress.committed_offsets() or store.epochs.list()[-1].start
+    store.commands.apply(command.id, epoch, end)
+    store.decisions.record(
         "batch" if mode == "batch" else "stream",
         f"stream stopped: command #{command.id} {kind}",
         {
@@ -76,14 +76,14 @@ def test_switch_to_batch_sent_to_a_stream_makes_the_next_epoch_a_batch(pipeline)
     commit_to_sink(
         settings.sink, stream.epoch, 0, stream.start, end, mode="stream", pipeline="cmds"
     )
-    store.submit_command("switch_to_batch", {"note": "reprocess"}, issuer="alice")
+    store.commands.submit("switch_to_batch", {"note": "reprocess"}, issuer="alice")
     _stream_stops_for(store, stream.epoch, "switch_to_batch", "force_batch", "batch")
     assert close_epoch(settings, stream.epoch) == ("completed", end)
     assert decide(settings, dry_run=True).mode == "batch"
     batch = decide(settings)
     assert batch.mode == "batch", batch.reason
     assert "operator command force_batch (#1, which stopped the stream)" in batch.reason
-    assert carried_command(store.latest_decision()) is None  # carried once
+    assert carried_command(store.decisions.latest()) is None  # carried once
     _drain(settings, batch)
     assert decide(settings, dry_run=True).mode == "stream"
 
@@ -91,21 +91,21 @@ def test_switch_to_batch_sent_to_a_stream_makes_the_next_epoch_a_batch(pipeline)
 def test_a_pause_holds_until_a_resume(pipeline) -> None:
     settings, store = pipeline
     stream = decide(settings, force_mode="stream")
-    store.submit_command("pause", {}, issuer="alice")
+    store.commands.submit("pause", {}, issuer="alice")
     _stream_stops_for(store, stream.epoch, "pause", "pause", "paused")
     close_epoch(settings, stream.epoch)
     for _ in range(3):
         held = decide(settings)
         assert (held.mode, held.epoch) == ("paused", None), held.reason
-    assert [e.id for e in store.epochs()] == [stream.epoch]
+    assert [e.id for e in store.epochs.list()] == [stream.epoch]
 
     # Paused by decide itself (no stream running): the same.
-    store.submit_command("resume", {}, issuer="alice")
+    store.commands.submit("resume", {}, issuer="alice")
     resumed = decide(settings)
     assert resumed.epoch is not None and "resumed after pause (#2)" in resumed.reason
     _drain(settings, resumed)
-    store.submit_command("pause", {}, issuer="bob")
+    store.commands.submit("pause", {}, issuer="bob")
     assert decide(settings).mode == "paused"
     assert decide(settings).reason == "paused by an operator's command until a resume"
-    store.submit_command("resume", {}, issuer="bob")
+    store.commands.submit("resume", {}, issuer="bob")
     assert decide(settings).epoch is not None

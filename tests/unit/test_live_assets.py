@@ -17,6 +17,7 @@ from modeswitch.airflow.event_extras import event_extra, table_uri
 from modeswitch.airflow.triggers import SinkProgressTrigger
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.state import StateStore
+from modeswitch.state.progress import ProgressTable
 
 pytestmark = pytest.mark.unit
 
@@ -37,9 +38,9 @@ def _settings(tmp_path: Path, interval: str = "1h") -> PipelineSettings:
 def _commit(store: StateStore, epoch: int, sequence: int, start: dict, end: dict) -> None:
     """A sink commit (rows ``[start, end)`` per bucket) and its progress row, as a job does."""
     commit = commit_to_sink(
-        store.sink_table_uri, epoch, sequence, start, end, mode="stream", pipeline=PIPELINE
+        store.tables.sink_table_uri, epoch, sequence, start, end, mode="stream", pipeline=PIPELINE
     )
-    store.record_progress(commit)
+    store.progress.record(commit)
 
 
 def _look(trigger: SinkProgressTrigger):
@@ -51,7 +52,7 @@ def test_the_watcher_announces_each_commit_once_and_at_most_once_per_interval(
 ) -> None:
     settings = _settings(tmp_path)
     store = StateStore.from_settings(settings)
-    epoch = store.open_epoch("stream", "live", {0: 0, 1: 0})
+    epoch = store.epochs.open("stream", "live", {0: 0, 1: 0})
     _commit(store, epoch, 0, {0: 0, 1: 0}, {0: 10, 1: 5})  # before the watcher: not announced
     trigger = SinkProgressTrigger(poll_interval=0.05, settings=settings.to_json())
 
@@ -104,10 +105,10 @@ def test_the_watcher_stays_up_through_a_failed_look_and_fires_repeatedly(
 ) -> None:
     settings = _settings(tmp_path, interval="50ms")
     store = StateStore.from_settings(settings)
-    epoch = store.open_epoch("stream", "live", {0: 0})
+    epoch = store.epochs.open("stream", "live", {0: 0})
     trigger = SinkProgressTrigger(poll_interval=0.05, settings=settings.to_json())
     trigger._memory[SinkProgressTrigger.LAST_VERSION] = -1  # as if it had looked before
-    real = StateStore.progress_after_version
+    real = ProgressTable.after_version
     failures = []
 
     def flaky(self, version):
@@ -116,7 +117,7 @@ def test_the_watcher_stays_up_through_a_failed_look_and_fires_repeatedly(
             raise OSError("the table is out of reach")
         return real(self, version)
 
-    monkeypatch.setattr(StateStore, "progress_after_version", flaky)
+    monkeypatch.setattr(ProgressTable, "after_version", flaky)
 
     async def watch() -> list[dict]:
         events = []

@@ -12,6 +12,7 @@ import pendulum
 import pytest
 from deltalake import DeltaTable
 from fault_tools import commit_to_sink
+from state_tools import warehouse_store
 from test_verify import BUCKETS, PIPELINE, build
 
 from modeswitch.cli import main
@@ -25,7 +26,7 @@ from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import decide
 from modeswitch.sinks.history import LogSummary
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
 from modeswitch.state.tables import SCHEMAS
 
 pytestmark = pytest.mark.unit
@@ -79,7 +80,7 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     assert log_files[0] != "00000000000000000000.json"  # the commits' log files are gone
 
     # The audit reads the run's summary in place of the cleaned commits.
-    summaries = store.log_summaries()
+    summaries = store.commands.log_summaries()
     assert [s.commits for s in summaries] == [24]
     after = audit(log.root, tables.sink, tables.quarantine, PIPELINE, summaries=summaries)
     assert after.ok, after.problems
@@ -94,9 +95,9 @@ def test_maintenance_compacts_cleans_and_vacuums_and_the_audit_still_holds(
     assert main([*command, "--state", settings.state_root]) == 0
     assert main([*command, "--state", str(tmp_path / "elsewhere")]) == 1
     # The command records the run, and the operator's view says what it did.
-    command = store.command(report.command)
+    command = store.commands.get(report.command)
     assert (command.kind, command.status) == ("maintain", "applied")
-    store.open_epoch("batch", "backlog", {0: 0}, {0: 0})  # the view needs an epoch
+    store.epochs.open("batch", "backlog", {0: 0}, {0: 0})  # the view needs an epoch
     [shown] = [c for c in pipeline_status(settings)["commands"] if c["kind"] == "maintain"]
     assert "sink 24 -> 1 files" in shown["outcome"]
     assert "log_summary" not in shown["args"]
@@ -114,11 +115,13 @@ def test_maintenance_sets_the_log_and_tombstone_retentions(tmp_path: Path, log: 
     )
 
     store = StateStore.from_settings(settings)
-    store.record_decision("batch", "a progress row, a decision", {})
+    store.decisions.record("batch", "a progress row, a decision", {})
 
     maintain(settings, store=store)
 
-    control = [store.table_uri(n) for n in SCHEMAS if DeltaTable.is_deltatable(store.table_uri(n))]
+    control = [
+        store.tables.uri(n) for n in SCHEMAS if DeltaTable.is_deltatable(store.tables.uri(n))
+    ]
     assert len(control) >= 2  # commands (the run's own) and decisions
     for uri in (tables.sink, tables.quarantine, *control):
         properties = DeltaTable(uri).metadata().configuration
@@ -165,30 +168,32 @@ def test_summaries_of_successive_runs_join(tmp_path: Path, log: SegmentLog) -> N
     # The compacted-away files gone too (settings keep them an hour at least).
     DeltaTable(tables.sink).vacuum(0, dry_run=False, enforce_retention_duration=False)
 
-    first, second = store.log_summaries()
+    first, second = store.commands.log_summaries()
     assert second.after == first.through
     assert (first.commits, second.commits) == (12, 12)
     report = audit(
-        log.root, tables.sink, tables.quarantine, PIPELINE, summaries=store.log_summaries()
+        log.root, tables.sink, tables.quarantine, PIPELINE, summaries=store.commands.log_summaries()
     )
     assert report.ok, report.problems
     assert report.totals == expected
 
 
 def test_a_second_run_is_refused_while_the_first_holds_the_lease(tmp_path: Path) -> None:
-    store = StateStore.for_warehouse(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
+    store = warehouse_store(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
     lease = timedelta(hours=1)
-    first = store.claim_maintenance(run_id="a", issuer="test", lease=lease)
+    first = store.commands.claim_maintenance(run_id="a", issuer="test", lease=lease)
 
     with pytest.raises(MaintenanceRefusedError, match="holds the maintenance lease"):
-        store.claim_maintenance(run_id="b", issuer="test", lease=lease)
-    assert store.claim_maintenance(run_id="a", issuer="test", lease=lease) == first  # a retry
+        store.commands.claim_maintenance(run_id="b", issuer="test", lease=lease)
+    assert (
+        store.commands.claim_maintenance(run_id="a", issuer="test", lease=lease) == first
+    )  # a retry
 
     # A lease older than its length was left by a run that died: the next run takes it.
-    taken = store.claim_maintenance(run_id="c", issuer="test", lease=timedelta(0))
-    assert store.command(first).status == "rejected"
-    assert store.command(taken).status == "running"
-    assert not store.note_run(first, step="compact")  # the superseded run learns it
+    taken = store.commands.claim_maintenance(run_id="c", issuer="test", lease=timedelta(0))
+    assert store.commands.get(first).status == "rejected"
+    assert store.commands.get(taken).status == "running"
+    assert not store.commands.note_run(first, step="compact")  # the superseded run learns it
 
 
 def test_two_runs_at_once_one_maintains_and_no_row_is_doubled(
@@ -220,36 +225,38 @@ def test_two_runs_at_once_one_maintains_and_no_row_is_doubled(
 
 
 def test_progress_past_the_horizon_is_merged_and_says_the_same(tmp_path: Path) -> None:
-    store = StateStore.for_warehouse(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
-    epoch = store.open_epoch("stream", "live", {0: 0, 1: 0})
+    store = warehouse_store(str(tmp_path), PIPELINE, str(tmp_path / "sink"))
+    epoch = store.epochs.open("stream", "live", {0: 0, 1: 0})
     for sequence in range(30):
         commit = commit_to_sink(
-            store.sink_table_uri, epoch, sequence, {0: 10 * sequence, 1: 5 * sequence},
+            store.tables.sink_table_uri, epoch, sequence, {0: 10 * sequence, 1: 5 * sequence},
             {0: 10 * sequence + 10, 1: 5 * sequence + 5}, mode="stream",
         )  # fmt: skip
-        store.record_progress(commit)
-    store.reconcile()
-    summary, event_times = store.epoch_summaries(epoch), store.max_event_times()
+        store.progress.record(commit)
+    reconcile(store)
+    summary, event_times = store.progress.epoch_summaries(epoch), store.epochs.max_event_times()
     assert summary[epoch]["commits"] == 30
 
     # Nothing is past a horizon of a day yet; all of it is past one of a second, an hour on.
-    assert store.downsample_progress(timedelta(days=1)) == 0
+    assert store.progress.downsample(timedelta(days=1)) == 0
     later = pendulum.now("UTC").add(hours=2)
-    merged = store.downsample_progress(timedelta(seconds=1), now=later)
+    merged = store.progress.downsample(timedelta(seconds=1), now=later)
 
-    rows = store.progress(epoch)
+    rows = store.progress.list(epoch)
     assert merged == 30 - len(rows) and len(rows) <= 2
     assert sum(p.commits for p in rows) == 30
     assert rows[0].start == {0: 0, 1: 0} and rows[-1].end == {0: 300, 1: 150}
-    assert store.epoch_summaries(epoch)[epoch]["commits"] == 30
-    assert store.epoch_summaries(epoch)[epoch]["records"] == summary[epoch]["records"]
-    assert store.max_event_times() == event_times
-    assert not store.reconcile().repaired
+    assert store.progress.epoch_summaries(epoch)[epoch]["commits"] == 30
+    assert store.progress.epoch_summaries(epoch)[epoch]["records"] == summary[epoch]["records"]
+    assert store.epochs.max_event_times() == event_times
+    assert not reconcile(store).repaired
     # A second run finds nothing new past the horizon.
-    assert store.downsample_progress(timedelta(seconds=1), now=later) == 0
+    assert store.progress.downsample(timedelta(seconds=1), now=later) == 0
     # New commits are recorded as before.
-    commit = commit_to_sink(store.sink_table_uri, epoch, 30, {0: 300}, {0: 310}, mode="stream")
-    assert store.record_progress(commit)
+    commit = commit_to_sink(
+        store.tables.sink_table_uri, epoch, 30, {0: 300}, {0: 310}, mode="stream"
+    )
+    assert store.progress.record(commit)
 
 
 def test_the_log_summary_folds_commits_in_order(tmp_path: Path, log: SegmentLog) -> None:
@@ -289,7 +296,7 @@ def test_a_pipeline_paused_past_the_log_retention_keeps_its_committed_offsets(
     tables = build(tmp_path, log, waves=SMALL_WAVES[:3], configuration=EXPIRE_AT_ONCE)
     settings = settings_for(tmp_path, log)
     store = StateStore.from_settings(settings)
-    committed = store.committed_offsets()
+    committed = store.progress.committed_offsets()
     newest = DeltaTable(tables.sink).version()
     for _ in range(2):  # the second run's checkpoint lies above the first one's commits
         maintain(settings, store=store)
@@ -297,11 +304,11 @@ def test_a_pipeline_paused_past_the_log_retention_keeps_its_committed_offsets(
     newest_file = Path(tables.sink, "_delta_log", f"{newest:020d}.json")
     assert newest_file.exists()
     assert DeltaTable(tables.sink).version() > newest  # the runs' commits and checkpoints
-    assert store.committed_offsets() == committed == {0: 40, 1: 30}
+    assert store.progress.committed_offsets() == committed == {0: 40, 1: 30}
     plan = decide(settings)
     assert {b: plan.start[b] for b in committed} == committed
 
     for version in range(newest + 1):  # another writer's cleanup
         Path(tables.sink, "_delta_log", f"{version:020d}.json").unlink(missing_ok=True)
     with pytest.raises(SinkLogCleanedError, match=r"epoch 1 sequence 2.*log cleanup removed"):
-        store.committed_offsets()
+        store.progress.committed_offsets()

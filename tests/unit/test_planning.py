@@ -251,7 +251,7 @@ def test_wave_committed_to_sink_but_not_in_ledger_is_never_processed_again():
     """FLIP-537 case 3: the sink committed wave 2, then the driver died before the ledger
     recorded it. The new run plans from the sink's committed offsets (the truth), so only what
     follows wave 2 is planned (the ledger's splits are marked committed by
-    StateStore.reconcile, tested with the store)."""
+    modeswitch.state.reconcile, tested with the store)."""
     plan = plan_batch({0: 0, 1: 0, 2: 0}, {0: 2_500, 1: 1_200, 2: 300}, **SIZES)
     sink_committed = plan.committed_after(2)  # the ledger only knows waves 0 and 1
 

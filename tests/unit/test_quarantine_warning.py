@@ -75,7 +75,7 @@ def test_an_epoch_that_quarantines_most_is_flagged_in_status_and_the_next_decisi
     assert (sink_commit.records, sink_commit.quarantined) == (40, 100)
     assert sink_commit.quarantine_reasons == {"not JSON": 100}
     store = StateStore.from_settings(settings)
-    assert store.epoch_summaries(plan.epoch)[plan.epoch]["quarantined"] == 100
+    assert store.progress.epoch_summaries(plan.epoch)[plan.epoch]["quarantined"] == 100
 
     status = pipeline_status(settings)
     (epoch,) = status["epochs"]
@@ -97,8 +97,8 @@ def test_an_epoch_that_quarantines_most_is_flagged_in_status_and_the_next_decisi
         "quarantine_warn_fraction = 0.5"
     )
     assert after.reason.endswith(expected)
-    assert store.decisions(limit=1)[0].reason == after.reason  # recorded
-    assert store.epoch(after.epoch).reason == after.reason
+    assert store.decisions.list(limit=1)[0].reason == after.reason  # recorded
+    assert store.epochs.get(after.epoch).reason == after.reason
 
 
 def test_below_the_line_nothing_is_flagged(layers: list) -> None:  # noqa: F811

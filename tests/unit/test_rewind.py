@@ -27,7 +27,8 @@ from modeswitch.sinks.commits import (
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
 from modeswitch.sinks.rewind import rewind_sink
 from modeswitch.sources.segments import SegmentLog
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
+from modeswitch.state.commands import CommandTable
 from modeswitch.transforms import QUARANTINE_REASON
 
 PIPELINE = "orders"
@@ -106,9 +107,9 @@ def commit_wave(
 
 def run_batch_epoch(store: StateStore, settings: PipelineSettings, waves: list[dict]) -> int:
     """Open a batch epoch at the committed offsets, commit its waves, close it."""
-    start = {**{b: 0 for b in LATEST}, **store.committed_offsets()}
+    start = {**{b: 0 for b in LATEST}, **store.progress.committed_offsets()}
     boundary = {b: max([start[b]] + [w[b][1] for w in waves if b in w]) for b in LATEST}
-    epoch = store.open_epoch("batch", "test", start, boundary)
+    epoch = store.epochs.open("batch", "test", start, boundary)
     for sequence, wave in enumerate(waves):
         commit_wave(settings, epoch, sequence, wave)
     assert close_epoch(settings, epoch)[0] == "completed"
@@ -273,19 +274,19 @@ def test_decide_applies_a_pending_rewind_before_it_opens_the_next_epoch(
     settings: PipelineSettings, store: StateStore
 ) -> None:
     epoch = run_batch_epoch(store, settings, FULL)
-    command = store.submit_command("rewind", {"offsets": {"0": 40}}, issuer="test")
+    command = store.commands.submit("rewind", {"offsets": {"0": 40}}, issuer="test")
     plan = decide(settings, force_mode="batch", decided_by="test")
     assert plan.start == {0: 40, 1: 60}
     assert plan.boundary == LATEST
     assert plan.reason.startswith(f'command #{command} rewind to {{"0":40}}; ')
     assert command in plan.commands
-    applied = store.command(command)
+    applied = store.commands.get(command)
     assert (applied.status, applied.applied_epoch) == ("applied", epoch)
     assert applied.applied_offsets == {0: 40, 1: 60}
-    opened = store.epoch(plan.epoch)
+    opened = store.epochs.get(plan.epoch)
     assert opened.start == {0: 40, 1: 60}
     assert opened.reason == plan.reason
-    assert store.latest_decision().reason == plan.reason
+    assert store.decisions.latest().reason == plan.reason
     assert committed_offsets(settings.sink, PIPELINE) == {0: 40, 1: 60}
 
 
@@ -294,9 +295,9 @@ def test_decide_rejects_a_bad_rewind_with_the_reason_and_writes_nothing(
 ) -> None:
     run_batch_epoch(store, settings, [FULL[0]])
     version = DeltaTable(settings.sink).version()
-    command = store.submit_command("rewind", {"offsets": {"0": 90}}, issuer="test")
+    command = store.commands.submit("rewind", {"offsets": {"0": 90}}, issuer="test")
     plan = decide(settings, force_mode="batch", decided_by="test")
-    rejected = store.command(command)
+    rejected = store.commands.get(command)
     assert rejected.status == "rejected"
     assert "bucket 0: offset 90 is above the committed offset 50" in (rejected.reason or "")
     assert DeltaTable(settings.sink).version() == version
@@ -308,12 +309,12 @@ def test_a_dry_run_shows_the_rewind_and_writes_nothing(
 ) -> None:
     run_batch_epoch(store, settings, FULL)
     version = DeltaTable(settings.sink).version()
-    command = store.submit_command("rewind", {"offsets": {"1": 5}}, issuer="test")
+    command = store.commands.submit("rewind", {"offsets": {"1": 5}}, issuer="test")
     plan = decide(settings, dry_run=True)
     assert plan.epoch is None
     assert plan.start == {0: 100, 1: 5}
     assert plan.reason.startswith(f"would apply command #{command} rewind")
-    assert store.command(command).status == "pending"
+    assert store.commands.get(command).status == "pending"
     assert DeltaTable(settings.sink).version() == version
 
 
@@ -321,16 +322,16 @@ def test_a_crash_before_the_command_is_acknowledged_is_reconciled_not_reapplied(
     settings: PipelineSettings, store: StateStore
 ) -> None:
     epoch = run_batch_epoch(store, settings, FULL)
-    command = store.submit_command("rewind", {"offsets": {"0": 40}}, issuer="test")
+    command = store.commands.submit("rewind", {"offsets": {"0": 40}}, issuer="test")
     rewind(settings, command, epoch, {0: 40})  # decide's sink commit; then it crashed
     version = DeltaTable(settings.sink).version()
-    assert store.command(command).status == "pending"
-    repaired = store.reconcile()
+    assert store.commands.get(command).status == "pending"
+    repaired = reconcile(store)
     assert repaired.rewinds == (command,)
-    applied = store.command(command)
+    applied = store.commands.get(command)
     assert (applied.status, applied.applied_epoch) == ("applied", epoch)
     assert applied.applied_offsets == {0: 40, 1: 60}  # what decide would have recorded
-    assert store.reconcile().repaired is False
+    assert reconcile(store).repaired is False
     plan = decide(settings, force_mode="batch", decided_by="test")
     assert plan.start == {0: 40, 1: 60}
     assert DeltaTable(settings.sink).version() == version  # not applied twice
@@ -341,19 +342,19 @@ def test_a_crash_after_the_sink_commit_inside_decide_is_applied_once(
     settings: PipelineSettings, store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     epoch = run_batch_epoch(store, settings, FULL)
-    command = store.submit_command("rewind", {"offsets": {"0": 40}}, issuer="test")
+    command = store.commands.submit("rewind", {"offsets": {"0": 40}}, issuer="test")
 
     def crash(self, commit):
         raise KeyboardInterrupt("simulated crash before the commands table")
 
-    monkeypatch.setattr(StateStore, "acknowledge_rewind", crash)
+    monkeypatch.setattr(CommandTable, "acknowledge_rewind", crash)
     with pytest.raises(KeyboardInterrupt):
         decide(settings, force_mode="batch", decided_by="test")
     monkeypatch.undo()
-    assert store.epochs()[-1].id == epoch  # no epoch opened
+    assert store.epochs.list()[-1].id == epoch  # no epoch opened
     plan = decide(settings, force_mode="batch", decided_by="test")
     assert plan.start == {0: 40, 1: 60}
-    assert store.command(command).status == "applied"
+    assert store.commands.get(command).status == "applied"
     assert [c.command for c in sink_commits(settings.sink, PIPELINE) if c.is_rewind] == [command]
 
 
@@ -361,15 +362,15 @@ def test_rewound_buckets_forget_the_event_times_of_deleted_rows(
     settings: PipelineSettings, store: StateStore
 ) -> None:
     run_batch_epoch(store, settings, FULL)
-    before = store.max_event_times()
-    store.submit_command("rewind", {"offsets": {"0": 40}}, issuer="test")
+    before = store.epochs.max_event_times()
+    store.commands.submit("rewind", {"offsets": {"0": 40}}, issuer="test")
     plan = decide(settings, force_mode="batch", decided_by="test")
-    after = store.max_event_times()
+    after = store.epochs.max_event_times()
     assert 0 not in after  # its max came from deleted rows; it is behind until reprocessed
     assert after[1] == before[1]
     commit_wave(settings, plan.epoch, 0, {0: (40, 100)})
-    store.reconcile()
-    assert store.max_event_times()[0] == before[0]
+    reconcile(store)
+    assert store.epochs.max_event_times()[0] == before[0]
 
 
 def test_offsets_that_decrease_without_a_rewind_are_reported() -> None:

@@ -64,5 +64,5 @@ def test_a_command_given_resolved_settings_reads_no_variable(tmp_path) -> None:
         {"command": "pause", "note": "n"}, settings=settings, get_variable=get, issuer="page op"
     )
     assert asked == Counter()
-    (command,) = StateStore.from_settings(settings).commands()
+    (command,) = StateStore.from_settings(settings).commands.list()
     assert (queued["command"], command.kind, command.issuer) == (command.id, "pause", "page op")

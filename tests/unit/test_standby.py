@@ -29,7 +29,7 @@ from modeswitch.runners.jobs import read_standby_request, standby_request
 from modeswitch.runners.local import BatchEndWatch, LocalRunner
 from modeswitch.sinks.commits import commits_after
 from modeswitch.sinks.delta import DeltaSinkOptions, commit_files, write_files
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
 
 
 def test_a_standby_request_carries_the_epoch_and_its_settings() -> None:
@@ -230,7 +230,7 @@ def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
 ) -> None:
     settings = watched_settings(tmp_path, 1500)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    epoch = store.open_epoch("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
+    epoch = store.epochs.open("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
     clock = Clock()
     watch = BatchEndWatch(settings, epoch, clock=clock)
     assert watch.remaining() == 4000
@@ -266,7 +266,7 @@ def test_a_standby_is_due_lead_seconds_before_the_batch_is_expected_to_end(
 def test_a_one_wave_batch_epoch_gets_no_standby(tmp_path: Path) -> None:
     settings = watched_settings(tmp_path, 5000)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    epoch = store.open_epoch("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
+    epoch = store.epochs.open("batch", "test", {0: 0, 1: 0}, {0: 3000, 1: 1000})
     watch = BatchEndWatch(settings, epoch)
     assert not watch.due(timedelta(hours=1))  # no wave yet: no estimate
     commit_wave(settings, epoch, 0, 0, 0, 3000)
@@ -277,11 +277,11 @@ def test_a_one_wave_batch_epoch_gets_no_standby(tmp_path: Path) -> None:
 def test_the_watch_counts_only_its_own_epochs_commits(tmp_path: Path) -> None:
     settings = watched_settings(tmp_path, 100)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    first = store.open_epoch("batch", "test", {0: 0}, {0: 500})
+    first = store.epochs.open("batch", "test", {0: 0}, {0: 500})
     commit_wave(settings, first, 0, 0, 0, 200)
-    store.reconcile()
-    store.close_epoch(first, {0: 200}, "failed", "test")
-    second = store.open_epoch("batch", "test", {0: 200}, {0: 1000})
+    reconcile(store)
+    store.epochs.close(first, {0: 200}, "failed", "test")
+    second = store.epochs.open("batch", "test", {0: 200}, {0: 1000})
     watch = BatchEndWatch(settings, second)  # what the sink held before counts from the start
     assert watch.total == 800 and watch.remaining() == 800
     commit_wave(settings, second, 0, 0, 200, 950)
@@ -295,7 +295,7 @@ def test_a_batch_job_that_overruns_is_killed_while_its_standby_is_not_yet_due(
 
     settings = watched_settings(tmp_path, 100)
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    epoch = store.open_epoch("batch", "test", {0: 0}, {0: 1000})  # ten waves: not due at once
+    epoch = store.epochs.open("batch", "test", {0: 0}, {0: 1000})  # ten waves: not due at once
     pid_file = tmp_path / "pid"
     # A stand-in for the batch job: a real process that never ends (and never commits).
     job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from state_tools import warehouse_store
 
 from modeswitch.errors import EpochStillOpenError
 from modeswitch.sinks.commits import SinkCommit
@@ -36,10 +37,10 @@ def _progress(epoch: int, sequence: int) -> SinkCommit:
 def _submit_and_record(store: StateStore, worker: int) -> list[Any]:
     results: list[Any] = []
     for i in range(10):
-        command = store.submit_command("pause", {"worker": worker, "i": i}, issuer=f"w{worker}")
-        own = store.record_progress(_progress(worker + 1, i))
+        command = store.commands.submit("pause", {"worker": worker, "i": i}, issuer=f"w{worker}")
+        own = store.progress.record(_progress(worker + 1, i))
         # Every worker records the same commits too: exactly one of them may insert each.
-        shared = store.record_progress(_progress(99, i))
+        shared = store.progress.record(_progress(99, i))
         results.append((command, own, shared, i))
     return results
 
@@ -48,19 +49,19 @@ def _apply_all(store: StateStore, worker: int) -> list[Any]:
     ids = list(range(1, 11))  # submitted before the race
     order = ids if worker % 2 == 0 else list(reversed(ids))
     # The worker's id is its "epoch", so the stored row tells who won.
-    return [(command, store.apply_command(command, worker + 1, {0: worker})) for command in order]
+    return [(command, store.commands.apply(command, worker + 1, {0: worker})) for command in order]
 
 
 def _open_once(store: StateStore, worker: int) -> list[Any]:
     try:
-        return [store.open_epoch("stream", f"worker {worker}", {0: 0})]
+        return [store.epochs.open("stream", f"worker {worker}", {0: 0})]
     except EpochStillOpenError as exc:
         return [f"refused: {exc}"]
 
 
 def _open_superseding(store: StateStore, worker: int) -> list[Any]:
     return [
-        store.open_epoch("stream", f"worker {worker} #{i}", {0: i}, supersede=True)
+        store.epochs.open("stream", f"worker {worker} #{i}", {0: i}, supersede=True)
         for i in range(3)
     ]
 
@@ -93,10 +94,10 @@ def run_workers(store: StateStore, task: str) -> dict[int, list[Any]]:
     barrier = ctx.Barrier(WORKERS)
     queue = ctx.Queue()
     spec = {
-        "state_root": store.state_root,
-        "sink_table_uri": store.sink_table_uri,
-        "pipeline": store.pipeline,
-        "compact_at_files": store.compact_at_files,
+        "state_root": store.tables.state_root,
+        "sink_table_uri": store.tables.sink_table_uri,
+        "pipeline": store.tables.pipeline,
+        "compact_at_files": store.tables.compact_at_files,
     }
     procs = [
         ctx.Process(target=_worker, args=(task, spec, w, barrier, queue)) for w in range(WORKERS)
@@ -118,19 +119,19 @@ def run_workers(store: StateStore, task: str) -> dict[int, list[Any]]:
 
 @pytest.fixture
 def store(tmp_path: Path) -> StateStore:
-    return StateStore.for_warehouse(str(tmp_path / "warehouse"), PIPELINE, str(tmp_path / "sink"))
+    return warehouse_store(str(tmp_path / "warehouse"), PIPELINE, str(tmp_path / "sink"))
 
 
 @pytest.mark.parametrize("compact_at_files", [64, 4], ids=["plain", "compacting"])
 def test_concurrent_submits_and_progress_lose_nothing_and_duplicate_nothing(
     tmp_path: Path, compact_at_files: int
 ) -> None:
-    store = StateStore.for_warehouse(
+    store = warehouse_store(
         str(tmp_path / "wh"), PIPELINE, str(tmp_path / "sink"), compact_at_files=compact_at_files
     )
     results = run_workers(store, "submit_and_record")
 
-    commands = store.commands()
+    commands = store.commands.list()
     assert [c.id for c in commands] == list(range(1, WORKERS * 10 + 1))
     assert sorted((c.args["worker"], c.args["i"]) for c in commands) == [
         (w, i) for w in range(WORKERS) for i in range(10)
@@ -142,7 +143,7 @@ def test_concurrent_submits_and_progress_lose_nothing_and_duplicate_nothing(
         for command, _, _, i in rows:
             assert by_id[command].args == {"worker": worker, "i": i}
 
-    progress = [(p.epoch, p.sequence) for p in store.progress()]
+    progress = [(p.epoch, p.sequence) for p in store.progress.list()]
     assert Counter(progress) == Counter(
         [(w + 1, i) for w in range(WORKERS) for i in range(10)] + [(99, i) for i in range(10)]
     )
@@ -152,7 +153,7 @@ def test_concurrent_submits_and_progress_lose_nothing_and_duplicate_nothing(
 
 
 def test_racing_processes_apply_each_command_exactly_once(store: StateStore) -> None:
-    ids = [store.submit_command("switch_to_batch", {"n": n}, issuer="ops") for n in range(10)]
+    ids = [store.commands.submit("switch_to_batch", {"n": n}, issuer="ops") for n in range(10)]
     assert ids == list(range(1, 11))  # what the racers apply
 
     results = run_workers(store, "apply_all")
@@ -164,11 +165,11 @@ def test_racing_processes_apply_each_command_exactly_once(store: StateStore) -> 
             if applied:
                 winners[command].append(worker)
     assert all(len(won) == 1 for won in winners.values()), winners
-    for command in store.commands():
+    for command in store.commands.list():
         [winner] = winners[command.id]
         assert command.status == "applied"
         assert (command.applied_epoch, command.applied_offsets) == (winner + 1, {0: winner})
-    assert store.pending_commands() == []
+    assert store.commands.pending() == []
 
 
 def test_racing_processes_open_exactly_one_epoch(store: StateStore) -> None:
@@ -180,7 +181,7 @@ def test_racing_processes_open_exactly_one_epoch(store: StateStore) -> None:
     assert opened == [1]
     assert len(refused) == WORKERS - 1
     assert all("epoch 1 (stream" in r and "still running" in r for r in refused)
-    assert [(e.id, e.status) for e in store.epochs()] == [(1, "running")]
+    assert [(e.id, e.status) for e in store.epochs.list()] == [(1, "running")]
 
 
 def test_racing_superseding_opens_get_distinct_ids_and_leave_one_running(
@@ -192,7 +193,7 @@ def test_racing_superseding_opens_get_distinct_ids_and_leave_one_running(
     assert sorted(opened) == list(range(1, WORKERS * 3 + 1))
     for rows in results.values():
         assert rows == sorted(rows)  # one process's epochs increase
-    epochs = store.epochs()
+    epochs = store.epochs.list()
     assert [e.id for e in epochs] == sorted(opened)
     running = [e.id for e in epochs if e.running]
     assert running == [max(opened)]

@@ -89,7 +89,7 @@ def commit(
         end={b: hi for b, (_, hi) in ranges.items()},
     )
     store = StateStore.from_settings(settings)
-    store.record_progress(latest_sink_commit(settings.sink, PIPELINE), recorded_by="test")
+    store.progress.record(latest_sink_commit(settings.sink, PIPELINE), recorded_by="test")
 
 
 def test_status_of_a_batch_epoch_half_done(layers: list) -> None:
@@ -98,10 +98,10 @@ def test_status_of_a_batch_epoch_half_done(layers: list) -> None:
     assert plan.mode == "batch" and plan.boundary == LATEST
     store = StateStore.from_settings(settings)
     commit(settings, plan.epoch, 0, {0: (0, 60), 1: (0, 40)}, bad={(0, 5), (1, 7), (1, 39)})
-    store.record_backlog_finished(plan.epoch, [1])
-    store.submit_command("switch_to_stream", {"note": "ops"}, issuer="alice")
-    rejected = store.submit_command("pause", issuer="bob")
-    store.reject_command(rejected, "no: a test")
+    store.ledger.record_finished(plan.epoch, [1])
+    store.commands.submit("switch_to_stream", {"note": "ops"}, issuer="alice")
+    rejected = store.commands.submit("pause", issuer="bob")
+    store.commands.reject(rejected, "no: a test")
 
     status = pipeline_status(settings, origins=setting_origins(*layers), rows=5)
     json.dumps(status)  # JSON-safe throughout
@@ -145,7 +145,7 @@ def test_status_after_a_switch_shows_the_handoff(layers: list) -> None:
     commit(settings, first, 0, {0: (0, 100), 1: (0, 40)})
     assert close_epoch(settings, first)[0] == "completed"
     store = StateStore.from_settings(settings)
-    second = store.open_epoch("stream", "drained", dict(LATEST))
+    second = store.epochs.open("stream", "drained", dict(LATEST))
     status = pipeline_status(settings)
     assert [e["epoch"] for e in status["epochs"]] == [second, first]
     assert status["epochs"][1]["handoff_seconds"] is None  # the first epoch has none before it
@@ -320,7 +320,7 @@ def test_a_paused_pipeline_shows_as_paused(layers: list) -> None:
     decide(settings)
     store = StateStore.from_settings(settings)
     # As decide records a pause: the table's mode column holds batch or stream only.
-    store.record_decision("stream", "command #1 pause", {"mode": "paused"}, decided_by="decide")
+    store.decisions.record("stream", "command #1 pause", {"mode": "paused"}, decided_by="decide")
     status = pipeline_status(settings)
     assert status["mode"]["mode"] == "paused"
     assert status["decisions"][0]["mode"] == "paused"

@@ -140,7 +140,7 @@ def test_the_charts_data_holds_only_its_range(tmp_path: Path) -> None:
     )
     store = StateStore.from_settings(settings)
     for minute in range(10):
-        store.record_decision(
+        store.decisions.record(
             "batch", f"minute {minute}", {"mode": "batch"}, at=NOW + timedelta(minutes=minute)
         )
     since, until = NOW + timedelta(minutes=3), NOW + timedelta(minutes=6)

@@ -118,5 +118,5 @@ def test_decide_refuses_before_it_opens_an_epoch_or_writes_a_control_table(
     version = DeltaTable(settings.sink).version()
     with pytest.raises(UnsupportedTableFeatureError, match=r"delta\.enableDeletionVectors"):
         decide(settings)
-    assert not Path(StateStore.from_settings(settings).table_uri("epochs")).exists()
+    assert not Path(StateStore.from_settings(settings).tables.uri("epochs")).exists()
     assert DeltaTable(settings.sink).version() == version

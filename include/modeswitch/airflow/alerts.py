@@ -79,14 +79,14 @@ def _record_alert(store: StateStore, alert: Mapping[str, Any], at: Any) -> None:
     (and the alert's): the policy reads its memory (time in mode, backlog dwell) and the page a
     pause from the newest row, and an alert changes nothing of either. No epoch: an epoch's end
     reason is its own decisions'."""
-    latest = store.latest_decision()
+    latest = store.decisions.latest()
     inputs: dict[str, Any] = {**(latest.inputs if latest else {}), "alert": dict(alert)}
     if latest is not None:
         mode = latest.mode
     else:
-        epochs = store.epochs()
+        epochs = store.epochs.list()
         mode = epochs[-1].mode if epochs else "batch"
-    store.record_decision(
+    store.decisions.record(
         mode,
         f"lag alert {alert['event']}: {alert['reason']}",
         inputs,

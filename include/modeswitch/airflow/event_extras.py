@@ -103,7 +103,7 @@ def epoch_extra(
     pipeline: str, epoch: Any, summary: Mapping[str, Any], *, status: str
 ) -> dict[str, Any]:
     """An asset event's extra for the closed ``epoch`` (a control-table epoch) from its
-    ``summary`` (:meth:`~modeswitch.state.StateStore.epoch_summaries`)."""
+    ``summary`` (:meth:`~modeswitch.state.progress.ProgressTable.epoch_summaries`)."""
     return {
         "pipeline": pipeline,
         "epoch": int(epoch.id),

@@ -129,8 +129,8 @@ def close_task(
     with source_credentials(settings):
         status, end = close_epoch(settings, epoch_id, storage_options=options)
     store = StateStore.from_settings(settings, storage_options=options)
-    epoch = store.epoch(epoch_id)
-    summaries = store.epoch_summaries(max(1, epoch.id - 1))
+    epoch = store.epochs.get(epoch_id)
+    summaries = store.progress.epoch_summaries(max(1, epoch.id - 1))
     _send_epoch_metrics(settings.pipeline, epoch, summaries)
     if outlet_events is not None and dag_id is not None:
         _emit_epoch_events(outlet_events, dag_id, settings, epoch, summaries, status)
@@ -265,7 +265,7 @@ def submit_control_command(
         store = StateStore.from_settings(
             settings, storage_options=connection_storage_options(settings)
         )
-        command_id = store.submit_command(
+        command_id = store.commands.submit(
             kind, args, issuer=issuer or f"airflow modeswitch_control {run_id}"
         )
     except ValueError as exc:

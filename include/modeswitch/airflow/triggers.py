@@ -186,7 +186,7 @@ class SinkProgressTrigger(BaseEventTrigger):
         interval = settings.asset_event_interval
         if emitted_at is not None and now < pendulum.parse(emitted_at) + interval:
             return None
-        commits = await asyncio.to_thread(store.progress_after_version, int(last))
+        commits = await asyncio.to_thread(store.progress.after_version, int(last))
         if not commits:
             return None
         extra = progress_extra(settings.pipeline, table_uri(settings.sink), commits)
@@ -204,7 +204,7 @@ class SinkProgressTrigger(BaseEventTrigger):
 
 def _newest_recorded_version(store: StateStore) -> int:
     """The newest sink version the ``progress`` table records, -1 for none."""
-    versions = store.control_table("progress").read(columns=["sink_version"])
+    versions = store.tables.table("progress").read(columns=["sink_version"])
     column = versions.column("sink_version").drop_null()
     return int(pc.max(column).as_py()) if len(column) else -1
 

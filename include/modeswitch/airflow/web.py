@@ -195,8 +195,8 @@ def create_app(
             settings, _ = settings_of(pipeline)
             with enter(settings) as storage_options:
                 store = StateStore.from_settings(settings, storage_options=storage_options)
-                page = store.decisions(limit, offset=offset)
-                total = store.decision_count()
+                page = store.decisions.list(limit, offset=offset)
+                total = store.decisions.count()
             return {
                 "pipeline": settings.pipeline,
                 "total": total,

@@ -156,7 +156,7 @@ def verify_command(args: argparse.Namespace) -> int:
         args.pipeline,
         spot_check=args.spot_check,
         storage_options=options,
-        summaries=store.log_summaries(),
+        summaries=store.commands.log_summaries(),
     )
     table = Table(title=f"exactly-once audit of pipeline {report.pipeline!r}", box=box.SIMPLE_HEAD)
     for name in ("bucket", "expected", "sink", "quarantine", "missing", "duplicated"):

@@ -26,7 +26,7 @@ Recovery (FLIP-537's three cases) plans with :func:`plan_batch` too: a new run a
 plans only ``[sink's committed offsets, boundary)``, its waves numbered on after the ledger's
 (:func:`modeswitch.modes.batch.plan_remaining`); a retried task reads an identical split; a wave
 that the sink committed but the ledger did not record is marked committed from the sink's log
-(:meth:`modeswitch.state.StateStore.reconcile`) and, starting from the sink's offsets, is
+(:func:`~modeswitch.state.reconcile`) and, starting from the sink's offsets, is
 never planned again.
 """
 

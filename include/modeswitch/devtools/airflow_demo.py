@@ -208,12 +208,12 @@ def _run(
     note: str,
 ) -> None:
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
-    before = {e.id: e for e in store.epochs()}
+    before = {e.id: e for e in store.epochs.list()}
     run_log = root / "logs" / f"airflow-run-{number}.log"
     started = time.monotonic()
     code = runs.run(DAG_ID, run_log, conf)
     seconds = time.monotonic() - started
-    epochs = store.epochs()
+    epochs = store.epochs.list()
     # The run's epoch: one it opened, or the one it re-attached (the warm engine opens a
     # stream epoch itself right after a batch; the next run attaches to it).
     attached = [e.id for e in before.values() if e.running]

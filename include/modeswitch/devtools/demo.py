@@ -291,7 +291,7 @@ def print_summary(settings: PipelineSettings, console: Console) -> int:
         epochs.add_column(name, overflow="fold")
     previous_end = None
     per_mode: dict[str, int] = {}
-    for epoch in store.epochs():
+    for epoch in store.epochs.list():
         start, end = sum(epoch.start.values()), sum((epoch.end or {}).values())
         per_mode[epoch.mode] = per_mode.get(epoch.mode, 0) + end - start
         handoff = (

@@ -378,7 +378,7 @@ def plan_backfill(
         )
     options = dict(storage_options or {})
     store = StateStore.from_settings(settings, storage_options=options)
-    for held in store.commands("running"):
+    for held in store.commands.list("running"):
         if held.kind == "backfill" and held.args.get("run_id") == run_id:
             return BackfillPlan.of(settings.pipeline, held)  # a retried task re-attaches
     commits = list(sink_commits(settings.sink, settings.pipeline, storage_options=options))
@@ -418,10 +418,10 @@ def plan_backfill(
         their_buckets = set(other.get("buckets") or known)
         return window.overlaps(theirs) and bool(set(chosen) & their_buckets)
 
-    command = store.claim_backfill(
+    command = store.commands.claim_backfill(
         args, run_id=run_id, issuer=issuer, overlaps=overlaps, stale_after=CLAIM_EXPIRES
     )
-    plan = BackfillPlan.of(settings.pipeline, store.command(command))
+    plan = BackfillPlan.of(settings.pipeline, store.commands.get(command))
     log.info(
         "%s: command %d, up to %d records in %d buckets",
         what,
@@ -435,10 +435,10 @@ def plan_backfill(
 def end_unfinished_backfill(store: StateStore, command_id: int) -> Command:
     """After a backfill job: a command it left ``running`` (the job records its own success)
     is marked rejected, its job having failed; returns the command as it now stands."""
-    command = store.command(command_id)
+    command = store.commands.get(command_id)
     if command.status == "running":
-        store.finish_backfill(command_id, error="the backfill job failed (see its log)")
-        command = store.command(command_id)
+        store.commands.finish_backfill(command_id, error="the backfill job failed (see its log)")
+        command = store.commands.get(command_id)
     return command
 
 

@@ -95,15 +95,17 @@ def run_backfill(spark: Any, job: JobPlan, command_id: int) -> BackfillReport:
         _stage(df, staging)
         staged = time.perf_counter()
         _running_plan(store, settings.pipeline, command_id)  # not superseded meanwhile
-        check_replace_is_exact(settings, plan, staging, storage_options=store.storage_options)
+        check_replace_is_exact(
+            settings, plan, staging, storage_options=store.tables.storage_options
+        )
         sink_commit, quarantine_version = commit_backfill(
-            settings, plan, staging, storage_options=store.storage_options
+            settings, plan, staging, storage_options=store.tables.storage_options
         )
     finally:
         remove_tree(staging)
         remove_tree(f"{staging}-scratch")
     committed = time.perf_counter()
-    store.finish_backfill(
+    store.commands.finish_backfill(
         command_id,
         records=sink_commit.records,
         quarantined=sink_commit.quarantined,
@@ -133,7 +135,7 @@ def run_backfill(spark: Any, job: JobPlan, command_id: int) -> BackfillReport:
 
 
 def _running_plan(store: StateStore, pipeline: str, command_id: int) -> BackfillPlan:
-    command = store.command(command_id)
+    command = store.commands.get(command_id)
     if command.kind != "backfill" or command.status != "running":
         raise FencedError(
             f"command {command_id} is a {command.status} {command.kind} command; a backfill "

@@ -46,7 +46,7 @@ from modeswitch.modes.waves import WAVE_COMMITS, WaveRead
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks.commits import latest_sink_commit
 from modeswitch.sinks.options import sink_options
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
 from modeswitch.storage import remove_tree
 
 log = logging.getLogger(__name__)
@@ -66,15 +66,15 @@ class BatchRunReport:
 def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int) -> BatchPlan:
     """The plan for what this epoch still has to read, recorded in the split ledger."""
     began = time.perf_counter()
-    epoch = store.epoch(epoch_id)
+    epoch = store.epochs.get(epoch_id)
     assert epoch.boundary is not None
-    committed = {**epoch.start, **store.committed_offsets()}
+    committed = {**epoch.start, **store.progress.committed_offsets()}
     committed = {b: committed.get(b, epoch.start.get(b, 0)) for b in epoch.boundary}
-    ledger = store.splits(epoch_id)
+    ledger = store.ledger.splits(epoch_id)
     pending = [s for s in ledger if s.status == "pending"]
     if pending:
         log.info("epoch %d: %d splits of a failed run are re-planned", epoch_id, len(pending))
-        store.mark_splits(epoch_id, [(s.bucket, s.start, s.end) for s in pending], "replanned")
+        store.ledger.mark(epoch_id, [(s.bucket, s.start, s.end) for s in pending], "replanned")
     first_wave = max((s.wave for s in ledger), default=-1) + 1
     planner = settings.planner
     plan = plan_batch(
@@ -86,7 +86,7 @@ def plan_remaining(store: StateStore, settings: PipelineSettings, epoch_id: int)
         first_wave_index=first_wave,
     )
     if plan.waves:
-        store.record_splits(epoch_id, plan.waves)
+        store.ledger.record(epoch_id, plan.waves)
     log.info(
         "epoch %d: %d records to read in %d waves (makespan %d, ideal %.0f), %d splits of %d "
         "buckets planned and recorded in %.2f s",
@@ -135,21 +135,21 @@ def run_batch_epoch(
     assert path is not None and job.kind == "batch", f"a {job.kind} job runs no batch waves"
     commit_wave = WAVE_COMMITS[path.writer]
     store = StateStore.from_settings(settings)
-    epoch = store.epoch(epoch_id)
+    epoch = store.epochs.get(epoch_id)
     if epoch.mode != "batch" or epoch.status != "running" or epoch.boundary is None:
         raise FencedError(
             f"epoch {epoch_id} is a {epoch.status} {epoch.mode} epoch; the backlog batch job "
             "only runs a running batch epoch"
         )
-    repaired = store.reconcile()
+    repaired = reconcile(store)
     if repaired.progress or repaired.splits:
         log.warning("epoch %d: reconciled the control tables from the sink: %s", epoch_id, repaired)
     plan = plan_remaining(store, settings, epoch_id)
     clear_scratch(settings)
     options = sink_options(settings, epoch_id, "batch")
-    finished = set(store.finished_buckets(epoch_id))
+    finished = set(store.ledger.finished(epoch_id))
     if plan.finished_buckets - finished:
-        store.record_backlog_finished(epoch_id, sorted(plan.finished_buckets - finished))
+        store.ledger.record_finished(epoch_id, sorted(plan.finished_buckets - finished))
         finished |= plan.finished_buckets
     committed = dict(plan.start)
     records = 0
@@ -183,19 +183,19 @@ def run_batch_epoch(
             remove_tree(read.scratch)
         pause_point("batch.after_wave_commit")
         commit = latest_sink_commit(
-            settings.sink, settings.pipeline, storage_options=store.storage_options
+            settings.sink, settings.pipeline, storage_options=store.tables.storage_options
         )
         assert commit is not None and commit.epoch == epoch_id and commit.sequence == wave.index
-        store.record_progress(commit, recorded_by="backlog_batch")
+        store.progress.record(commit, recorded_by="backlog_batch")
         warning = watch.add(commit.records, commit.quarantined, commit.quarantine_reasons)
         if warning is not None:
             log.warning("%s", warning)
-        store.mark_splits(epoch_id, wave.splits, "committed")
+        store.ledger.mark(epoch_id, wave.splits, "committed")
         committed.update(end)
         records += commit.records
         done = newly_finished_buckets(epoch.boundary, committed, finished)
         if done:
-            store.record_backlog_finished(epoch_id, sorted(done))
+            store.ledger.record_finished(epoch_id, sorted(done))
             finished |= done
         log.info(
             "epoch %d wave %d: %d records committed; %d/%d buckets finished",
@@ -207,5 +207,5 @@ def run_batch_epoch(
         )
         if on_wave is not None:
             on_wave(wave)
-    final = {**committed, **store.committed_offsets()}
+    final = {**committed, **store.progress.committed_offsets()}
     return BatchRunReport(epoch_id, len(plan.waves), records, final, tuple(sorted(finished)))

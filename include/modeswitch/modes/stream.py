@@ -60,7 +60,7 @@ from modeswitch.sinks.commits import (
 )
 from modeswitch.sinks.options import sink_options
 from modeswitch.sources import open_log
-from modeswitch.state import Epoch, StateStore
+from modeswitch.state import Epoch, StateStore, reconcile
 from modeswitch.state.records import STREAM_EXIT
 from modeswitch.storage import remove_tree
 
@@ -94,8 +94,8 @@ class StreamRunReport:
 
 def _epoch_max_event_times(store: StateStore) -> dict[int, datetime]:
     """Per bucket, the max event time of what the sink holds (a rewind drops the times of
-    the buckets it moved back; see :meth:`StateStore.max_event_times`)."""
-    latest = store.max_event_times()
+    the buckets it moved back; see :meth:`EpochTable.max_event_times`)."""
+    latest = store.epochs.max_event_times()
     return {b: event_time_from_micros(us) for b, us in latest.items()}
 
 
@@ -129,7 +129,7 @@ class StreamSupervisor:
         # Follow the log from where progress is known complete (``run`` reconciles first),
         # and move that mark on as the commits are recorded: what ``close_epoch`` reconciles
         # is then only what this job left unrecorded, however long the epoch ran.
-        self.sink_version = store.reconciled_through()
+        self.sink_version = store.progress.reconciled_through()
         self.complete_through = self.sink_version
         self.foreign_seen = False
         self.unrecorded: list[SinkCommit] = []
@@ -180,7 +180,7 @@ class StreamSupervisor:
         )
         if not self.unrecorded or not (due or force):
             return 0
-        recorded = self.store.record_progress_many(
+        recorded = self.store.progress.record_many(
             self.unrecorded, recorded_by="stream", through=self.complete_through
         )
         self.unrecorded = []
@@ -237,7 +237,7 @@ class StreamSupervisor:
             or now - self.last_recorded_decision >= DECISION_RECORD_EVERY
         )
         if decision.switched or decision.mode != "stream" or due:
-            self.store.record_decision(
+            self.store.decisions.record(
                 "batch" if decision.mode == "batch" else "stream",
                 decision.reason,
                 decision.to_record(),
@@ -253,7 +253,7 @@ class StreamSupervisor:
 def check_handoff(store: StateStore, epoch_start: OffsetsMap, epoch_id: int) -> None:
     """Before the epoch's first commit, the stream must start exactly where the sink ends
     (invariant 2). Once it has committed, :func:`resume_point` checks its commits instead."""
-    committed = store.committed_offsets()
+    committed = store.progress.committed_offsets()
     different = {
         b: (epoch_start.get(b), committed[b])
         for b in committed
@@ -273,7 +273,7 @@ def resume_point(store: StateStore, settings: PipelineSettings, epoch: Epoch) ->
     start, and the query resumes its checkpoint if that is in step with the sink, else starts
     a fresh one at the sink's committed offsets."""
     commits = epoch_commits(
-        settings.sink, settings.pipeline, epoch.id, storage_options=store.storage_options
+        settings.sink, settings.pipeline, epoch.id, storage_options=store.tables.storage_options
     )
     if not commits:
         check_handoff(store, epoch.start, epoch.id)
@@ -296,13 +296,13 @@ def run_stream_epoch(
     assert job.stream is not None, f"a {job.kind} job runs no stream"
     log.info("stream epoch %d: %s", epoch_id, job.stream.reason)
     store = StateStore.from_settings(settings)
-    epoch = store.epoch(epoch_id)
+    epoch = store.epochs.get(epoch_id)
     if epoch.mode != "stream" or epoch.status != "running":
         raise FencedError(
             f"epoch {epoch_id} is a {epoch.status} {epoch.mode} epoch; the stream job only "
             "runs a running stream epoch"
         )
-    store.reconcile()
+    reconcile(store)
     point = resume_point(store, settings, epoch)
     log.info("stream epoch %d %s", epoch_id, point.describe())
     if not point.resumed:
@@ -399,15 +399,15 @@ def run_stream_epoch(
         ) from error
     supervisor.follow_commits()
     supervisor.record_progress(force=True)
-    end = {**epoch.start, **store.committed_offsets()}
+    end = {**epoch.start, **store.progress.committed_offsets()}
     if command_id is not None:
-        store.apply_command(command_id, epoch_id, end)
+        store.commands.apply(command_id, epoch_id, end)
     # The exit itself is a decision: close_epoch reads its reason, and the next decide the
     # command it applied (modeswitch.runners.lifecycle.carried_command).
     inputs = {"end": offsets_to_dict(end), "state": supervisor.state.to_record(), "mode": next_mode}
     if command_id is not None:
         inputs["command"] = {"id": command_id, "action": command_action}
-    store.record_decision(
+    store.decisions.record(
         "batch" if next_mode == "batch" else "stream",
         f"stream stopped: {reason}",
         inputs,
@@ -429,7 +429,7 @@ def run_stream_epoch(
 
 def _stop_command(store: StateStore) -> tuple[int, str] | None:
     """The oldest pending command that stops a stream, if any."""
-    for command in store.pending_commands():
+    for command in store.commands.pending():
         if command.kind in STOP_COMMANDS:
             return command.id, command.kind
     return None

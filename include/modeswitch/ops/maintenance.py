@@ -107,9 +107,11 @@ def maintain(
     began = time.monotonic()
     store = store or StateStore.from_settings(settings)
     run_id = run_id or f"maintain-{uuid.uuid4().hex[:12]}"
-    options = dict(store.storage_options)
+    options = dict(store.tables.storage_options)
     cfg = settings.maintenance
-    command = store.claim_maintenance(run_id=run_id, issuer=issuer, lease=cfg.maintenance_lease)
+    command = store.commands.claim_maintenance(
+        run_id=run_id, issuer=issuer, lease=cfg.maintenance_lease
+    )
     log.info(
         "pipeline %s: maintenance run %s holds the lease (command %d)",
         settings.pipeline,
@@ -118,7 +120,7 @@ def maintain(
     )
 
     def hold(**note: Any) -> None:
-        if not store.note_run(command, **note):
+        if not store.commands.note_run(command, **note):
             raise MaintenanceRefusedError(
                 f"maintenance run {run_id!r} (command {command}) lost its lease after "
                 f"{cfg.maintenance_lease}: another run superseded it; stopping"
@@ -130,7 +132,7 @@ def maintain(
             table = _open(uri, options)
             if table is not None:
                 _set_retentions(table, name, cfg.vacuum_retention, cfg.log_retention)
-        kept = store.log_summaries()
+        kept = store.commands.log_summaries()
         summary = LogSummary.read(
             settings.sink,
             settings.pipeline,
@@ -153,7 +155,7 @@ def maintain(
             if done is not None:
                 tables.append(done)
         hold()
-        merged = store.downsample_progress(cfg.progress_horizon, now=now)
+        merged = store.progress.downsample(cfg.progress_horizon, now=now)
         for name in SCHEMAS:
             hold()
             done = maintain_control_table(
@@ -166,7 +168,7 @@ def maintain(
         hold()
         removed = clean_checkpoints(settings, store, keep=settings.stream_checkpoints_kept)
     except BaseException as exc:  # a task timeout or a signal too: the lease is released
-        store.finish_run(command, error=f"{type(exc).__name__}: {exc}")
+        store.commands.finish_run(command, error=f"{type(exc).__name__}: {exc}")
         raise
     report = MaintenanceReport(
         pipeline=settings.pipeline,
@@ -178,7 +180,7 @@ def maintain(
         seconds=round(time.monotonic() - began, 3),
     )
     outcome = report.to_dict()
-    store.finish_run(
+    store.commands.finish_run(
         command, tables=outcome["tables"], progress_merged=merged, seconds=report.seconds
     )
     log.info(
@@ -281,7 +283,7 @@ def maintain_control_table(
     the table's own), as the sink's: ``progress`` commits once a second while a stream runs,
     and every reader of it lists its log."""
     began = time.monotonic()
-    control = store.control_table(name)
+    control = store.tables.table(name)
     table = control.load()
     if table is None:
         return None

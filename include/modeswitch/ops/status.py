@@ -90,8 +90,8 @@ def pipeline_status(
         )
     now = now or pendulum.now("UTC")
     store = StateStore.from_settings(settings, storage_options=storage_options)
-    epochs = store.epochs(last=rows + 1)
-    decisions = store.decisions(limit=rows)  # with inputs: a pause shows as one
+    epochs = store.epochs.list(last=rows + 1)
+    decisions = store.decisions.list(limit=rows)  # with inputs: a pause shows as one
     if not epochs and not decisions:
         raise ModeswitchError(
             f"pipeline {settings.pipeline!r}: no epochs or decisions under {settings.state_root} "
@@ -99,11 +99,11 @@ def pipeline_status(
         )
     current = next((e for e in reversed(epochs) if e.running), None)
     shown = current or (epochs[-1] if epochs else None)
-    commands = store.commands(last=rows)[::-1]
-    latest_decision = store.latest_decision()
+    commands = store.commands.list(last=rows)[::-1]
+    latest_decision = store.decisions.latest()
     opened_by = None
     if shown is not None:
-        opening = store.decisions(limit=1, until=shown.started_at, inputs=False)
+        opening = store.decisions.list(limit=1, until=shown.started_at, inputs=False)
         opened_by = opening[0].decided_by if opening else None
 
     evaluation: dict[str, Any]
@@ -114,7 +114,7 @@ def pipeline_status(
         observation, committed = observe(settings, store, now)
         latest = dict(observation.latest)
         event_times = dict(observation.max_event_time)
-        pending = [(c.id, c.kind) for c in store.pending_commands()]
+        pending = [(c.id, c.kind) for c in store.commands.pending()]
         command, _ = operator_override(pending, "auto")
         decision = decide_mode(
             observation,
@@ -127,9 +127,11 @@ def pipeline_status(
         log.warning("status of %s: %s", settings.pipeline, exc)
         evaluation = {"error": str(exc)}
     if committed is None:
-        committed = dict(store.committed_offsets())
+        committed = dict(store.progress.committed_offsets())
     if event_times is None:
-        event_times = {b: event_time_from_micros(us) for b, us in store.max_event_times().items()}
+        event_times = {
+            b: event_time_from_micros(us) for b, us in store.epochs.max_event_times().items()
+        }
     buckets = bucket_rows(store, current, committed, latest, event_times, now)
     if bucket_order == "lag":
         buckets.sort(key=lag_first)
@@ -178,7 +180,7 @@ def pipeline_history(
     since = since or until - window
     store = StateStore.from_settings(settings, storage_options=storage_options)
     points = []
-    for decision in reversed(store.decisions(since=since, until=until)):
+    for decision in reversed(store.decisions.list(since=since, until=until)):
         observation = decision.inputs.get("observation") or {}
         committed, latest = observation.get("committed", {}), observation.get("latest", {})
         watermark = decision.inputs.get("watermark") or {}
@@ -192,10 +194,10 @@ def pipeline_history(
                 "offset_lag": sum(max(0, n - committed.get(b, 0)) for b, n in latest.items()),
             }
         )
-    ran = store.epochs(since=since)  # those still running or ended since, to the newest
+    ran = store.epochs.list(since=since)  # those still running or ended since, to the newest
     shown = {e.id for e in ran if e.started_at <= until}
     # One more, for the handoff before the first shown.
-    bands = _epochs(store.epochs(last=len(ran) + 1), store) if shown else []
+    bands = _epochs(store.epochs.list(last=len(ran) + 1), store) if shown else []
     return {
         "pipeline": settings.pipeline,
         "at": now.isoformat(),
@@ -328,7 +330,7 @@ def _epochs(epochs: list[Epoch], store: StateStore) -> list[dict[str, Any]]:
     """Each epoch's figures, oldest first, with the handoff before it: from the previous
     epoch's last sink commit to this one's first (None where either has none). The progress
     table is read from the first of them on only."""
-    summaries = store.epoch_summaries(epochs[0].id) if epochs else {}
+    summaries = store.progress.epoch_summaries(epochs[0].id) if epochs else {}
     out: list[dict[str, Any]] = []
     for epoch in epochs:
         figures = _epoch(epoch, summaries.get(epoch.id))

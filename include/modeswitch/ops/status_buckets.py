@@ -31,7 +31,7 @@ def bucket_rows(
     ``current`` (a batch epoch) has finished its backlog. ``latest`` None: the source could
     not answer, so its lags are unknown (None)."""
     boundary = current.boundary if current is not None and current.boundary else {}
-    finished = store.finished_buckets(current.id) if current and current.mode == "batch" else {}
+    finished = store.ledger.finished(current.id) if current and current.mode == "batch" else {}
     buckets = sorted({*committed, *(latest or {}), *boundary})
     out = []
     for bucket in buckets:

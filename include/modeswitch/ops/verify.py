@@ -176,7 +176,7 @@ def audit(
     :class:`ModeswitchError` if a table lacks the ``bucket`` / ``offset`` columns.
 
     ``summaries``: what maintenance runs kept of the sink's log before cleaning it
-    (:meth:`StateStore.log_summaries`); they stand for the commits up to their newest
+    (:meth:`CommandTable.log_summaries`); they stand for the commits up to their newest
     version, so the audit does not depend on commit files log cleanup removed. Commit files
     missing with no summary for them are reported as a problem.
     """

@@ -53,7 +53,7 @@ from modeswitch.sinks.commits import event_time_from_micros, latest_sink_commit
 from modeswitch.sinks.features import check_tables
 from modeswitch.sinks.rewind import check_rewind, rewind_quarantine, rewind_sink
 from modeswitch.sources import open_log
-from modeswitch.state import StateStore
+from modeswitch.state import StateStore, reconcile
 from modeswitch.state.records import STREAM_EXIT, RecordedDecision
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def carried_command(decision: RecordedDecision | None) -> OperatorCommand | None
 
 def previous_state(store: StateStore) -> PolicyState | None:
     """What the policy remembers from the newest decision (None before the first)."""
-    return policy_state_of(store.latest_decision())
+    return policy_state_of(store.decisions.latest())
 
 
 def policy_state_of(decision: RecordedDecision | None) -> PolicyState | None:
@@ -151,9 +151,9 @@ def observe(
     # A bucket the sink holds nothing of starts at its earliest offset, or with start_from
     # latest at its latest: the pipeline goes live, and backfills fill in below.
     first = latest if settings.start_from == "latest" else earliest
-    committed = {**first, **store.committed_offsets()}
+    committed = {**first, **store.progress.committed_offsets()}
     check_retained(settings.source, committed, earliest)
-    max_event = store.max_event_times()
+    max_event = store.epochs.max_event_times()
     observation = Observation(
         now=now,
         committed=committed,
@@ -208,13 +208,13 @@ def apply_rewinds(
     rewinds are checked and returned as they would be applied. Refused while an epoch is
     running (its job may be committing): a running epoch ends first.
     """
-    running = store.current_epoch()
+    running = store.epochs.current()
     if running is not None:
         raise InvalidStateTransitionError(
             f"rewinds are applied between epochs; epoch {running.id} ({running.mode}) is "
             "still running"
         )
-    options = store.storage_options
+    options = store.tables.storage_options
     if not dry_run:
         newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
         if newest is not None and newest.is_rewind:
@@ -222,7 +222,7 @@ def apply_rewinds(
             rewind_quarantine(
                 settings.quarantine, settings.pipeline, newest, storage_options=options
             )
-    pending = [c for c in store.pending_commands() if c.kind == "rewind"]
+    pending = [c for c in store.commands.pending() if c.kind == "rewind"]
     if not pending:
         return []
     source = open_log(settings.source)
@@ -234,14 +234,18 @@ def apply_rewinds(
                 command.args.get("offsets"), source=f"rewind command #{command.id} offsets"
             )
             if dry_run:
-                committed = {**earliest, **store.committed_offsets(), **applied_end(applied)}
+                committed = {
+                    **earliest,
+                    **store.progress.committed_offsets(),
+                    **applied_end(applied),
+                }
                 check_rewind(
                     command.id, offsets, committed=committed, earliest=earliest, buckets=buckets
                 )
                 moved = {b: o for b, o in offsets.items() if b in committed}
                 applied.append(AppliedRewind(command.id, offsets, {**committed, **moved}))
                 continue
-            last = store.latest_epoch()
+            last = store.epochs.latest()
             newest = latest_sink_commit(settings.sink, settings.pipeline, storage_options=options)
             outcome = rewind_sink(
                 settings.sink,
@@ -258,9 +262,9 @@ def apply_rewinds(
         except (RewindRefusedError, InvalidOffsetsError) as exc:
             log.warning("%s", exc)
             if not dry_run:
-                store.reject_command(command.id, str(exc))
+                store.commands.reject(command.id, str(exc))
             continue
-        store.acknowledge_rewind(outcome.commit)
+        store.commands.acknowledge_rewind(outcome.commit)
         applied.append(AppliedRewind(command.id, offsets, dict(outcome.commit.end)))
     return applied
 
@@ -294,11 +298,11 @@ def decide(
     # anything is written, a re-attached epoch's rerun included.
     check_tables(
         {"sink table": settings.sink, "quarantine table": settings.quarantine},
-        dict(store.storage_options),
+        dict(store.tables.storage_options),
     )
     if not dry_run:
-        store.reconcile()
-    current = store.current_epoch()
+        reconcile(store)
+    current = store.epochs.current()
     if current is not None:
         log.info("epoch %d (%s) is still running: re-attaching", current.id, current.mode)
         return EpochPlan(
@@ -309,8 +313,8 @@ def decide(
     observation, committed = observe(settings, store, now)
     if dry_run:
         committed = {**committed, **applied_end(rewinds)}
-    pending = [(c.id, c.kind) for c in store.pending_commands()]
-    carried = carried_command(store.latest_decision())
+    pending = [(c.id, c.kind) for c in store.commands.pending()]
+    carried = carried_command(store.decisions.latest())
     command, applied = operator_override(pending, force_mode, carried)
     decision: Decision = decide_mode(
         observation, settings=settings.policy, previous=previous_state(store), command=command
@@ -326,7 +330,7 @@ def decide(
         return EpochPlan(
             None, decision.mode, reason, committed, None, commands=done, decision=record
         )
-    store.record_decision(
+    store.decisions.record(
         "batch" if decision.mode == "batch" else "stream",
         reason,
         record,
@@ -336,17 +340,17 @@ def decide(
     )
     if decision.mode == "paused":
         # No epoch opens; the pause is applied at the last epoch's end (the commit boundary).
-        last = store.latest_epoch()
+        last = store.epochs.latest()
         if last is not None:
             for command_id in applied:
-                store.apply_command(command_id, last.id, committed)
+                store.commands.apply(command_id, last.id, committed)
         return EpochPlan(
             None, "paused", reason, committed, None, commands=(*done, *applied), decision=record
         )
     boundary = dict(observation.latest) if decision.mode == "batch" else None
-    epoch = store.open_epoch(decision.mode, reason, committed, boundary)
+    epoch = store.epochs.open(decision.mode, reason, committed, boundary)
     for command_id in applied:
-        store.apply_command(command_id, epoch, committed)
+        store.commands.apply(command_id, epoch, committed)
     return EpochPlan(
         epoch, decision.mode, reason, committed, boundary, False, (*done, *applied), record
     )
@@ -356,10 +360,10 @@ def quarantine_note(settings: PipelineSettings, store: StateStore) -> list[str]:
     """A warning for the next decision's reason when the last epoch quarantined most of its
     records (:mod:`modeswitch.control.quarantine`), else nothing. Reads the progress rows of
     that epoch only."""
-    last = store.latest_epoch()
+    last = store.epochs.latest()
     if last is None:
         return []
-    summary = store.epoch_summaries(last.id).get(last.id) or {}
+    summary = store.progress.epoch_summaries(last.id).get(last.id) or {}
     records, quarantined = summary.get("records", 0), summary.get("quarantined", 0)
     if not quarantines_most(records, quarantined, settings.quarantine_warn_fraction):
         return []
@@ -381,9 +385,9 @@ def close_epoch(
     closed as failed and :class:`ModeswitchError` names the buckets that did not finish.
     """
     store = StateStore.from_settings(settings, storage_options=storage_options)
-    store.reconcile()
-    epoch = store.epoch(epoch_id)
-    end = {**epoch.start, **store.committed_offsets()}
+    reconcile(store)
+    epoch = store.epochs.get(epoch_id)
+    end = {**epoch.start, **store.progress.committed_offsets()}
     if not epoch.running:
         return epoch.status, dict(epoch.end or end)
     if epoch.mode == "batch":
@@ -394,18 +398,18 @@ def close_epoch(
             if end.get(b, 0) < target
         }
         if short:
-            store.close_epoch(epoch_id, end, "failed", f"buckets below their boundary: {short}")
+            store.epochs.close(epoch_id, end, "failed", f"buckets below their boundary: {short}")
             raise ModeswitchError(
                 f"batch epoch {epoch_id} ended below its boundary in buckets "
                 + ", ".join(f"{b} ({at} < {target})" for b, (at, target) in short.items())
             )
-        store.close_epoch(epoch_id, end, "completed", "every bucket reached its boundary")
+        store.epochs.close(epoch_id, end, "completed", "every bucket reached its boundary")
         return "completed", end
     reason = next(
-        (d.reason for d in store.decisions(limit=20) if d.epoch == epoch_id),
+        (d.reason for d in store.decisions.list(limit=20) if d.epoch == epoch_id),
         "stream stopped",
     )
-    store.close_epoch(epoch_id, end, "completed", reason)
+    store.epochs.close(epoch_id, end, "completed", reason)
     clean_checkpoints(settings, store, keep=settings.stream_checkpoints_kept)
     return "completed", end
 
@@ -444,7 +448,7 @@ def clean_checkpoints(settings: PipelineSettings, store: StateStore, *, keep: in
         match = _CHECKPOINT_FOLDER.match(name)
         if match and info.type.name == "Directory":
             folders.setdefault(int(match.group(1)), []).append(name)
-    ended = sorted(e for e in folders if not store.epoch(e).running)
+    ended = sorted(e for e in folders if not store.epochs.get(e).running)
     removed = []
     for epoch in ended[: max(len(ended) - keep, 0)]:
         for name in folders[epoch]:

@@ -203,12 +203,12 @@ class BatchEndWatch:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = StateStore.from_settings(settings)
-        found = self.store.epoch(epoch)
+        found = self.store.epochs.get(epoch)
         self.settings = settings
         self.epoch = epoch
         self.clock = clock
         self.boundary = dict(found.boundary or {})
-        self.committed = {**found.start, **self.store.committed_offsets()}
+        self.committed = {**found.start, **self.store.progress.committed_offsets()}
         self.version = sink_version(settings.sink)
         self.total = self._left()
         self.began: tuple[float, int] | None = None  # (ms, records left): the first wave's plan
@@ -237,7 +237,7 @@ class BatchEndWatch:
 
     def _planned(self, wave: int) -> tuple[float, int] | None:
         """When the job planned ``wave`` (ms) and the records left then; None if unrecorded."""
-        planned = [s.recorded_at for s in self.store.splits(self.epoch) if s.wave == wave]
+        planned = [s.recorded_at for s in self.store.ledger.splits(self.epoch) if s.wave == wave]
         if not planned:
             return None
         return max(planned).timestamp() * 1000, self._left()

@@ -350,7 +350,7 @@ def commits_after(table_uri: str, pipeline: str, version: int) -> tuple[list[Sin
     """The pipeline's commits at table versions above ``version``, oldest first, and the
     newest table version seen. Reads only the new commit files of the log (no snapshot is
     loaded): what a stream's supervisor calls after every micro-batch, and what
-    :meth:`~modeswitch.state.StateStore.reconcile` reads since its mark. If log cleanup has
+    :func:`~modeswitch.state.reconcile` reads since its mark. If log cleanup has
     removed the files just above ``version``, reading starts at the oldest file kept."""
     found: list[SinkCommit] = []
     newest = version

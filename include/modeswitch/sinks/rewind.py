@@ -20,7 +20,7 @@ and by ``decide``), which never deletes twice.
 
 Never applied twice: before committing, the log is searched for a rewind that already carries
 the command id (a crash between the sink commit and the commands-table update); if one is
-there, nothing is written and that commit is returned. ``StateStore.reconcile`` marks such a
+there, nothing is written and that commit is returned. ``modeswitch.state.reconcile`` marks such a
 command applied.
 
 A bad rewind is refused with :class:`~modeswitch.errors.RewindRefusedError` before anything
