@@ -63,8 +63,9 @@ import psutil
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog, produce_live
-from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import job_command
+from modeswitch.runners.pipeline_run import open_runner
 from modeswitch.runners.processes import start_group, wait_group
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log

@@ -4,7 +4,7 @@
         [--first 1000000] [--wave-records 2000000] [--json FILE] [--workdir DIR]
 
 Issue 36's target (a) on the warm engine: drain >= 1 000 000 records/s on two cores once the
-engine is up. One engine (``engine = warm``, ``modeswitch.runners.lifecycle.open_runner``: the
+engine is up. One engine (``engine = warm``, ``modeswitch.runners.pipeline_run.open_runner``: the
 engine ``modeswitch run`` starts, on the local master) runs every epoch of one pipeline:
 
 1. a first batch epoch over ``--first`` records starts the engine (its JVM, its Python
@@ -38,7 +38,8 @@ from bench_modes import BUCKETS, settings_for
 
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.runners.engine import live_engine
-from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.pipeline_run import open_runner
 from modeswitch.sources.segments import SegmentLog
 
 

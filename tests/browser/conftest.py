@@ -22,7 +22,7 @@ import pytest
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
-from modeswitch.runners.lifecycle import run_pipeline
+from modeswitch.runners.pipeline_run import run_pipeline
 from modeswitch.runners.processes import start_group, stop_group
 from modeswitch.sources.segments import SegmentLog
 

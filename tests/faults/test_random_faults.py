@@ -51,8 +51,9 @@ from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlo
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.base import EpochRunner
 from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineLostError
-from modeswitch.runners.lifecycle import close_epoch, decide, open_runner
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import LocalRunner
+from modeswitch.runners.pipeline_run import open_runner
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, KafkaLog, kafka_environment
 from modeswitch.sources.segments import SegmentLog
 

@@ -23,7 +23,7 @@ from fault_tools import assert_exactly_once, wait_for
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
 from modeswitch.ops.verify import audit
-from modeswitch.runners.lifecycle import run_pipeline
+from modeswitch.runners.pipeline_run import run_pipeline
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import SCHEME
 

@@ -23,8 +23,9 @@ from fault_tools import HELD_IN_STREAM, assert_exactly_once, kill_at, pause_when
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import OffsetOutOfRangeError
-from modeswitch.runners.lifecycle import close_epoch, decide, run_pipeline
+from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import run_job_process
+from modeswitch.runners.pipeline_run import run_pipeline
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation

@@ -18,8 +18,8 @@ from modeswitch.runners import engine as engine_client
 from modeswitch.runners.base import choose_runner, runner_choice
 from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, EngineRunner, engine_file
 from modeswitch.runners.engine_server import Engine, _Server
-from modeswitch.runners.lifecycle import open_runner
 from modeswitch.runners.local import LocalRunner
+from modeswitch.runners.pipeline_run import open_runner
 
 pytestmark = pytest.mark.unit
 

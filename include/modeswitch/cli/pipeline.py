@@ -44,7 +44,7 @@ def run_command(args: argparse.Namespace) -> int:
     """``modeswitch run``: run the pipeline of a settings file until Ctrl-C, ``--until`` or
     ``--for``."""
     from modeswitch.control.settings_layers import layer_settings, read_settings_file
-    from modeswitch.runners.lifecycle import run_pipeline
+    from modeswitch.runners.pipeline_run import run_pipeline
 
     settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
     duration = parse_duration(args.duration, setting="--for") if args.duration else None

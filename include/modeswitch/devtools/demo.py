@@ -28,8 +28,9 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, EventLog, produce_backlog, produce_live
 from modeswitch.ops.verify import audit
 from modeswitch.runners.base import EpochRunner
-from modeswitch.runners.lifecycle import EpochPlan, open_runner, run_one_epoch
+from modeswitch.runners.lifecycle import EpochPlan
 from modeswitch.runners.local import LocalRunner
+from modeswitch.runners.pipeline_run import open_runner, run_one_epoch
 from modeswitch.sources.kafka import KafkaLog, is_kafka_source
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore

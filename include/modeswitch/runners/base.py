@@ -19,7 +19,7 @@ it; no caller asks which runner it has). There are three, each usable under Airf
 :func:`runner_choice` makes the choice, a pure function of the ``engine`` setting, whether the
 caller is an Airflow task, the Spark connection's master and deploy mode and Airflow's
 executor. The epoch lifecycle around a runner (decide, run, close) is
-:func:`modeswitch.runners.lifecycle.run_one_epoch`; the engine's own handoff from a batch to
+:func:`modeswitch.runners.pipeline_run.run_one_epoch`; the engine's own handoff from a batch to
 its stream is :func:`modeswitch.runners.lifecycle.hand_off_to_stream`.
 """
 
