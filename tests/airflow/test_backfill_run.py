@@ -19,7 +19,7 @@ from modeswitch.airflow.backfill import backfill_dag_options
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
-from modeswitch.modes.backfill import backfill_commits
+from modeswitch.modes.backfill_commits import backfill_commits
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.runners.local import run_job_process

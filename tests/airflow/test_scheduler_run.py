@@ -60,7 +60,7 @@ from state_tools import warehouse_store
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import submit_control_command
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
-from modeswitch.modes.backfill import backfill_commits
+from modeswitch.modes.backfill_commits import backfill_commits
 from modeswitch.ops.verify import audit
 from modeswitch.runners.engine import ENGINE_DIR_ENV, stop_engines_in
 from modeswitch.runners.processes import stop_group

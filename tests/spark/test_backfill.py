@@ -16,7 +16,8 @@ from fault_tools import records_in_window
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import BackfillRefusedError
-from modeswitch.modes.backfill import Window, backfill_commits, plan_backfill
+from modeswitch.modes.backfill import Window, plan_backfill
+from modeswitch.modes.backfill_commits import backfill_commits
 from modeswitch.modes.backfill_job import run_backfill
 from modeswitch.modes.batch import run_batch_epoch
 from modeswitch.modes.job import resolve_job

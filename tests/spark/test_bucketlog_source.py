@@ -238,7 +238,7 @@ def test_the_arrow_form_option_runs_the_arrow_form_in_the_reader(spark, tmp_path
     """With ``arrowForm`` and ``arrowSchema``, the source gives the transform's columns and
     rows, as the transform applied to the DataFrame does, in batch and streaming reads; an
     option that holds no pickled function, or one without the other, is refused naming it."""
-    from modeswitch.sources.spark import arrow_form_options
+    from modeswitch.sources.spark_options import arrow_form_options
     from modeswitch.transforms.arrow import parse_events_arrow
 
     form = parse_events_arrow.arrow_form()

@@ -15,13 +15,8 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from modeswitch.errors import FencedError
-from modeswitch.modes.backfill import (
-    BackfillCommit,
-    BackfillPlan,
-    Window,
-    backfill_app_id,
-    backfill_commits,
-)
+from modeswitch.modes.backfill import BackfillPlan, Window, backfill_app_id
+from modeswitch.modes.backfill_commits import BackfillCommit, backfill_commits
 from modeswitch.modes.backfill_job import _replace
 
 WRITE = deltalake.write_deltalake  # the rivals' own writes, not the patched one

@@ -11,13 +11,8 @@ import pyarrow as pa
 import pytest
 
 from modeswitch.errors import BackfillRefusedError
-from modeswitch.modes.backfill import (
-    BackfillCommit,
-    Window,
-    backfilled_positions,
-    window_predicate,
-    window_ranges,
-)
+from modeswitch.modes.backfill import Window, window_predicate, window_ranges
+from modeswitch.modes.backfill_commits import BackfillCommit, backfilled_positions
 from modeswitch.sources.segments import SegmentLog
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)

@@ -13,13 +13,9 @@ import pyarrow as pa
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.modes.backfill import (
-    BACKFILL_KEY,
-    BackfillCommit,
-    PayloadEventTime,
-    Window,
-    backfilled_positions,
-)
+from modeswitch.modes.backfill import PayloadEventTime, Window
+from modeswitch.modes.backfill_commits import BackfillCommit, backfilled_positions
+from modeswitch.sinks.history import BACKFILL_KEY
 from modeswitch.sources.segments import SegmentLog
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,8 @@ import pytest
 
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms.arrow import PayloadParser, _java_double
+from modeswitch.transforms.arrow import PayloadParser
+from modeswitch.transforms.jackson import java_double
 
 pytestmark = pytest.mark.unit
 
@@ -110,7 +111,7 @@ def test_a_string_field_takes_any_json_value_as_spark_writes_it(token: str, text
     ],
 )
 def test_doubles_are_written_as_java_writes_them(token: str, java: str) -> None:
-    assert _java_double(token) == java
+    assert java_double(token) == java
 
 
 def test_names_that_are_not_python_identifiers() -> None:

@@ -9,13 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeswitch.errors import InvalidOffsetsError, OffsetOutOfRangeError, UnknownBucketError
-from modeswitch.sources.spark import (
-    MIN_PARTITION_RECORDS,
-    BucketLogOptions,
-    limit_by_rows,
-    plan_partitions,
-    resolve_offsets,
-)
+from modeswitch.sources.spark import MIN_PARTITION_RECORDS, limit_by_rows, plan_partitions
+from modeswitch.sources.spark_options import BucketLogOptions, resolve_offsets
 
 EARLIEST = {0: 10, 1: 0, 2: 0}
 LATEST = {0: 100, 1: 50, 2: 0}
@@ -155,7 +150,8 @@ def test_a_micro_batch_scans_the_log_once_and_reads_only_changed_footers(
 
     from modeswitch.devtools.produce import EventGenerator, produce_backlog
     from modeswitch.sources.segments import SegmentLog
-    from modeswitch.sources.spark import BucketLogOptions, BucketLogStreamReader
+    from modeswitch.sources.spark import BucketLogStreamReader
+    from modeswitch.sources.spark_options import BucketLogOptions
 
     log = SegmentLog.create(str(tmp_path / "log"), buckets=4, open_segment_seconds=0)
     produce_backlog(log, EventGenerator(seed=1, buckets=4), records=4_000)

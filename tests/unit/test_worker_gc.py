@@ -38,7 +38,8 @@ def test_a_sink_task_and_a_source_task_freeze_their_worker(tmp_path) -> None:
         from modeswitch.sinks.files import write_files
         from modeswitch.sinks.options import DeltaSinkOptions
         from modeswitch.sources.segments import SegmentLog
-        from modeswitch.sources.spark import BucketLogOptions, BucketRanges, read_ranges
+        from modeswitch.sources.spark import BucketRanges, read_ranges
+        from modeswitch.sources.spark_options import BucketLogOptions
 
         options = DeltaSinkOptions.parse(
             {{"path": "{tmp_path}/sink", "pipeline": "p", "epoch": "1"}}

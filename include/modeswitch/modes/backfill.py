@@ -35,16 +35,17 @@ skips the row groups whose event-time statistics lie outside the window).
 **The write** (:mod:`modeswitch.modes.backfill_job`): the batch engine reads those records, runs the
 pipeline's transform, keeps the rows whose (transformed) event time is in the window, and ONE
 Delta replace-where commit per table replaces what the table holds at those positions
-(:func:`window_predicate`), under :data:`BACKFILL_KEY` (:class:`BackfillCommit`), beside the
-live pipeline's commits. A record is deleted only to be written again: before committing, the
-job checks that every row the predicate would delete is among the rows it writes, and that no
-row it writes is held already outside the window
-(:func:`~modeswitch.modes.backfill_job.check_replace_is_exact`); a table
-whose rows got their event time by another rule (``event_time_field`` changed since they
-were written) fails that check, and the run is refused with nothing written. Nothing of the
-live pipeline (committed offsets, fencing, the watermark) sees a backfill commit;
-``modeswitch verify`` counts the filled windows (:func:`backfilled_positions`, by the rule
-each fill recorded).
+(:func:`window_predicate`), under :data:`~modeswitch.sinks.history.BACKFILL_KEY`
+(:class:`~modeswitch.modes.backfill_commits.BackfillCommit`), beside the live pipeline's
+commits. A record is deleted only to be written again: before committing, the job checks that
+every row the predicate would delete is among the rows it writes, and that no row it writes is
+held already outside the window (:func:`~modeswitch.modes.backfill_job.check_replace_is_exact`);
+a table whose rows got their event time by another rule (``event_time_field`` changed since
+they were written) fails that check, and the run is refused with nothing written. Nothing of
+the live pipeline (committed offsets, fencing, the watermark) sees a backfill commit;
+``modeswitch verify`` counts the filled windows
+(:func:`~modeswitch.modes.backfill_commits.backfilled_positions`, by the rule each fill
+recorded).
 
 **Guards**, before anything is written (:class:`~modeswitch.errors.BackfillRefusedError`): a
 window that ends in the future, a window whose records may have been dropped by retention, a
@@ -54,9 +55,8 @@ another run is backfilling (the ``backfill`` command it recorded, :meth:`claim_b
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, get_args
@@ -65,9 +65,8 @@ import pendulum
 
 from modeswitch.control.settings import SCHEMA_TRANSFORM, PipelineSettings
 from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
-from modeswitch.errors import BackfillRefusedError, ModeswitchError
-from modeswitch.sinks.commits import event_time_to_micros, sink_commits, user_metadata
-from modeswitch.sinks.history import BACKFILL_KEY, LogSummary
+from modeswitch.errors import BackfillRefusedError
+from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
 from modeswitch.sources.base import BucketedLog
 from modeswitch.state import StateStore
@@ -167,7 +166,8 @@ class PayloadEventTime:
         return f"event_time_field={self.field!r} ({self.kind})"
 
 
-def _event_times(batch: Any, rule: PayloadEventTime | None) -> Any:
+def event_times(batch: Any, rule: PayloadEventTime | None) -> Any:
+    """The event times of a batch of log records by ``rule`` (None: the log's)."""
     return batch.column("event_time") if rule is None else rule.times(batch)
 
 
@@ -205,104 +205,6 @@ class BackfillPlan:
 
     def predicate(self) -> str:
         return window_predicate(self.window, self.ranges)
-
-
-@dataclass(frozen=True)
-class BackfillCommit:
-    """A backfill commit as recorded in the sink's (or quarantine's) Delta log."""
-
-    pipeline: str
-    command: int
-    run_id: str
-    mode: BackfillMode
-    window: Window
-    ranges: dict[int, tuple[int, int]]
-    records: int
-    quarantined: int
-    table_version: int | None = None
-    committed_at_ms: int | None = None
-    event_time: PayloadEventTime | None = None
-
-    def to_metadata(self) -> dict[str, str]:
-        body: dict[str, Any] = {
-            "pipeline": self.pipeline,
-            "command": self.command,
-            "run_id": self.run_id,
-            "mode": self.mode,
-            "start": self.window.start.isoformat(),
-            "end": self.window.end.isoformat(),
-            "ranges": {str(b): [lo, hi] for b, (lo, hi) in sorted(self.ranges.items())},
-            "records": self.records,
-            "quarantined": self.quarantined,
-        }
-        if self.event_time is not None:
-            body["event_time"] = self.event_time.to_json()
-        summary = {
-            "command": self.command,
-            "mode": self.mode,
-            "window": [body["start"], body["end"]],
-            "records": self.records,
-        }
-        return {
-            BACKFILL_KEY: json.dumps(body, separators=(",", ":")),
-            **user_metadata(self.pipeline, "backfill", **summary),
-        }
-
-    @classmethod
-    def from_commit_info(cls, info: Mapping[str, Any]) -> BackfillCommit | None:
-        raw = info.get(BACKFILL_KEY)
-        if raw is None:
-            return None
-        try:
-            body = json.loads(raw) if isinstance(raw, str) else dict(raw)
-            return cls(
-                pipeline=str(body["pipeline"]),
-                command=int(body["command"]),
-                run_id=str(body["run_id"]),
-                mode=body["mode"],
-                window=Window.parse(body["start"], body["end"]),
-                ranges={int(b): (int(lo), int(hi)) for b, (lo, hi) in body["ranges"].items()},
-                records=int(body["records"]),
-                quarantined=int(body["quarantined"]),
-                table_version=info.get("version"),
-                committed_at_ms=info.get("timestamp"),
-                event_time=PayloadEventTime.parse(body.get("event_time")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModeswitchError(
-                f"backfill commit at version {info.get('version')} has malformed "
-                f"{BACKFILL_KEY!r} metadata: {raw!r}"
-            ) from exc
-
-
-def backfill_commits(
-    table_uri: str, pipeline: str, *, storage_options: Mapping[str, str] | None = None
-) -> list[BackfillCommit]:
-    """The pipeline's backfill commits in a table, newest first (none if it does not exist)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
-    except TableNotFoundError:
-        return []
-    found = []
-    for info in table.history():
-        commit = BackfillCommit.from_commit_info(info)
-        if commit is not None and commit.pipeline == pipeline:
-            found.append(commit)
-    return found
-
-
-def summarised_backfills(summary: LogSummary) -> list[BackfillCommit]:
-    """The backfill commits a log summary kept (:mod:`modeswitch.sinks.history`)."""
-    found = []
-    for kept in summary.backfills:
-        info = {BACKFILL_KEY: kept["metadata"], "version": kept["version"]}
-        commit = BackfillCommit.from_commit_info(info)
-        if commit is not None:
-            found.append(commit)
-    return found
 
 
 # --- window -> offset ranges -------------------------------------------------------------------
@@ -472,110 +374,18 @@ def _first_event_time(
 ) -> datetime | None:
     for batch in source.read(bucket, start, min(end, start + 1024)):
         if batch.num_rows:
-            return _event_times(batch.slice(0, 1), rule)[0].as_py()
+            return event_times(batch.slice(0, 1), rule)[0].as_py()
     return None
 
 
-# --- what verify counts --------------------------------------------------------------------------
-
-
-def backfilled_positions(
-    source: BucketedLog, commits: Sequence[BackfillCommit], below: Mapping[int, int]
-) -> dict[int, Any]:
-    """Per bucket, the sorted offsets (int64) of the records the backfill ``commits`` loaded
-    below ``below`` (the live range's start per bucket): the log's records of each commit's
-    window within its ranges, their event time taken by the rule the commit recorded (the
-    log's, or a payload field's: :class:`PayloadEventTime`). What the sink must hold once
-    besides the live range.
-
-    Each bucket is read once per rule, from the lowest range start up, whatever the number of
-    windows (a year of daily windows is one pass, not 365); a record is matched to the window
-    that starts last at or before its event time."""
-    import numpy as np
-
-    by_rule: dict[PayloadEventTime | None, list[BackfillCommit]] = {}
-    for commit in commits:
-        by_rule.setdefault(commit.event_time, []).append(commit)
-    found: dict[int, Any] = {}
-    for rule, ruled in by_rule.items():
-        for bucket, offsets in _filled_positions(source, ruled, below, rule).items():
-            held = found.get(bucket)
-            found[bucket] = offsets if held is None else np.union1d(held, offsets)
-    return found
-
-
-def _filled_positions(
-    source: BucketedLog,
-    commits: Sequence[BackfillCommit],
-    below: Mapping[int, int],
-    rule: PayloadEventTime | None,
-) -> dict[int, Any]:
-    """:func:`backfilled_positions` of commits that share one event-time rule."""
-    import numpy as np
-
-    pieces: dict[int, dict[tuple[int, int], tuple[int, int]]] = {}
-    for commit in commits:
-        key = (event_time_to_micros(commit.window.start), event_time_to_micros(commit.window.end))
-        for bucket, (lo, hi) in commit.ranges.items():
-            hi = min(hi, below.get(bucket, hi))
-            if lo >= hi:
-                continue
-            held = pieces.setdefault(bucket, {}).get(key)  # reruns of a window: one piece
-            pieces[bucket][key] = (min(lo, held[0]), max(hi, held[1])) if held else (lo, hi)
-    found: dict[int, Any] = {}
-    for bucket, windows in pieces.items():
-        order = sorted(windows.items())
-        starts = np.array([w[0] for w, _ in order], np.int64)
-        ends = np.array([w[1] for w, _ in order], np.int64)
-        los = np.array([r[0] for _, r in order], np.int64)
-        his = np.array([r[1] for _, r in order], np.int64)
-        disjoint = bool(np.all(ends[:-1] <= starts[1:]))
-        parts = []
-        for batch in _retained(source, bucket, int(los.min()), int(his.max())):
-            times = _event_times(batch, rule).cast("int64").to_numpy(zero_copy_only=False)
-            offsets = batch.column("offset").to_numpy(zero_copy_only=False).astype(np.int64)
-            if disjoint:
-                at = np.searchsorted(starts, times, side="right") - 1
-                safe = np.maximum(at, 0)
-                keep = (
-                    (at >= 0)
-                    & (times < ends[safe])
-                    & (offsets >= los[safe])
-                    & (offsets < his[safe])
-                )
-            else:  # overlapping windows (different schedules): window by window
-                keep = np.zeros(len(times), bool)
-                for i in range(len(starts)):
-                    keep |= (
-                        (times >= starts[i])
-                        & (times < ends[i])
-                        & (offsets >= los[i])
-                        & (offsets < his[i])
-                    )
-            parts.append(offsets[keep])
-        if parts:
-            found[bucket] = np.unique(np.concatenate(parts))
-    return found
-
-
-def _retained(source: BucketedLog, bucket: int, lo: int, hi: int) -> Iterator[Any]:
-    """The records of ``[lo, hi)`` still retained (retention may have dropped the oldest)."""
-    lo = max(lo, source.earliest_offsets().get(bucket, 0))
-    if lo < hi:
-        yield from source.read(bucket, lo, hi)
-
-
 __all__ = [
-    "BACKFILL_KEY",
     "BACKFILL_MODES",
-    "BackfillCommit",
     "BackfillPlan",
     "PayloadEventTime",
     "Window",
     "backfill_app_id",
-    "backfill_commits",
-    "backfilled_positions",
     "end_unfinished_backfill",
+    "event_times",
     "plan_backfill",
     "window_predicate",
     "window_ranges",

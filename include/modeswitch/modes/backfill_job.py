@@ -41,12 +41,8 @@ from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import BackfillRefusedError, FencedError
-from modeswitch.modes.backfill import (
-    BackfillCommit,
-    BackfillPlan,
-    PayloadEventTime,
-    backfill_app_id,
-)
+from modeswitch.modes.backfill import BackfillPlan, PayloadEventTime, backfill_app_id
+from modeswitch.modes.backfill_commits import BackfillCommit
 from modeswitch.modes.job import JobPlan
 from modeswitch.modes.waves import WaveRead, keep_all, transformed_rows
 from modeswitch.sinks.commits import keep_log

@@ -25,7 +25,7 @@ from modeswitch.control.value_schema import Payload, describe_payload
 from modeswitch.modes.stream_path import StreamPath, choose_stream_path
 from modeswitch.modes.wave_path import WavePath, choose_wave_path
 from modeswitch.sources import log_type
-from modeswitch.sources.spark import arrow_form_options
+from modeswitch.sources.spark_options import arrow_form_options
 from modeswitch.transforms import ArrowForm, Transform, payload_transform
 
 if TYPE_CHECKING:

@@ -63,7 +63,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError
-from modeswitch.modes.backfill import backfill_commits, backfilled_positions, summarised_backfills
+from modeswitch.modes.backfill_commits import (
+    backfill_commits,
+    backfilled_positions,
+    summarised_backfills,
+)
 from modeswitch.offsets import OffsetsMap
 from modeswitch.ops.audit_counts import BucketAudit, count_positions
 from modeswitch.sinks.commits import offset_regressions, sink_commits

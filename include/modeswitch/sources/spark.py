@@ -9,7 +9,8 @@ Usage::
           .option("endingOffsets", "latest")
           .load("/data/log"))
 
-Options (validated on the driver; an error names the option and its value):
+Options (validated on the driver, :mod:`modeswitch.sources.spark_options`; an error names the
+option and its value):
 
 - ``path`` (or the ``load()`` argument): the log's root.
 - ``source``: ``segments`` (the embedded log) or ``kafka``; by default ``kafka`` for a
@@ -30,13 +31,13 @@ Options (validated on the driver; an error names the option and its value):
   partitions, each a list of ``[bucket, start, end]`` ranges read in order. The planner's
   balanced waves use it; ``startingOffsets`` / ``endingOffsets`` are then ignored.
 - ``arrowForm`` with ``arrowSchema``: a function from the records' Arrow batches to a
-  transform's, and its output's Spark schema as JSON, both made by :func:`arrow_form_options`
-  (the transform's Arrow form, :mod:`modeswitch.transforms`, "An Arrow form"): each
-  partition's batches go through it in the reader's own Python worker, and the source gives
-  the transform's columns. The rows then cross from Python to the JVM once, already parsed,
-  instead of crossing back and forth for a ``mapInArrow``: what the stream job reads with the
-  Arrow parse. The function reaches the workers as it was built on the driver: nothing is
-  looked up or parsed again by name.
+  transform's, and its output's Spark schema as JSON, both made by
+  :func:`~modeswitch.sources.spark_options.arrow_form_options` (the transform's Arrow form,
+  :mod:`modeswitch.transforms`, "An Arrow form"): each partition's batches go through it in
+  the reader's own Python worker, and the source gives the transform's columns. The rows then
+  cross from Python to the JVM once, already parsed, instead of crossing back and forth for a
+  ``mapInArrow``: what the stream job reads with the Arrow parse. The function reaches the
+  workers as it was built on the driver: nothing is looked up or parsed again by name.
 - ``maxRecordsPerTrigger`` (streaming): at most this many records per micro-batch, shared
   between buckets in proportion to how far behind each is. Spark passes it back to
   ``latestOffset`` as a ``ReadMaxRows`` limit, and replaces it with ``ReadAllAvailable``
@@ -48,11 +49,8 @@ afresh from its root, so ``read`` is stateless.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import os
-import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,199 +71,15 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from modeswitch.errors import (
-    InvalidOffsetsError,
-    ModeswitchError,
-    OffsetOutOfRangeError,
-    UnknownBucketError,
-)
-from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_from_json, offsets_to_dict
+from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError, UnknownBucketError
+from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
-from modeswitch.storage import absolute_location
+from modeswitch.sources.spark_options import BucketLogOptions, arrow_function, resolve_offsets
 from modeswitch.worker_gc import freeze_imports
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "bucketlog"
-DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
-
-
-@dataclass(frozen=True)
-class BucketLogOptions:
-    """The data source's options, parsed and checked on the driver."""
-
-    path: str
-    source: str
-    starting: str | None
-    ending: str | None
-    max_records_per_partition: int
-    max_records_per_trigger: int | None
-    partitions: tuple[tuple[tuple[int, int, int], ...], ...] | None = None
-    parallelism: int = 2
-    arrow_form: str | None = None
-    """``arrowForm``: the pickled function, base64 (:func:`arrow_form_options`)."""
-    arrow_schema: str | None = None
-    """``arrowSchema``: its output's Spark schema as JSON."""
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> BucketLogOptions:
-        opts = {k.lower(): v for k, v in options.items()}
-        path = opts.get("path") or opts.get("log")
-        if not path:
-            raise ValueError(
-                "option path: the log's root is required (pass it to load() or .option('path'))"
-            )
-        from modeswitch.sources.kafka import is_kafka_source
-
-        kafka = is_kafka_source(path)
-        source = opts.get("source", "kafka" if kafka else "segments").lower()
-        if source not in ("segments", "kafka"):
-            raise ValueError(f"option source={source!r}: expected 'segments' or 'kafka'")
-        if (source == "kafka") != kafka:
-            raise ValueError(
-                f"option source={source!r}: does not match path {path!r} (a Kafka log's path "
-                "is kafka://<topic>)"
-            )
-        return cls(
-            path=absolute_location(path),
-            source=source,
-            starting=opts.get("startingoffsets"),
-            ending=opts.get("endingoffsets"),
-            max_records_per_partition=_positive_int(
-                opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION
-            ),
-            max_records_per_trigger=_positive_int(opts, "maxRecordsPerTrigger", None),
-            partitions=_partitions_option(opts.get("partitions")),
-            parallelism=_positive_int(opts, "numPartitions", None) or os.cpu_count() or 2,
-            **_arrow_form_option(opts.get("arrowform"), opts.get("arrowschema")),
-        )
-
-    def open_log(self) -> BucketedLog:
-        from modeswitch.sources import open_log
-
-        return open_log(self.path)
-
-
-def arrow_form_options(function: Any, schema: StructType) -> dict[str, str]:
-    """The reader's ``arrowForm`` and ``arrowSchema`` options that run ``function`` (from the
-    records' Arrow batches to the output's, picklable) inside the reader, its output of Spark
-    schema ``schema``."""
-    from pyspark import cloudpickle
-
-    return {
-        "arrowForm": base64.b64encode(cloudpickle.dumps(function)).decode("ascii"),
-        "arrowSchema": schema.json(),
-    }
-
-
-def _arrow_form_option(encoded: str | None, schema: str | None) -> dict[str, str | None]:
-    """The ``arrowForm`` and ``arrowSchema`` options, checked on the driver: both or neither,
-    the function one that unpickles to a callable, the schema a Spark struct's JSON."""
-    if (encoded is None) != (schema is None):
-        given, missing = (
-            ("arrowForm", "arrowSchema") if schema is None else ("arrowSchema", "arrowForm")
-        )
-        raise ValueError(f"option {given}: needs {missing} too (arrow_form_options gives both)")
-    if encoded is None:
-        return {}
-    if not callable(arrow_function(encoded)):
-        raise ValueError("option arrowForm: does not hold a function")
-    try:
-        StructType.fromJson(json.loads(schema))
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(
-            f"option arrowSchema={schema[:200]!r}: not a Spark schema ({exc})"
-        ) from exc
-    return {"arrow_form": encoded, "arrow_schema": schema}
-
-
-_ARROW_FUNCTIONS: dict[str, Any] = {}
-
-
-def arrow_function(encoded: str) -> Any:
-    """The function an ``arrowForm`` option holds, unpickled once per process."""
-    function = _ARROW_FUNCTIONS.get(encoded)
-    if function is None:
-        try:
-            function = pickle.loads(base64.b64decode(encoded, validate=True))
-        except Exception as exc:  # any unpickling failure: the option is what is wrong
-            raise ValueError(
-                f"option arrowForm={encoded[:40]!r}...: not a pickled function ({exc!r})"
-            ) from exc
-        _ARROW_FUNCTIONS[encoded] = function
-    return function
-
-
-def _partitions_option(raw: str | None) -> tuple | None:
-    if raw is None:
-        return None
-    problem = f"option partitions={raw[:200]!r}: expected a JSON list of partitions, each a "
-    problem += "list of [bucket, start, end] ranges"
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{problem} ({exc})") from exc
-    try:
-        parts = tuple(
-            tuple((int(b), int(lo), int(hi)) for b, lo, hi in partition) for partition in data
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValueError(problem) from exc
-    for partition in parts:
-        for bucket, lo, hi in partition:
-            if lo > hi or lo < 0:
-                raise ValueError(f"{problem}: range [{lo}, {hi}) of bucket {bucket} is invalid")
-    return parts
-
-
-def _positive_int(opts: Mapping[str, str], name: str, default: int | None) -> int | None:
-    raw = opts.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"option {name}={raw!r}: expected a positive integer")
-    return value
-
-
-def resolve_offsets(
-    option: str,
-    value: str | None,
-    *,
-    default: str,
-    earliest: Mapping[int, int],
-    latest: Mapping[int, int],
-    fill: Mapping[int, int],
-) -> OffsetsMap:
-    """Turn ``earliest`` / ``latest`` / a JSON map into a full, checked offsets map.
-
-    Buckets missing from a JSON map take their offset from ``fill``. Raises ValueError
-    naming the option and its value for malformed JSON, unknown buckets, offsets below
-    retention or beyond the latest offset.
-    """
-    text = (value if value is not None else default).strip()
-    if text.lower() == "earliest":
-        return dict(earliest)
-    if text.lower() == "latest":
-        return dict(latest)
-    try:
-        given = offsets_from_json(text, source=f"option {option}={text!r}")
-    except InvalidOffsetsError as exc:
-        raise InvalidOffsetsError(
-            f"{exc}; expected 'earliest', 'latest' or a JSON object of bucket -> offset "
-            'such as {"0": 120, "1": 98}'
-        ) from exc
-    resolved = dict(fill)
-    for bucket, offset in given.items():
-        try:
-            check_range(bucket, offset, offset, earliest=earliest, latest=latest, what="")
-        except (UnknownBucketError, OffsetOutOfRangeError) as exc:
-            raise type(exc)(f"option {option}={text!r}: {exc}") from exc
-        resolved[bucket] = offset
-    return resolved
 
 
 @dataclass
@@ -545,13 +359,9 @@ __all__ = [
     "MIN_PARTITION_RECORDS",
     "SOURCE_NAME",
     "BucketLogDataSource",
-    "BucketLogOptions",
     "BucketRanges",
     "ModeswitchError",
-    "arrow_form_options",
-    "arrow_function",
     "limit_by_rows",
     "plan_partitions",
     "register",
-    "resolve_offsets",
 ]

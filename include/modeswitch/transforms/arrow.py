@@ -8,7 +8,8 @@ reasons, through ``DataFrame.mapInArrow``: each Arrow batch of the source goes t
 worker, which decodes every ``value`` with a msgspec decoder built for the payload schema (a
 typed decode in C, ~1.2 M records/s on one core here against ~0.3 M for ``from_json``) and
 falls back, for a record the typed decode refuses, to a record-by-record reading that follows
-Spark's rules. It runs unchanged on a streaming DataFrame (``mapInArrow`` is a narrow map).
+Spark's rules (:mod:`modeswitch.transforms.jackson`). It runs unchanged on a streaming
+DataFrame (``mapInArrow`` is a narrow map).
 
 What it accepts and refuses, record by record, in this order (the reason of the first that
 applies; the typed columns are null on a row with a reason):
@@ -45,11 +46,7 @@ on generated records: types, nulls, nesting, unicode, trailing text, huge values
 from __future__ import annotations
 
 import functools
-import json
-import math
-import re
-from collections.abc import Callable, Iterator, Sequence
-from decimal import Decimal
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, NamedTuple
 
 import msgspec
@@ -65,12 +62,20 @@ from modeswitch.control.value_schema import (
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
+from modeswitch.transforms.jackson import (
+    LENIENT_JSON,
+    MISTYPED,
+    STRICT_JSON,
+    JsonObject,
+    field_converter,
+    integer_range,
+    not_an_object_reason,
+)
 from modeswitch.transforms.spark_json import EVENT_SCHEMA, TYPE_WORDS, check_parse_inputs
 
 ARROW_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
 """The ``transform`` setting's value for the demo's events with this parse."""
 
-_INTEGER_BITS = {"long": 64, "integer": 32, "short": 16, "byte": 8}
 _ARROW_TYPES = {
     "long": pa.int64(),
     "integer": pa.int32(),
@@ -82,28 +87,6 @@ _ARROW_TYPES = {
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
 }
-
-
-class _Object(list):
-    """A JSON object as its (name, value) pairs, in order, duplicates kept."""
-
-
-class _Float(str):
-    """A JSON number with a fraction or an exponent, as written."""
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-_STRICT = json.JSONDecoder(
-    parse_constant=_refuse_constant, parse_float=_Float, object_pairs_hook=_Object
-)
-# What Spark's get_json_object takes and its from_json does not: raw control characters in
-# strings. from_json then gives a row of nulls, so the reason is the first required field's.
-_LENIENT = json.JSONDecoder(
-    parse_constant=_refuse_constant, parse_float=_Float, object_pairs_hook=_Object, strict=False
-)
 
 
 class ParsedValues(NamedTuple):
@@ -176,7 +159,7 @@ class PayloadParser:
             rename=dict(zip(self._attributes, self.names, strict=True)),
         )
         self._typed = msgspec.json.Decoder(struct)
-        self._converters = {n: _converter(t) for n, t in fields}
+        self._converters = {n: field_converter(t) for n, t in fields}
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its arguments (msgspec's decoders do not pickle): how Spark ships it to
@@ -262,21 +245,21 @@ class PayloadParser:
         if not text:
             return "value is empty", None
         try:
-            first, _ = _STRICT.raw_decode(text)
+            first, _ = STRICT_JSON.raw_decode(text)
         except ValueError:
             try:
-                first, _ = _LENIENT.raw_decode(text)
+                first, _ = LENIENT_JSON.raw_decode(text)
             except ValueError:
                 return "value is not valid JSON", None
-            if not isinstance(first, _Object):
-                return _not_an_object(first), None
-            first = _Object()  # from_json's row of nulls
-        if not isinstance(first, _Object):
-            return _not_an_object(first), None
+            if not isinstance(first, JsonObject):
+                return not_an_object_reason(first), None
+            first = JsonObject()  # from_json's row of nulls
+        if not isinstance(first, JsonObject):
+            return not_an_object_reason(first), None
         values: dict[str, Any] = {}
         for name, raw in first:  # a repeated name: its last value that converts (as Spark)
             convert = self._converters.get(name)
-            if convert is not None and (parsed := convert(raw)) is not _MISTYPED:
+            if convert is not None and (parsed := convert(raw)) is not MISTYPED:
                 values[name] = parsed
         # The required fields are checked by parse_values, on the converted columns.
         return None, tuple(values.get(n) for n in self.names)
@@ -300,133 +283,12 @@ class PayloadParser:
             )
 
 
-def _integer_range(spark_type: str) -> tuple[int, int] | None:
-    """The lowest and highest value of an integer type, None for another type."""
-    bits = _INTEGER_BITS.get(spark_type)
-    return None if bits is None else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-
-
 def _python_type(spark_type: str) -> Any:
-    bounds = _integer_range(spark_type)
+    bounds = integer_range(spark_type)
     if bounds is not None:
         return Annotated[int, msgspec.Meta(ge=bounds[0], le=bounds[1])]
     types = {"double": float, "float": float, "string": str, "timestamp": str, "boolean": bool}
     return types[spark_type]
-
-
-_MISTYPED: Any = object()
-
-
-def _converter(spark_type: str) -> Callable[[Any], Any]:
-    """Converts one field's parsed JSON value as Spark's JSON reader does: None for null,
-    ``_MISTYPED`` for a value of the wrong JSON type (which leaves an earlier value of a
-    repeated name in place; a null replaces it)."""
-    bounds = _integer_range(spark_type)
-    if bounds is not None:
-        low, high = bounds
-
-        def integer(value: Any) -> Any:
-            if value is None:
-                return None
-            plain = isinstance(value, int) and not isinstance(value, bool)
-            return value if plain and low <= value <= high else _MISTYPED
-
-        return integer
-    if spark_type in ("double", "float"):
-
-        def number(value: Any) -> Any:
-            if value is None:
-                return None
-            if isinstance(value, _Float) or (
-                isinstance(value, int) and not isinstance(value, bool)
-            ):
-                try:
-                    return float(value)
-                except OverflowError:  # an integer beyond a double: Jackson's infinity
-                    return math.copysign(math.inf, value)
-            return _MISTYPED
-
-        return number
-    if spark_type == "boolean":
-        return lambda value: value if value is None or isinstance(value, bool) else _MISTYPED
-    # A string field takes any JSON value as its text; a timestamp is read as a string, then
-    # converted (parse_values), as the Spark form reads it.
-    return lambda value: None if value is None else _as_text(value)
-
-
-def _as_text(value: Any) -> str:
-    """A string field's value from any JSON value, as Spark writes it: a string's text (a lone
-    UTF-16 surrogate becomes ``?``, as in Spark's UTF-8), or the compact JSON text of anything
-    else as Jackson writes it (numbers with a fraction or an exponent as Java writes a
-    double, ``1e2`` -> ``100.0``; see :func:`_jackson_string`)."""
-    if isinstance(value, _Float):
-        return _java_double(value)
-    if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode()
-    return _compact(value)
-
-
-def _compact(value: Any) -> str:
-    if isinstance(value, _Object):
-        return "{" + ",".join(f"{_jackson_string(k)}:{_compact(v)}" for k, v in value) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_compact(v) for v in value) + "]"
-    if isinstance(value, _Float):
-        return _java_double(value)
-    if isinstance(value, str):
-        return _jackson_string(value)
-    return json.dumps(value)  # integers, booleans, null
-
-
-_ESCAPED = re.compile(r'["\\\x00-\x1f\ud800-\udfff\U00010000-\U0010ffff]')
-_SHORT_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\t": "\\t",
-    "\n": "\\n",
-    "\f": "\\f",
-    "\r": "\\r",
-}
-
-
-def _jackson_string(text: str) -> str:
-    """A JSON string as Jackson's generator writes it: quotes, backslashes and control
-    characters escaped (``\\n`` or ``\\u001F``), characters beyond the Basic Multilingual
-    Plane and lone surrogates as ``\\uXXXX`` escapes of their UTF-16 units, the rest as is."""
-
-    def escape(match: re.Match[str]) -> str:
-        char = match.group()
-        if char in _SHORT_ESCAPES:
-            return _SHORT_ESCAPES[char]
-        code = ord(char)
-        if code > 0xFFFF:
-            code -= 0x10000
-            return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
-        return f"\\u{code:04X}"
-
-    return '"' + _ESCAPED.sub(escape, text) + '"'
-
-
-def _java_double(text: str) -> str:
-    """A JSON number's text as Java's ``Double.toString`` writes the double it parses to
-    (shortest digits, as Java 19+ and Python both choose them); a number beyond a double's
-    range as Jackson writes an infinite double, a JSON string (``1e400`` -> ``"Infinity"``)."""
-    number = float(text)
-    if math.isinf(number):
-        return '"Infinity"' if number > 0 else '"-Infinity"'
-    if number == 0:
-        return "-0.0" if math.copysign(1, number) < 0 else "0.0"
-    sign = "-" if number < 0 else ""
-    digits_tuple, exponent = Decimal(repr(abs(number))).normalize().as_tuple()[1:]
-    digits = "".join(map(str, digits_tuple))
-    point = len(digits) + int(exponent)  # the decimal point's place after the first digit
-    if -2 <= point <= 7:  # 1e-3 <= |x| < 1e7: plain
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        whole, fraction = digits[:point].ljust(point, "0"), digits[point:]
-        return f"{sign}{whole}.{fraction or '0'}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
 
 
 def parse_json_values_arrow(
@@ -500,13 +362,3 @@ parse_events_arrow = Transform(
 :data:`~modeswitch.transforms.EVENT_SCHEMA`, every field required; its Spark form runs the
 parse through ``mapInArrow``, its Arrow form is what a batch wave's tasks and the
 ``bucketlog`` reader run (:func:`json_values_form`)."""
-
-
-def _not_an_object(first: Any) -> str:
-    """The reason for a value whose first JSON value is not an object. Spark tells the two
-    apart by re-encoding that value as UTF-8 text, which fails for a string holding a lone
-    UTF-16 surrogate (``"\\ud800"``: Python's JSON reader keeps it, a pair becomes one
-    character): Spark calls that one not valid JSON (found by the property test)."""
-    if isinstance(first, str) and any("\ud800" <= c <= "\udfff" for c in first):
-        return "value is not valid JSON"
-    return "value is not a JSON object"
