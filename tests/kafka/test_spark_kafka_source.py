@@ -15,7 +15,6 @@ from confluent_kafka import Producer
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
-from modeswitch.modes.job import resolve_job
 from modeswitch.modes.warmup import kafka_tail, warm_up
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
@@ -181,7 +180,7 @@ def test_the_warm_up_of_a_topic_reads_its_tail_through_the_kafka_source(
     )
     # An empty topic: the generated events, as for the embedded log.
     assert kafka_tail(source, 60) is None
-    warmed = warm_up(spark, resolve_job(settings, "stream"), records=60)
+    warmed = warm_up(spark, settings, records=60)
     assert warmed is not None and warmed.records == 60
     producer = Producer(kafka_cluster.config)
     for partition, count in enumerate((5, 40, 40)):
@@ -190,6 +189,6 @@ def test_the_warm_up_of_a_topic_reads_its_tail_through_the_kafka_source(
     producer.flush(30)
     # Each partition's share of 60 (20), never below its earliest offset: 5 + 20 + 20.
     assert kafka_tail(source, 60) == {0: 0, 1: 20, 2: 20}
-    warmed = warm_up(spark, resolve_job(settings, "stream"), records=60)
+    warmed = warm_up(spark, settings, records=60)
     assert warmed is not None and warmed.records == 45
     assert list((tmp_path / "warehouse").rglob("warm-up/*")) == []  # nothing left behind

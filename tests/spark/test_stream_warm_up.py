@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream_query import LOCAL_CHECKPOINT_CONF
 from modeswitch.modes.warmup import warm_up
 
@@ -39,7 +38,7 @@ def test_a_warm_up_runs_a_stream_through_the_sink_and_leaves_nothing(
     spark.conf.unset(CHECKPOINT_MANAGER)
     before = listeners(spark)
     settings = PipelineSettings(warehouse=str(tmp_path / "warehouse"))
-    done = warm_up(spark, resolve_job(settings, "stream"), records=500)
+    done = warm_up(spark, settings, records=500)
     assert done is not None
     assert done.records == 500  # committed by the sink: data and quarantine
     assert done.seconds > 0
@@ -63,7 +62,7 @@ def test_a_warm_up_writes_events_the_pipelines_own_transform_takes(
     spark, tmp_path: Path, value_schema: str, quarantined: int
 ) -> None:
     settings = PipelineSettings(warehouse=str(tmp_path / "warehouse"), value_schema=value_schema)
-    done = warm_up(spark, resolve_job(settings, "stream"), records=500)
+    done = warm_up(spark, settings, records=500)
     assert done is not None
     assert (done.records, done.quarantined) == (500, quarantined)
 
@@ -76,7 +75,7 @@ def test_a_failed_warm_up_warns_and_leaves_nothing(
     )
     before = listeners(spark)
     with caplog.at_level(logging.WARNING, logger="modeswitch.modes.stream"):
-        assert warm_up(spark, resolve_job(settings, "stream"), records=100) is None
+        assert warm_up(spark, settings, records=100) is None
     assert "stream warm-up failed; the epoch will start cold" in caplog.text
     assert "no_such_transform" in caplog.text
     assert list(own_tempdir.iterdir()) == []

@@ -17,9 +17,10 @@ from typing import Any
 import pendulum
 import pyarrow as pa
 
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import PayloadField
 from modeswitch.errors import StreamQueryError
-from modeswitch.modes.job import JobPlan
+from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks.commits import committed_offsets, sink_commits
@@ -157,16 +158,20 @@ class WarmingUp:
         return done
 
 
-def start_warm_up(spark, job: JobPlan, *, records: int = WARM_UP_RECORDS) -> WarmingUp | None:
-    """Start the warm-up stream of :func:`warm_up` for the stream ``job`` and return without
-    waiting for it (None if it could not start: logged, a cold start)."""
-    settings = job.settings
-    assert job.stream is not None, f"a {job.kind} job has no stream to warm up"
+def start_warm_up(
+    spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
+) -> WarmingUp | None:
+    """Start the warm-up stream of :func:`warm_up` and return without waiting for it (None if
+    it could not start: logged, a cold start). The warm-up is a stream job of its own,
+    resolved from ``settings`` here (:func:`~modeswitch.modes.job.resolve_job`): settings
+    that cannot run a stream only mean a cold start too, and the epoch reports them."""
     started = time.monotonic()
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
     work = f"{settings.state_root}/warm-up/{uuid.uuid4().hex[:12]}"
     try:
+        job = resolve_job(settings, "stream")
+        assert job.stream is not None
         # Spark's Kafka source warms up on the topic's own tail; a log read by bucketlog, or a
         # topic with nothing in it, on generated events.
         tail = kafka_tail(settings.source, records) if job.stream.reader == "kafka" else None
@@ -202,7 +207,7 @@ def start_warm_up(spark, job: JobPlan, *, records: int = WARM_UP_RECORDS) -> War
 
 def warm_up(
     spark,
-    job: JobPlan,
+    settings: PipelineSettings,
     *,
     records: int = WARM_UP_RECORDS,
     should_stop: Callable[[], bool] = lambda: False,
@@ -230,7 +235,7 @@ def warm_up(
     epoch itself reports any real fault). :func:`start_warm_up` starts the same stream without
     waiting for it (the warm engine runs it beside its first batch).
     """
-    warming = start_warm_up(spark, job, records=records)
+    warming = start_warm_up(spark, settings, records=records)
     if warming is None:
         return None
     deadline = warming.started + WARM_UP_TIMEOUT.total_seconds()

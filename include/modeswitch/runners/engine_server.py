@@ -248,11 +248,10 @@ class StreamPath:
         self.warm = False
 
     def start(self, settings: PipelineSettings) -> None:
-        from modeswitch.modes.job import resolve_job
         from modeswitch.modes.warmup import start_warm_up
 
         if not self.warm and self.warming is None:
-            self.warming = start_warm_up(self.spark, resolve_job(settings, "stream"))
+            self.warming = start_warm_up(self.spark, settings)
 
     def collect(self, *, stop: bool = False) -> None:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""

@@ -125,13 +125,12 @@ def _wait_in_standby(
     that epoch's settings, or None if released without one."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from modeswitch.modes.job import resolve_job
     from modeswitch.modes.warmup import warm_up
 
     # The request is read while the warm-up runs: an epoch that comes early cuts it short.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standby-request") as reader:
         pending = reader.submit(read_standby_request, requests)
-        warm_up(spark, resolve_job(settings, "stream"), should_stop=pending.done)
+        warm_up(spark, settings, should_stop=pending.done)
         log.info("standby: warm; waiting for a stream epoch")
         request = pending.result()
     if request is None:

@@ -37,7 +37,7 @@ Spark schema that returns an :class:`ArrowForm` (a picklable function from the i
 batches to the output's, and the output's Spark schema). Batch waves with ``batch_reader =
 arrow`` run it in the Python workers on the batches they read and write
 (:mod:`modeswitch.sinks.arrow_wave`), and the ``bucketlog`` reader runs it where it reads
-(its ``arrowForm`` option, :func:`modeswitch.sources.spark.arrow_form_options`); both forms
+(its ``arrowForm`` option, :func:`modeswitch.sources.spark_options.arrow_form_options`); both forms
 must give the same rows. The transform built from ``value_schema`` and the Arrow parse
 (:data:`modeswitch.transforms.arrow.parse_events_arrow`) have one; a plain function has none.
 
