@@ -180,3 +180,16 @@ def test_no_modules_import_each_other_round_a_circle() -> None:
 def test_the_known_circles_still_exist() -> None:
     """An entry of KNOWN_CIRCLES that is no longer a circle is removed from it."""
     assert set(_circles(_module_imports())) >= KNOWN_CIRCLES
+
+
+def test_callers_ask_the_logs_capabilities_not_whether_a_source_is_kafka() -> None:
+    """What a log can do is asked of its kind (``modeswitch.sources.log_type(source)``'s
+    :class:`~modeswitch.sources.base.LogCapabilities`), never of its URL: outside ``sources``
+    only the settings' validation (``control``, below the sources) tells a topic by its name."""
+    askers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in ("sources", "control")
+        and "is_kafka_source" in path.read_text()
+    )
+    assert askers == []

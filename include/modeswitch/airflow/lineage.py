@@ -27,7 +27,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from modeswitch.control.locations import KafkaLocation, is_kafka_source
+from modeswitch.control.locations import KafkaLocation
+from modeswitch.sources import log_type
 from modeswitch.storage import is_local, local_path
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def epoch_lineage(settings: PipelineSettings, *, kafka_config: dict[str, str] | 
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import Dataset
 
-    if is_kafka_source(settings.source):
+    if log_type(settings.source).client_config:
         source = kafka_dataset_name(settings.source, kafka_config)
     else:
         source = dataset_name(settings.source)
@@ -81,7 +82,7 @@ def task_lineage(settings: PipelineSettings | None) -> Any:
     if settings is None:
         return None
     config = None
-    if is_kafka_source(settings.source):
+    if log_type(settings.source).client_config:
         from modeswitch.airflow.settings import connection_kafka_config
 
         try:

@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from modeswitch.control.locations import is_kafka_source
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import (
     VARIABLE_PREFIX,
@@ -23,6 +22,7 @@ from modeswitch.control.settings_layers import (
     variable_name,
 )
 from modeswitch.errors import ConfigError
+from modeswitch.sources import log_type
 from modeswitch.storage import storage_environment
 
 CONFIG_FILE_VARIABLE = f"{VARIABLE_PREFIX}config_file"
@@ -151,14 +151,14 @@ def connection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None
     """A Kafka source's client configuration: the extras of the Airflow Connection named by
     the ``kafka_connection`` setting (the Kafka provider's connection type keeps librdkafka
     settings there). None for any other source. Never logged."""
-    if not is_kafka_source(settings.source):
+    if not log_type(settings.source).client_config:
         return None
     return _kafka_extras(_connection(settings.kafka_connection, _KAFKA))
 
 
 async def aconnection_kafka_config(settings: PipelineSettings) -> dict[str, str] | None:
     """:func:`connection_kafka_config` for a trigger, in the triggerer's event loop."""
-    if not is_kafka_source(settings.source):
+    if not log_type(settings.source).client_config:
         return None
     return _kafka_extras(await _aconnection(settings.kafka_connection, _KAFKA))
 

@@ -31,7 +31,7 @@ from modeswitch.runners.base import EpochRunner
 from modeswitch.runners.lifecycle import EpochPlan
 from modeswitch.runners.local import LocalRunner
 from modeswitch.runners.pipeline_run import open_runner, run_one_epoch
-from modeswitch.sources.kafka import KafkaLog, is_kafka_source
+from modeswitch.sources import log_type, open_log
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.state import StateStore
 from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
@@ -127,10 +127,13 @@ def demo_sources(
 ) -> Iterator[EventLog]:
     """The demo's skewed backlog (an hour of event time), then a live producer thread that is
     stopped and joined when the block ends."""
-    if is_kafka_source(settings.source):
-        log = KafkaLog(settings.source)
-    else:
-        log = SegmentLog.create(settings.source, buckets=buckets)
+    # A topic is there already (its broker made it); an embedded log is made here.
+    kind = log_type(settings.source)
+    log = (
+        open_log(settings.source)
+        if kind.client_config
+        else SegmentLog.create(settings.source, buckets=buckets)
+    )
     generator = EventGenerator(
         seed=7, buckets=buckets, skew=skew, late_fraction=0.01, malformed_fraction=0.001
     )
@@ -158,8 +161,8 @@ def demo_sources(
     finally:
         stop_live.set()
         live.join(timeout=30)
-        if isinstance(log, KafkaLog):
-            log.close()  # its producer goes before the broker does, not retrying against it
+        if kind.client_config:  # its producer goes before the broker does, not retrying
+            log.close()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -326,7 +329,7 @@ def print_summary(settings: PipelineSettings, console: Console) -> int:
         f"data: log {settings.source}\n      sink {settings.sink}\n"
         f"      quarantine {settings.quarantine}\n      control tables {settings.state_root}"
     )
-    if is_kafka_source(settings.source):
+    if log_type(settings.source).client_config:
         console.print(
             "(the demo's broker stops with the demo: on your own broker, verify with its "
             "address in MODESWITCH_KAFKA_CONFIG)"

@@ -52,6 +52,12 @@ class LogCapabilities(Protocol):
     """True when the records are Parquet files that Spark's own reader can read
     (:func:`modeswitch.sources.native.read_segments`, ``batch_reader = native``)."""
 
+    client_config: bool
+    """True when the log is reached through a client of a service, whose configuration
+    (servers, credentials) comes from the ``kafka_connection`` Airflow Connection or
+    ``MODESWITCH_KAFKA_CONFIG`` (a Kafka topic; what lineage names it by too); False for a log
+    of files the pipeline reaches through its storage options."""
+
     spark_source: str
     """The Spark source that reads this log in a stream epoch (and, for ``kafka``, in batch
     waves with ``batch_reader = native``): ``bucketlog`` (our Python data source,

@@ -110,6 +110,7 @@ class KafkaLog(KafkaTopic):
     contiguous = False  # transaction markers, aborted transactions and compaction leave gaps
     parquet_files = False  # records come from the brokers, never from files Spark could read
     spark_source = "kafka"  # Spark's own Kafka source (modeswitch.sources.spark_kafka)
+    client_config = True  # librdkafka's settings: the kafka_connection, MODESWITCH_KAFKA_CONFIG
 
     def __init__(self, source: str, config: Mapping[str, str] | None = None) -> None:
         self.location = KafkaLocation.parse(source)

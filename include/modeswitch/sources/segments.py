@@ -108,6 +108,7 @@ class SegmentLog:
     contiguous = True  # segments of a bucket are contiguous: no offset without a record
     parquet_files = True  # segments are Parquet files: Spark's reader reads them natively
     spark_source = "bucketlog"  # the Python data source (modeswitch.sources.spark)
+    client_config = False  # files, reached with the storage options
     event_time_indexed = True  # offset_at searches the records' event times
     compacting = False  # records leave only with whole segments, by retention (below earliest)
 
