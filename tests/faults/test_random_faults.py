@@ -70,7 +70,7 @@ def stream_writer_of(seed: int) -> str:
 def runner_of(seed: int) -> str:
     """Even seeds run on the warm engine, odd ones on the local runner: seed 2 of ``make
     test``'s three, six of ``make soak-faults``' twelve."""
-    return "engine" if seed % 2 == 0 else "local"
+    return "warm" if seed % 2 == 0 else "local"
 
 
 FAULTS = int(os.environ.get("MODESWITCH_FAULTS_PER_SEED", "5"))
@@ -136,7 +136,7 @@ def chaos_settings(
     return PipelineSettings.from_mapping(
         {
             "pipeline": "chaos",
-            "engine": "warm" if runner == "engine" else "submit",
+            "engine": "warm" if runner == "warm" else "submit",
             "stream_writer": stream_writer,
             "source": source or str(tmp_path / "log"),
             "warehouse": str(tmp_path / "warehouse"),

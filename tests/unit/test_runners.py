@@ -15,7 +15,7 @@ import pytest
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners import engine as engine_client
-from modeswitch.runners.base import choose_runner, runner_choice
+from modeswitch.runners.base import runner_choice
 from modeswitch.runners.engine import ENGINE_DIR_ENV, EngineAddress, EngineRunner, engine_file
 from modeswitch.runners.engine_server import Engine, _Server
 from modeswitch.runners.local import LocalRunner
@@ -25,38 +25,38 @@ pytestmark = pytest.mark.unit
 
 
 def test_warm_is_the_engine_with_or_without_airflow() -> None:
-    assert choose_runner("warm", airflow=True) == "engine"
-    assert choose_runner("warm", airflow=False) == "engine"
-    assert choose_runner("warm", airflow=True, deploy_mode="client") == "engine"
+    assert runner_choice("warm", airflow=True)[0] == "warm"
+    assert runner_choice("warm", airflow=False)[0] == "warm"
+    assert runner_choice("warm", airflow=True, deploy_mode="client")[0] == "warm"
 
 
 def test_submit_is_spark_submit_under_airflow_and_child_processes_without() -> None:
-    assert choose_runner("submit", airflow=True) == "submit"
-    assert choose_runner("submit", airflow=True, deploy_mode="cluster") == "submit"
-    assert choose_runner("submit", airflow=False) == "local"
+    assert runner_choice("submit", airflow=True)[0] == "submit"
+    assert runner_choice("submit", airflow=True, deploy_mode="cluster")[0] == "submit"
+    assert runner_choice("submit", airflow=False)[0] == "local"
 
 
 def test_the_engine_in_cluster_deploy_mode_is_refused_naming_both() -> None:
     with pytest.raises(ConfigError, match=r"engine: 'warm'.*cluster mode"):
-        choose_runner("warm", airflow=True, deploy_mode="cluster")
+        runner_choice("warm", airflow=True, deploy_mode="cluster")[0]
 
 
 def test_an_unknown_engine_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"engine: 'hot' is not one of auto, submit, warm"):
-        choose_runner("hot", airflow=False)
+        runner_choice("hot", airflow=False)[0]
 
 
 def test_auto_is_the_default_and_the_engine_on_a_local_or_standalone_master() -> None:
     assert PipelineSettings.from_mapping({"pipeline": "p", "source": "/s"}).engine == "auto"
-    assert choose_runner("auto", airflow=False) == "engine"  # modeswitch run: the local master
+    assert runner_choice("auto", airflow=False)[0] == "warm"  # modeswitch run: the local master
     for master in ("local[*]", "local", "spark://127.0.0.1:7077", "spark://a:7077,b:7077"):
         for executor in ("LocalExecutor", "", "airflow.executors.local_executor.LocalExecutor"):
             name, why = runner_choice(
                 "auto", airflow=True, deploy_mode="client", master=master, executor=executor
             )
-            assert name == "engine", (master, executor, why)
+            assert name == "warm", (master, executor, why)
             assert why.startswith("engine = auto: the pipeline's warm engine"), why
-    assert choose_runner("auto", airflow=True, master="local[2]", deploy_mode=None) == "engine"
+    assert runner_choice("auto", airflow=True, master="local[2]", deploy_mode=None)[0] == "warm"
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ class EpochJobOperator(SparkSubmitOperator):
             executor=airflow_executor(),
         )
         self.log.info("%s epoch %s: %s", self.kind, plan.get("epoch"), why)
-        if name == "engine":
+        if name == "warm":
             return EngineRunner(
                 lambda path: self.start_engine(plan, settings, path),
                 # What start_engine would hand a new engine: this environment, the job's on top.

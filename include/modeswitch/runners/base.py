@@ -10,7 +10,7 @@ it; no caller asks which runner it has). There are three, each usable under Airf
 - ``submit``: each epoch its own ``spark-submit`` through the Spark provider's hook
   (:class:`modeswitch.airflow.operators.EpochJobOperator`; Airflow only: outside Airflow there
   is no ``spark_default`` connection, and ``local`` does the same on the local master);
-- ``engine``: the pipeline's warm engine, one long-lived Spark application that runs every
+- ``warm``: the pipeline's warm engine, one long-lived Spark application that runs every
   epoch and hands a batch over to its stream itself
   (:class:`modeswitch.runners.engine.EngineRunner`);
 - ``local``: each epoch's job a child process of this one, with the stream standby
@@ -34,7 +34,9 @@ from modeswitch.control.settings import ENGINES, PipelineSettings
 from modeswitch.errors import ConfigError
 
 EpochKind = Literal["batch", "stream"]
-RunnerName = Literal["submit", "engine", "local"]
+RunnerName = Literal["submit", "warm", "local"]
+"""The runners, named as the ``engine`` setting names them: ``submit`` and ``warm`` are its
+values (``auto`` chooses one of them), and ``local`` is what ``submit`` is outside Airflow."""
 
 
 @dataclass(frozen=True)
@@ -75,20 +77,6 @@ LOCAL_EXECUTORS = ("LocalExecutor", "SequentialExecutor", "DebugExecutor")
 ``engine = auto`` chooses the warm engine."""
 
 
-def choose_runner(
-    engine: str,
-    *,
-    airflow: bool,
-    deploy_mode: str | None = None,
-    master: str | None = None,
-    executor: str | None = None,
-) -> RunnerName:
-    """The runner for the ``engine`` setting; see :func:`runner_choice`."""
-    return runner_choice(
-        engine, airflow=airflow, deploy_mode=deploy_mode, master=master, executor=executor
-    )[0]
-
-
 def runner_choice(
     engine: str,
     *,
@@ -122,14 +110,14 @@ def runner_choice(
                 "(client deploy mode); the Spark connection submits in cluster mode: set "
                 "engine to 'submit' or the connection's deploy-mode to 'client'"
             )
-        return "engine", "engine = warm: the pipeline's warm engine"
+        return "warm", "engine = warm: the pipeline's warm engine"
     if engine == "submit":
         return per_epoch, "engine = submit: a job per epoch"
     why_not = _why_not_warm(deploy_mode=deploy_mode, master=master, executor=executor)
     if why_not:
         return per_epoch, f"engine = auto: a job per epoch, not the warm engine: {why_not}"
     where = f"master {master}" if master else "the local master"
-    return "engine", f"engine = auto: the pipeline's warm engine ({where}, driver beside the tasks)"
+    return "warm", f"engine = auto: the pipeline's warm engine ({where}, driver beside the tasks)"
 
 
 def _why_not_warm(

@@ -77,7 +77,7 @@ def local_process_runner(
 
 
 LOCAL_RUNNERS: Mapping[str, Callable[..., EpochRunner]] = {
-    "engine": local_engine_runner,
+    "warm": local_engine_runner,
     "local": local_process_runner,
 }
 """The runner of each :func:`~modeswitch.runners.base.runner_choice` outside Airflow
