@@ -14,6 +14,7 @@ from modeswitch.airflow import sensors
 from modeswitch.airflow.lag import LagReading
 from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.runners.base import EpochHandle
 
 
 class _Task:
@@ -28,8 +29,8 @@ class _Runner:
     def __init__(self) -> None:
         self.ran: list[tuple[str, PipelineSettings, int]] = []
 
-    def run(self, kind: str, settings: PipelineSettings, epoch: int) -> None:
-        self.ran.append((kind, settings, epoch))
+    def start(self, kind: str, settings: PipelineSettings, epoch: int) -> EpochHandle:
+        return EpochHandle(kind, epoch, wait=lambda: self.ran.append((kind, settings, epoch)))
 
 
 def test_the_job_operator_parses_the_plans_settings_once(tmp_path, monkeypatch) -> None:
