@@ -29,7 +29,7 @@ from typing import ClassVar, Literal, get_args
 from modeswitch.control.flat_settings import FlatSettings
 from modeswitch.control.locations import KafkaLocation, is_kafka_source
 from modeswitch.control.setting_groups import MaintenanceSettings, PlannerSettings, PolicySettings
-from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
+from modeswitch.control.value_schema import SCHEMA_TRANSFORM, describe_payload, parse_value_schema
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
     check_settings,
@@ -80,10 +80,6 @@ STREAM_WRITERS: tuple[str, ...] = get_args(StreamWriter)
 BATCH_READERS: tuple[str, ...] = get_args(BatchReader)
 START_FROM: tuple[str, ...] = get_args(StartFrom)
 ENGINES: tuple[str, ...] = get_args(Engine)
-SCHEMA_TRANSFORM = "value_schema"
-"""The ``transform`` setting's default: the transform built from ``value_schema``
-(:mod:`modeswitch.transforms.payload`): the payload parsed into its columns, or, with no
-``value_schema``, the records as they are."""
 
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -428,13 +424,6 @@ class PipelineSettings(FlatSettings):
 
     def __post_init__(self) -> None:
         check_settings(self)
-        if self.value_schema.strip() and self.transform != SCHEMA_TRANSFORM:
-            raise ConfigError(
-                f"value_schema: {self.value_schema!r} is set, but transform = {self.transform!r} "
-                f"parses the records itself; set transform to {SCHEMA_TRANSFORM!r} (the "
-                "default) to parse them into value_schema's columns, or leave value_schema empty",
-                setting="value_schema",
-            )
         self._check_event_time_field()
         warehouse = _location(self.warehouse)
         state_root = _location(self.state_root) or f"{warehouse}/_modeswitch/{self.pipeline}"
@@ -450,22 +439,14 @@ class PipelineSettings(FlatSettings):
             object.__setattr__(self, name, value)
 
     def _check_event_time_field(self) -> None:
-        """``event_time_field``, when set, names a time field of ``value_schema``, which the
-        transform built from it parses (not a transform of one's own, which keeps the log's
-        event time), and a Kafka source does not take its event time from a field as well."""
+        """The payload settings together (``describe_payload``, where their rules are written:
+        ``value_schema`` and ``event_time_field`` only with the transform built from them,
+        ``event_time_field`` a time field of ``value_schema``), and a Kafka source that does
+        not take its event time from a field as well."""
+        describe_payload(self.transform, self.value_schema, self.event_time_field)
         name = self.event_time_field
-        if not name:
-            return
-        if self.transform != SCHEMA_TRANSFORM:
-            raise ConfigError(
-                f"event_time_field: {name!r} is set, but transform = {self.transform!r} parses "
-                "the records itself and keeps the log's event time; set transform to "
-                f"{SCHEMA_TRANSFORM!r} (the default) with value_schema, or leave "
-                "event_time_field empty",
-                setting="event_time_field",
-            )
-        find_event_time_field(parse_value_schema(self.value_schema), name)
-        if is_kafka_source(self.source) and KafkaLocation.parse(self.source).event_time_field:
+        kafka = is_kafka_source(self.source)
+        if name and kafka and KafkaLocation.parse(self.source).event_time_field:
             raise ConfigError(
                 f"event_time_field: {name!r} is set, and source {self.source!r} takes the event "
                 "time from a field of its own (?event_time=); keep one: event_time_field (typed "

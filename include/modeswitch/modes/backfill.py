@@ -63,8 +63,12 @@ from typing import Any, Literal, get_args
 
 import pendulum
 
-from modeswitch.control.settings import SCHEMA_TRANSFORM, PipelineSettings
-from modeswitch.control.value_schema import find_event_time_field, parse_value_schema
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.value_schema import (
+    SCHEMA_TRANSFORM,
+    find_event_time_field,
+    parse_value_schema,
+)
 from modeswitch.errors import BackfillRefusedError
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.sources import open_log
