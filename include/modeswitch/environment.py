@@ -319,19 +319,30 @@ def environment_table() -> str:
     lines = ["| environment variable | default | what |", "|---|---|---|"]
     for variable in ENVIRONMENT:
         cells = (f"`{variable.name}`", variable.describe_default(), variable.doc)
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(markdown_row(cells))
     return "\n".join(lines) + "\n"
 
 
 def with_environment_table(markdown: str) -> str:
     """``markdown`` with :func:`environment_table` between its lines :data:`TABLE_START` and
     :data:`TABLE_END`; a ConfigError when it has not one of each, in that order."""
+    return with_generated_table(
+        markdown, environment_table(), start=TABLE_START, end=TABLE_END, what="environment table"
+    )
+
+
+def markdown_row(cells: tuple[str, ...] | list[str]) -> str:
+    """One row of a Markdown table, a ``|`` inside a cell escaped."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def with_generated_table(markdown: str, table: str, *, start: str, end: str, what: str) -> str:
+    """``markdown`` with ``table`` between its lines ``start`` and ``end`` (the docs' generated
+    tables: this one and the settings'); a ConfigError naming ``what`` when it has not one of
+    each, in that order."""
     lines = markdown.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.strip() == TABLE_START]
-    ends = [i for i, line in enumerate(lines) if line.strip() == TABLE_END]
+    starts = [i for i, line in enumerate(lines) if line.strip() == start]
+    ends = [i for i, line in enumerate(lines) if line.strip() == end]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise ConfigError(
-            f"environment table: expected one line {TABLE_START!r} and, after it, one line "
-            f"{TABLE_END!r}"
-        )
-    return "".join([*lines[: starts[0] + 1], environment_table(), *lines[ends[0] :]])
+        raise ConfigError(f"{what}: expected one line {start!r} and, after it, one line {end!r}")
+    return "".join([*lines[: starts[0] + 1], table, *lines[ends[0] :]])

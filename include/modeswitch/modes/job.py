@@ -91,9 +91,7 @@ def resolve_job(settings: PipelineSettings, kind: JobKind) -> JobPlan:
     payload = describe_payload(settings.transform, settings.value_schema, settings.event_time_field)
     transform = payload_transform(payload)
     stream = (
-        choose_stream_path(
-            log, arrow_form=transform.arrow is not None, stream_writer=settings.stream_writer
-        )
+        JobPlan(kind, settings, log, payload, transform).stream_path_on(log)
         if kind == "stream"
         else None
     )
