@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import copy
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,10 @@ from modeswitch.runners.engine import (
     credentials_fingerprint,
     engine_scratch,
 )
-from modeswitch.runners.jobs import job_script, job_spark_conf
-from modeswitch.runners.jvm import java_options, with_java_options
+from modeswitch.runners.jobs import job_script
 from modeswitch.runners.processes import SparkScratch
-from modeswitch.runners.session import DELTA_SPARK_CONF, spark_jars
-from modeswitch.runners.worker_python import python_for
+from modeswitch.runners.session import spark_jars
+from modeswitch.runners.submit import SubmitKind, SubmitPlan, submit_plan, this_machine
 
 
 def require_spark_connection(conn_id: str) -> Any:
@@ -55,16 +54,6 @@ def airflow_executor() -> str:
     from airflow.sdk.configuration import conf
 
     return conf.get("core", "executor", fallback="") or ""
-
-
-def job_environment() -> dict[str, str]:
-    """spark-submit from this interpreter's environment, running the job with this Python."""
-    bin_dir = str(Path(sys.executable).parent)
-    return {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
 
 
 class SparkSubmitRunner:
@@ -229,102 +218,103 @@ class EpochJobOperator(SparkSubmitOperator):
         stops it, and removes its Spark scratch on a local master,
         :func:`~modeswitch.runners.engine.engine_scratch`).
 
-        The Spark provider's public API cannot start it: ``SparkSubmitHook.submit`` waits for
-        the application to end, and the engine must outlive this task in a process group of
-        its own. So the command line comes from the hook's ``_build_spark_submit_command``
-        (the same connection, conf, arguments and environment as ``submit``), started
-        detached here."""
+        Its submit is built as every job's (:func:`~modeswitch.runners.submit.submit_plan`,
+        from this task's deployment conf and environment). The Spark provider's public API
+        cannot start it: ``SparkSubmitHook.submit`` waits for the application to end, and the
+        engine must outlive this task in a process group of its own. So the command line is
+        the provider's own (its hook's ``_build_spark_submit_command``, on a copy of this
+        operator carrying the engine's plan: the same connection, deploy mode and options),
+        started detached here."""
         from modeswitch.runners.processes import start_group
 
-        conf = dict(self.conf or {})
-        if "spark.driver.memory" not in conf:  # the engine runs batch epochs too
-            for key, value in job_spark_conf("batch", settings).items():
-                conf[key] = with_java_options(conf.get(key), value) if "Java" in key else value
-        saved = (self.name, self.application_args, self.conf)
-        self.name = f"modeswitch-{plan['pipeline']}-engine"
-        self.application_args = [
-            "--pipeline",
-            plan["pipeline"],
-            "--config",
-            plan["settings"],
-            "--address-file",
-            str(address_file),
-        ]
-        self.conf = conf
-        try:
-            command = self._get_hook()._build_spark_submit_command(str(job_script("engine")))
-        finally:
-            self.name, self.application_args, self.conf = saved
-        env = dict(self.env_vars or {})
+        engine = self.submit_plan_for(
+            "engine", settings, "engine", ["--address-file", str(address_file)], plan
+        )
+        command = self.with_plan(engine)._get_hook()._build_spark_submit_command(engine.application)
+        env = dict(engine.env_vars)
         if self._master.startswith("local"):  # its driver's and executors' scratch
             env = {**SparkScratch(at=engine_scratch(address_file)).environment(), **env}
         with open(address_file.with_suffix(".log"), "ab") as output:
             return start_group(command, env=env, output=output)
 
-    def prepare(self, plan: Mapping[str, Any]) -> PipelineSettings:
-        """Set the job's arguments, environment and Spark conf for ``plan``'s epoch; returns
-        the plan's settings, parsed here once for the whole task.
+    def with_plan(self, submit: SubmitPlan) -> EpochJobOperator:
+        """A copy of this operator that submits ``submit`` (this one is left as it is)."""
+        other = copy.copy(self)
+        other.name, other.application = submit.name, submit.application
+        other.application_args, other.conf = submit.application_args, submit.conf
+        other.env_vars, other._hook = submit.env_vars, None
+        return other
 
-        Storage credentials (the ``storage_connection`` setting's Connection extras) go to
-        spark-submit's environment only, never its command line: on YARN and Kubernetes the
-        Spark provider turns environment variables into ``--conf`` arguments, so there the
-        setting is refused.
+    def submit_plan_for(
+        self,
+        kind: SubmitKind,
+        settings: PipelineSettings,
+        label: str,
+        target: list[str],
+        plan: Mapping[str, Any],
+    ) -> SubmitPlan:
+        """:func:`submit_plan` with this task's deployment conf and environment (as the DAG
+        gave them, before :meth:`prepare` set this epoch's) and the settings' Connections."""
+        own_conf, own_env = self._deployment
+        return submit_plan(
+            kind,
+            settings,
+            label=label,
+            target=target,
+            config=plan["settings"],
+            machine=this_machine(self._master),
+            own_conf=own_conf,
+            connection_env={
+                **connection_storage_environment(settings),
+                **connection_kafka_environment(settings),
+            },
+            own_env=own_env,
+        )
+
+    _deployment: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    """The DAG's own ``conf`` and ``env_vars`` for this task (kept by :meth:`prepare`)."""
+
+    def prepare(self, plan: Mapping[str, Any]) -> PipelineSettings:
+        """Set the job's arguments, environment and Spark conf for ``plan``'s epoch
+        (:func:`~modeswitch.runners.submit.submit_plan`); returns the plan's settings, parsed
+        here once for the whole task.
+
+        Storage credentials (the ``storage_connection`` setting's Connection extras) and the
+        Kafka client's configuration go to spark-submit's environment only, never its command
+        line: on YARN and Kubernetes the Spark provider turns environment variables into
+        ``--conf`` arguments, so there those settings are refused.
         """
         if self.kind == "backfill":
             require_backfill(plan)
             target = ["--command", str(plan["command"])]
-            name = f"backfill-{plan['command']}"
+            label = f"backfill-{plan['command']}"
         else:
             require_running_epoch(plan, self.kind)
             target = ["--epoch", str(plan["epoch"])]
-            name = f"{self.kind}-epoch-{plan['epoch']}"
+            label = f"{self.kind}-epoch-{plan['epoch']}"
         spark = require_spark_connection(self._conn_id)
         settings = PipelineSettings.from_json(plan["settings"])
-        storage_env = connection_storage_environment(settings)
         master = self._master = (spark.host or "").lower()
-        if storage_env and (master.startswith("yarn") or master.startswith("k8s")):
+        on_a_cluster_manager = master.startswith("yarn") or master.startswith("k8s")
+        if on_a_cluster_manager and connection_storage_environment(settings):
             raise ConfigError(
                 f"storage_connection: spark-submit to {spark.host!r} would put the storage "
                 "credentials on its command line (the Spark provider passes environment "
                 "variables there as --conf); use the cluster's own credentials instead"
             )
-        self.application_args = [
-            "--pipeline",
-            plan["pipeline"],
-            *target,
-            "--config",
-            plan["settings"],
-        ]
-        kafka_env = connection_kafka_environment(settings)
-        if kafka_env and (master.startswith("yarn") or master.startswith("k8s")):
+        if on_a_cluster_manager and connection_kafka_environment(settings):
             raise ConfigError(
                 f"kafka_connection: spark-submit to {spark.host!r} would put the Kafka client "
                 "configuration on its command line (the Spark provider passes environment "
                 "variables there as --conf)"
             )
-        self.env_vars = {**job_environment(), **storage_env, **kafka_env, **(self.env_vars or {})}
-        own = dict(self.conf or {})
-        # spark-submit starts the driver JVM, so the settings that size it go here, unless
-        # the deployment's own conf sizes it.
-        sizing = {} if "spark.driver.memory" in own else job_spark_conf(self.kind, settings)
-        self.conf = {
-            "spark.pyspark.python": python_for(master),
-            "spark.pyspark.driver.python": sys.executable,
-            **sizing,
-            **own,
-        }
-        # spark-submit starts the driver JVM: the fetched jars go on its class path there (and
-        # to the executors), beside the deployment's own, with Delta's session settings.
-        self.conf["spark.jars"] = spark_jars(self.conf.get("spark.jars"))
+        if "_deployment" not in vars(self):
+            self._deployment = (dict(self.conf or {}), dict(self.env_vars or {}))
+        job = self.submit_plan_for(self.kind, settings, label, target, plan)  # type: ignore[arg-type]
+        self.name, self.application_args = job.name, job.application_args
+        self.conf, self.env_vars = job.conf, job.env_vars
         if self.jars:  # the operator's --jars, which wins over spark.jars there
             self.jars = spark_jars(self.jars)
-        for key, value in DELTA_SPARK_CONF.items():
-            self.conf.setdefault(key, value)
-        # spark-submit starts the driver JVM: map the class archive there (modeswitch.runners.jvm).
-        options = with_java_options(self.conf.get("spark.driver.extraJavaOptions"), java_options())
-        if options:
-            self.conf["spark.driver.extraJavaOptions"] = options
-        self.name = f"modeswitch-{plan['pipeline']}-{name}"
-        self.log.info("%s: %s", name, self.application)
+        self.log.info("%s: %s", label, self.application)
         self._hook = None  # built from the values above
         return settings

@@ -408,16 +408,14 @@ def start_local_engine(
     def start(address_file: Path) -> Any:
         from modeswitch.runners.jobs import job_script
         from modeswitch.runners.processes import SparkScratch, start_group
+        from modeswitch.runners.submit import job_arguments
 
         command = [
             sys.executable,
             str(job_script("engine")),
-            "--pipeline",
-            settings.pipeline,
-            "--config",
-            settings.to_json(),
-            "--address-file",
-            str(address_file),
+            *job_arguments(
+                settings.pipeline, ["--address-file", str(address_file)], settings.to_json()
+            ),
         ]
         output = (
             Path(log_dir) / f"engine-{settings.pipeline}.log"
