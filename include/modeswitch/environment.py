@@ -188,6 +188,33 @@ ENGINE_DIR = EnvironmentVariable(
     default_factory=lambda: Path.home() / ".cache" / "modeswitch" / "engines",
     shown="`~/.cache/modeswitch/engines`",
 )
+
+
+def parse_host_port(raw: str, *, variable: str) -> tuple[str, int]:
+    """``HOST:PORT``, such as ``engine:7788``: the host and the port (1-65535)."""
+    host, _, port = raw.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{variable}: {raw!r} is not HOST:PORT", setting=variable)
+    return host, int(port)
+
+
+ENGINE_ADDRESS = EnvironmentVariable(
+    "MODESWITCH_ENGINE_ADDRESS",
+    parse_host_port,
+    "`HOST:PORT` of the deployment's served engine (the compose stack's `engine` service): "
+    "where the engine is chosen, the epoch tasks and the triggerer reach it there, with "
+    "`MODESWITCH_ENGINE_TOKEN`, instead of starting one; on the engine itself, where it "
+    "listens (`jobs/engine.py --listen`)",
+)
+ENGINE_TOKEN = EnvironmentVariable(
+    "MODESWITCH_ENGINE_TOKEN",
+    parse_text,
+    "the secret a served engine's clients present; an engine that listens on "
+    "`MODESWITCH_ENGINE_ADDRESS` refuses to start without it and refuses a request without it",
+    secret=True,
+)
+
+
 STORAGE_OPTIONS = EnvironmentVariable(
     "MODESWITCH_STORAGE_OPTIONS",
     json_object("option names to values"),
@@ -270,6 +297,8 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     CACHE,
     CDS,
     ENGINE_DIR,
+    ENGINE_ADDRESS,
+    ENGINE_TOKEN,
     STORAGE_OPTIONS,
     KAFKA_CONFIG,
     ALERTS_SCHEDULE,

@@ -27,7 +27,6 @@ from modeswitch.runners.engine import (
     EngineLostError,
     EngineRefusedError,
     _exchange,
-    await_epoch,
     credentials_fingerprint,
     engine_file,
     ensure_engine,
@@ -37,6 +36,7 @@ from modeswitch.runners.engine import (
     stop_engines_in,
 )
 from modeswitch.runners.engine_server import Engine, _Server
+from modeswitch.runners.served import await_epoch
 
 pytestmark = pytest.mark.unit
 
@@ -217,7 +217,7 @@ def test_a_deferred_task_hands_its_epoch_over_and_its_trigger_waits_for_the_end(
     config = settings.to_json()
 
     def fire(kind: str, epoch: int) -> list[dict]:
-        trigger = EngineEpochTrigger(address_file=str(address_file), kind=kind, epoch=epoch)
+        trigger = EngineEpochTrigger(follow_at=str(address_file), kind=kind, epoch=epoch)
         classpath, kwargs = trigger.serialize()
         assert classpath == "modeswitch.airflow.triggers.EngineEpochTrigger"
         assert "secret" not in json.dumps(kwargs)  # the token stays in the address file
@@ -265,6 +265,7 @@ import os, sys, threading, time
 from pathlib import Path
 from modeswitch.runners.engine import EngineAddress
 from modeswitch.runners.engine_server import Engine, _Server
+from modeswitch.runners.served import await_epoch
 engine = Engine(None, "p", lambda *a: time.sleep(60), handoff=False)
 server = _Server(engine, "secret")
 threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from modeswitch.runners.engine import (
 )
 from modeswitch.runners.jobs import job_script
 from modeswitch.runners.processes import SparkScratch
+from modeswitch.runners.served import ServedEngineRunner, served_engine
 from modeswitch.runners.session import spark_jars
 from modeswitch.runners.submit import SubmitKind, SubmitPlan, submit_plan, this_machine
 
@@ -121,12 +122,10 @@ class EpochJobOperator(SparkSubmitOperator):
         runner = self.epoch_runner(plan, settings, context)
         epoch = int(plan["epoch"])
         handle = runner.start(self.kind, settings, epoch)  # type: ignore[arg-type]
-        if self.deferrable and handle.address_file is not None:
+        if self.deferrable and handle.follow_at is not None:
             self.log.info("%s epoch %d: deferred until it ends", self.kind, epoch)
             self.defer(
-                trigger=EngineEpochTrigger(
-                    address_file=str(handle.address_file), kind=self.kind, epoch=epoch
-                ),
+                trigger=EngineEpochTrigger(follow_at=handle.follow_at, kind=self.kind, epoch=epoch),
                 method_name="engine_epoch_ended",
                 timeout=self.execution_timeout,
             )
@@ -192,15 +191,19 @@ class EpochJobOperator(SparkSubmitOperator):
             deploy_mode=self._deploy_mode_used(),
             master=self._master,
             executor=airflow_executor(),
+            served=served_engine(),
         )
         self.log.info("%s epoch %s: %s", self.kind, plan.get("epoch"), why)
-        if name == "warm":
-            return EngineRunner(
+        runners: dict[str, Callable[[], EpochRunner]] = {
+            "warm": lambda: EngineRunner(
                 lambda path: self.start_engine(plan, settings, path),
                 # What start_engine would hand a new engine: this environment, the job's on top.
                 credentials=credentials_fingerprint({**os.environ, **(self.env_vars or {})}),
-            )
-        return SparkSubmitRunner(self, context)
+            ),
+            "served": ServedEngineRunner,
+            "submit": lambda: SparkSubmitRunner(self, context),
+        }
+        return runners[name]()
 
     def _deploy_mode_used(self) -> str | None:
         """The deploy mode spark-submit will use: the operator's, else the connection's

@@ -26,7 +26,7 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
 )
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.runners.engine import await_epoch
+from modeswitch.runners.served import await_epoch
 from modeswitch.sources.kafka import kafka_config_scope
 from modeswitch.state import StateStore
 
@@ -210,23 +210,24 @@ def _newest_recorded_version(store: StateStore) -> int:
 
 
 class EngineEpochTrigger(BaseTrigger):
-    """Wait for the end of ``kind`` epoch ``epoch`` in the pipeline's warm engine, whose
-    address is in ``address_file`` (:func:`modeswitch.runners.engine.await_epoch`): the epoch
+    """Wait for the end of ``kind`` epoch ``epoch`` in the pipeline's engine, found at
+    ``follow_at`` (the warm engine's address file, or ``tcp://HOST:PORT`` of the deployment's
+    served engine: :func:`modeswitch.runners.served.await_epoch`): the epoch
     task defers to it once the engine has taken the epoch, so no worker slot is held while
     the engine runs it. The event's payload: ``status`` (``done``, ``failed``: the epoch's own
     error, ``lost``: the engine went away or never ran it), ``error``, ``kind``, ``epoch``.
 
     A triggerer that restarts makes the trigger again: it attaches to the epoch anew. The
-    engine's token stays in the address file, read where the trigger runs (the engine's host:
-    the warm engine is chosen only for executors that run tasks there)."""
+    engine's token is never in the trigger's arguments: a warm engine's stays in its address
+    file, read where the trigger runs (the engine's host: the warm engine is chosen only for
+    executors that run tasks there); a served engine's is the triggerer's own
+    ``MODESWITCH_ENGINE_TOKEN``."""
 
-    def __init__(
-        self, *, address_file: str, kind: str, epoch: int, check_every: float = 10.0
-    ) -> None:
+    def __init__(self, *, follow_at: str, kind: str, epoch: int, check_every: float = 10.0) -> None:
         super().__init__()
         if kind not in ("batch", "stream"):
             raise ValueError(f"kind: {kind!r} is not batch or stream")
-        self.address_file = address_file
+        self.follow_at = follow_at
         self.kind = kind
         self.epoch = int(epoch)
         self.check_every = check_every
@@ -235,7 +236,7 @@ class EngineEpochTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "address_file": self.address_file,
+                "follow_at": self.follow_at,
                 "kind": self.kind,
                 "epoch": self.epoch,
                 "check_every": self.check_every,
@@ -245,7 +246,7 @@ class EngineEpochTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         self.log.info("waiting for %s epoch %d in the engine", self.kind, self.epoch)
         ended = await await_epoch(
-            self.address_file,
+            self.follow_at,
             self.kind,  # type: ignore[arg-type]
             self.epoch,
             check_every=self.check_every,

@@ -2,9 +2,9 @@
 
 An :class:`EpochRunner` starts one batch or stream epoch that ``decide`` opened and gives an
 :class:`EpochHandle`, whose ``wait`` returns when the epoch's job has ended (raising
-:class:`~modeswitch.errors.ModeswitchError` if it failed), and whose ``address_file``, when
+:class:`~modeswitch.errors.ModeswitchError` if it failed), and whose ``follow_at``, when
 set, lets another process follow the epoch instead (the Airflow task defers to its trigger on
-it; no caller asks which runner it has). There are three, each usable under Airflow and from
+it; no caller asks which runner it has). There are four, each usable under Airflow and from
 ``modeswitch run``:
 
 - ``submit``: each epoch its own ``spark-submit`` through the Spark provider's hook
@@ -14,7 +14,10 @@ it; no caller asks which runner it has). There are three, each usable under Airf
   epoch and hands a batch over to its stream itself
   (:class:`modeswitch.runners.engine.EngineRunner`);
 - ``local``: each epoch's job a child process of this one, with the stream standby
-  (:class:`modeswitch.runners.local.LocalRunner`).
+  (:class:`modeswitch.runners.local.LocalRunner`);
+- ``served``: the deployment's engine, the same server run as a service of its own (the
+  compose stack's ``engine``), reached at ``MODESWITCH_ENGINE_ADDRESS`` with a token
+  (:class:`modeswitch.runners.engine.ServedEngineRunner`).
 
 :func:`runner_choice` makes the choice, a pure function of the ``engine`` setting, whether the
 caller is an Airflow task, the Spark connection's master and deploy mode and Airflow's
@@ -27,31 +30,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Protocol
 
 from modeswitch.control.settings import ENGINES, PipelineSettings
 from modeswitch.errors import ConfigError
 
 EpochKind = Literal["batch", "stream"]
-RunnerName = Literal["submit", "warm", "local"]
+RunnerName = Literal["submit", "warm", "local", "served"]
 """The runners, named as the ``engine`` setting names them: ``submit`` and ``warm`` are its
-values (``auto`` chooses one of them), and ``local`` is what ``submit`` is outside Airflow."""
+values (``auto`` chooses one of them), ``local`` is what ``submit`` is outside Airflow and
+``served`` what ``warm`` is where the deployment runs the engine as a service."""
 
 
 @dataclass(frozen=True)
 class EpochHandle:
     """An epoch a runner started (:meth:`EpochRunner.start`): :attr:`wait` follows it to its
-    end; where another process can follow it too, :attr:`address_file` says where."""
+    end; where another process can follow it too, :attr:`follow_at` says where."""
 
     kind: EpochKind
     epoch: int
     wait: Callable[[], None]
     """Block until the epoch's job has ended; raise if it failed. A runner whose job runs in
     the caller's process tree starts it here."""
-    address_file: Path | None = None
-    """The file that addresses what runs the epoch (the warm engine's), for a process other
-    than this one to follow it without running it (an Airflow trigger); None when only
+    follow_at: str | None = None
+    """Where what runs the epoch is found, for a process other than this one to follow it
+    without running it (an Airflow trigger): the warm engine's address file, or a served
+    engine's ``HOST:PORT`` (:func:`modeswitch.runners.engine.engine_at`); None when only
     :attr:`wait` can."""
 
 
@@ -84,6 +88,7 @@ def runner_choice(
     deploy_mode: str | None = None,
     master: str | None = None,
     executor: str | None = None,
+    served: str | None = None,
 ) -> tuple[RunnerName, str]:
     """The runner for the ``engine`` setting (``auto``, ``submit`` or ``warm``) and why, in
     words for the task's log.
@@ -97,12 +102,19 @@ def runner_choice(
       master, an Airflow executor that runs tasks on other hosts). ``modeswitch run`` always
       runs on the local master: the engine.
 
+    - ``served``: where the deployment runs the engine as a service (``served``: its
+      ``HOST:PORT``, ``MODESWITCH_ENGINE_ADDRESS``), ``warm`` and ``auto`` hand the epochs to
+      it, whatever the executor and deploy mode: its driver is its own, reached over the
+      network; ``submit`` still means a job per epoch.
+
     ``master`` is the Spark connection's (under Airflow), ``executor`` Airflow's
     ``[core] executor``.
     """
     if engine not in ENGINES:
         raise ConfigError(f"engine: {engine!r} is not one of {', '.join(ENGINES)}")
     per_epoch: RunnerName = "submit" if airflow else "local"
+    if served and engine != "submit":
+        return "served", f"engine = {engine}: the deployment's served engine at {served}"
     if engine == "warm":
         if deploy_mode == "cluster":
             raise ConfigError(

@@ -20,7 +20,8 @@ epoch paid for, the next does not.
   not run that epoch (it was restarted since).
 - **Deferred tasks.** An Airflow task hands its epoch over (:func:`start_on_engine`: back once
   the engine answers ``running``) and defers to :class:`~modeswitch.airflow.triggers.
-  EngineEpochTrigger`, which waits in the triggerer (:func:`await_epoch`): the task holds no
+  EngineEpochTrigger`, which waits in the triggerer
+  (:func:`~modeswitch.runners.served.await_epoch`): the task holds no
   worker slot while the engine runs the epoch. The trigger reads the address file where it
   runs; the engine's token is never in the metadata database.
 - **The handoff.** When a batch epoch ends in the engine, the engine closes it and, if
@@ -95,6 +96,14 @@ class EngineAddress:
     token: str
     credentials: str = ""  # credentials_fingerprint() of the engine's environment
 
+    @property
+    def who(self) -> str:
+        """The engine, in words for a message: its process where it runs here (``pid`` > 0),
+        else where a served engine is reached."""
+        return (
+            f"the engine (pid {self.pid})" if self.pid else f"the engine at {self.host}:{self.port}"
+        )
+
     @classmethod
     def read(cls, path: Path) -> EngineAddress | None:
         try:
@@ -156,7 +165,7 @@ def live_engine(settings: PipelineSettings) -> EngineAddress | None:
     address = EngineAddress.read(path)
     if address is None:
         return None
-    if not _alive(address.pid):
+    if not pid_alive(address.pid):
         path.unlink(missing_ok=True)
         return None
     try:
@@ -257,7 +266,7 @@ def follow_on_engine(address: EngineAddress, request: Mapping[str, Any]) -> None
         for answer in _exchange(address, dict(request), None):
             event = answer.get("event")
             if event == "running":
-                log.info("engine pid %d: running %s epoch %d", address.pid, kind, epoch)
+                log.info("%s: running %s epoch %d", address.who, kind, epoch)
             elif event == "done":
                 return
             elif event == "failed":
@@ -273,18 +282,18 @@ def follow_on_engine(address: EngineAddress, request: Mapping[str, Any]) -> None
                 )
     except OSError as exc:
         raise EngineLostError(
-            f"the engine (pid {address.pid}) went away while running {kind} epoch {epoch}: "
+            f"{address.who} went away while running {kind} epoch {epoch}: "
             f"{exc}; the task's retry starts a new one and re-attaches the epoch"
         ) from exc
     raise EngineLostError(
-        f"the engine (pid {address.pid}) went away while running {kind} epoch {epoch}; the "
+        f"{address.who} went away while running {kind} epoch {epoch}; the "
         "task's retry starts a new one and re-attaches the epoch"
     )
 
 
 def start_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: str) -> None:
     """Hand ``kind`` epoch ``epoch`` to the engine (or attach to it) and return once the engine
-    has taken it, without waiting for its end (:func:`await_epoch` waits); raises
+    has taken it, without waiting for its end (:func:`~.served.await_epoch` waits); raises
     :class:`EngineRefusedError` if the engine runs another epoch, :class:`EngineLostError` if
     it went away first."""
     request = {"op": "run", "kind": kind, "epoch": epoch, "config": config}
@@ -294,68 +303,13 @@ def start_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config:
         answers.close()  # the engine runs the epoch on: the client going away is not a stop
     except OSError as exc:
         raise EngineLostError(
-            f"the engine (pid {address.pid}) went away before it took {kind} epoch {epoch}: {exc}"
+            f"{address.who} went away before it took {kind} epoch {epoch}: {exc}"
         ) from exc
     if answer.get("event") == "refused":
         raise EngineRefusedError(answer.get("error", "refused"))
     if answer.get("event") != "running":
-        raise EngineLostError(
-            f"the engine (pid {address.pid}) answered {answer!r} to {kind} epoch {epoch}"
-        )
-    log.info("engine pid %d: running %s epoch %d", address.pid, kind, epoch)
-
-
-async def await_epoch(
-    address_file: str | Path, kind: EpochKind, epoch: int, *, check_every: float = 10.0
-) -> dict[str, Any]:
-    """Wait, in an event loop, for the end of ``kind`` epoch ``epoch`` in the engine whose
-    address is in ``address_file``: ``{"status": "done"}``, ``{"status": "failed", "error":
-    ...}`` (``modeswitch``: whether it was the pipeline's own error), or ``{"status": "lost",
-    "error": ...}`` if there is no engine, it has not run the epoch or it went away. Every
-    ``check_every`` seconds without an answer, the engine's process is looked at: a process
-    that is gone is lost even if its connection lingers."""
-    import asyncio
-
-    where = f"{kind} epoch {epoch}"
-    address = EngineAddress.read(Path(address_file))
-    if address is None or not _alive(address.pid):
-        return {"status": "lost", "error": f"no engine runs ({address_file}) to wait for {where}"}
-    try:
-        reader, writer = await asyncio.open_connection(address.host, address.port, limit=1 << 20)
-    except OSError as exc:
-        return {"status": "lost", "error": f"the engine (pid {address.pid}) is out of reach: {exc}"}
-    try:
-        request = {"op": "wait", "kind": kind, "epoch": epoch, "token": address.token}
-        writer.write((json.dumps(request) + "\n").encode())
-        await writer.drain()
-        while True:
-            try:
-                line = await asyncio.wait_for(reader.readline(), check_every)
-            except TimeoutError:
-                if not _alive(address.pid):
-                    return {"status": "lost", "error": f"the engine (pid {address.pid}) is gone"}
-                continue
-            if not line:
-                return {
-                    "status": "lost",
-                    "error": f"the engine (pid {address.pid}) went away while running {where}",
-                }
-            answer = json.loads(line)
-            event = answer.get("event")
-            if event == "done":
-                return {"status": "done"}
-            if event == "failed":
-                return {
-                    "status": "failed",
-                    "error": f"{where} failed in the engine: {answer.get('error')}",
-                    "modeswitch": bool(answer.get("modeswitch")),
-                }
-            if event in ("unknown", "refused"):
-                return {"status": "lost", "error": str(answer.get("error"))}
-    except (OSError, ValueError) as exc:
-        return {"status": "lost", "error": f"the engine (pid {address.pid}): {exc}"}
-    finally:
-        writer.close()
+        raise EngineLostError(f"{address.who} answered {answer!r} to {kind} epoch {epoch}")
+    log.info("%s: running %s epoch %d", address.who, kind, epoch)
 
 
 def stop_engine(settings: PipelineSettings, *, grace: float = 20.0) -> bool:
@@ -385,7 +339,7 @@ def _stop_engine_at(path: Path, address: EngineAddress, grace: float) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.kill(address.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while _alive(address.pid) and time.monotonic() < deadline:
+    while pid_alive(address.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(address.pgid, signal.SIGKILL)
@@ -459,7 +413,7 @@ class EngineRunner:
     def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
         """Hand ``kind`` epoch ``epoch`` to the engine (started if none runs) without waiting
         for its end. The handle's ``wait`` attaches to it until it ends; its address file lets
-        a trigger do the same (:func:`await_epoch`)."""
+        a trigger do the same (:func:`~modeswitch.runners.served.await_epoch`)."""
         self.settings = settings
         address = ensure_engine(settings, self._start, credentials=self.credentials)
         start_on_engine(address, kind, epoch, settings.to_json())
@@ -467,7 +421,7 @@ class EngineRunner:
             kind,
             epoch,
             wait=lambda: wait_on_engine(address, kind, epoch),
-            address_file=engine_file(settings),
+            follow_at=str(engine_file(settings)),
         )
 
     def alive(self) -> bool:
@@ -478,7 +432,8 @@ class EngineRunner:
             stop_engine(self.settings)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs here (a zombie does not)."""
     import psutil
 
     try:

@@ -175,7 +175,8 @@ class _Handler(socketserver.StreamRequestHandler):
         engine = self.server.engine
         try:
             request = json.loads(self.rfile.readline() or b"{}")
-            if not isinstance(request, dict) or request.get("token") != self.server.token:
+            token = request.get("token") if isinstance(request, dict) else None
+            if not isinstance(token, str) or not secrets.compare_digest(token, self.server.token):
                 return self._send(event="refused", error="engine: bad or missing token")
             op = request.get("op")
             if op == "ping":
@@ -224,8 +225,8 @@ class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, engine: Engine, token: str, host: str = "127.0.0.1") -> None:
-        super().__init__((host, 0), _Handler)
+    def __init__(self, engine: Engine, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__((host, port), _Handler)
         self.engine = engine
         self.token = token
 
@@ -267,12 +268,25 @@ class StreamPath:
             self.warm = self.warm or kind == "stream"
 
 
-def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
+def serve(
+    spark: Any,
+    settings: PipelineSettings,
+    address_file: Path | None,
+    *,
+    listen: tuple[str, int] | None = None,
+    token: str | None = None,
+) -> None:
     """Serve epochs until SIGTERM or SIGINT: bind, start the warm-up, write the address,
-    run what comes."""
+    run what comes. A warm engine binds a free port on loopback with a token of its own and
+    writes both to ``address_file``; a served one binds ``listen`` and requires ``token``
+    (:mod:`modeswitch.runners.served`)."""
     path = StreamPath(spark)
     engine = Engine(spark, settings.pipeline, path.run)
-    server = _Server(engine, secrets.token_urlsafe(24))
+    server = (
+        _Server(engine, secrets.token_urlsafe(24))
+        if listen is None
+        else _Server(engine, str(token), *listen)
+    )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -289,7 +303,8 @@ def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
         token=server.token,
         credentials=credentials_fingerprint(os.environ),
     )
-    address.write(address_file)
+    if address_file is not None:
+        address.write(address_file)
     log.info("engine of pipeline %s: listening on %s:%d", settings.pipeline, host, port)
     try:
         path.start(settings)  # beside the first epoch, which its task asks for at once
@@ -301,14 +316,17 @@ def serve(spark: Any, settings: PipelineSettings, address_file: Path) -> None:
     finally:
         log.info("engine: stopping")
         server.shutdown()
-        if EngineAddress.read(address_file) == address:
+        if address_file is not None and EngineAddress.read(address_file) == address:
             address_file.unlink(missing_ok=True)
         engine.close()
         path.collect(stop=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``spark-submit jobs/engine.py --pipeline P --config SETTINGS --address-file PATH``."""
+    """``spark-submit jobs/engine.py --pipeline P --config SETTINGS --address-file PATH``, or
+    ``--listen`` (at ``MODESWITCH_ENGINE_ADDRESS``, with ``MODESWITCH_ENGINE_TOKEN``) for the
+    deployment's served engine."""
+    from modeswitch.environment import ENGINE_ADDRESS, ENGINE_TOKEN, env_value
     from modeswitch.runners.jobs import LOG_FORMAT, job_spark_conf
     from modeswitch.runners.session import create_spark_session
 
@@ -316,15 +334,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the pipeline's warm engine")
     parser.add_argument("--pipeline", required=True)
     parser.add_argument("--config", required=True, help="resolved settings (file or JSON)")
-    parser.add_argument("--address-file", required=True, help="where to write the address")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--address-file", help="where to write the address")
+    where.add_argument(
+        "--listen",
+        action="store_true",
+        help=f"serve at ${ENGINE_ADDRESS.name} (all interfaces on its port), with "
+        f"${ENGINE_TOKEN.name}",
+    )
     args = parser.parse_args(argv)
+    listen, token = None, None
+    if args.listen:
+        address, token = env_value(ENGINE_ADDRESS), env_value(ENGINE_TOKEN)
+        if address is None or not token:
+            parser.error(f"--listen needs {ENGINE_ADDRESS.name} and {ENGINE_TOKEN.name}")
+        listen = ("0.0.0.0", address[1])
     spark = None
     try:
         settings = load_job_settings(args.config, pipeline=args.pipeline)
         spark = create_spark_session(
             f"modeswitch-{args.pipeline}-engine", conf=job_spark_conf("batch", settings)
         )
-        serve(spark, settings, Path(args.address_file))
+        file = Path(args.address_file) if args.address_file else None
+        serve(spark, settings, file, listen=listen, token=token)
         return 0
     except ModeswitchError as exc:
         log.error("engine of pipeline %s failed: %s", args.pipeline, exc)

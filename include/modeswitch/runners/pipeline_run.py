@@ -15,12 +15,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.runners.base import EpochRunner, runner_choice
 from modeswitch.runners.lifecycle import EpochDone, EpochPlan, close_epoch, decide
+from modeswitch.runners.served import served_engine
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,17 @@ def local_process_runner(
     return LocalRunner(log_dir=log_dir, timeout=timeout, env=env)
 
 
+def served_engine_runner(settings: PipelineSettings, **_: Any) -> EpochRunner:
+    """The deployment's served engine (``MODESWITCH_ENGINE_ADDRESS``), which it runs."""
+    from modeswitch.runners.served import ServedEngineRunner
+
+    return ServedEngineRunner()
+
+
 LOCAL_RUNNERS: Mapping[str, Callable[..., EpochRunner]] = {
     "warm": local_engine_runner,
     "local": local_process_runner,
+    "served": served_engine_runner,
 }
 """The runner of each :func:`~modeswitch.runners.base.runner_choice` outside Airflow
 (``submit`` needs Airflow's Spark connection: outside it the choice is ``local``)."""
@@ -96,7 +106,7 @@ def open_runner(
     the end of the block: a :class:`~modeswitch.runners.local.LocalRunner`, or an
     :class:`~modeswitch.runners.engine.EngineRunner` whose engine this block starts (a child
     process group on the local master) and stops."""
-    name, why = runner_choice(settings.engine, airflow=False)
+    name, why = runner_choice(settings.engine, airflow=False, served=served_engine())
     log.info("pipeline %s: %s", settings.pipeline, why)
     runner = LOCAL_RUNNERS[name](settings, log_dir=log_dir, timeout=timeout, env=env)
     try:

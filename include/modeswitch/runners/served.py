@@ -1,0 +1,171 @@
+"""Reaching an engine from a process that did not start it: the deployment's served engine,
+and the follower (an Airflow trigger) of an epoch that any engine runs.
+
+**The served engine.** Where the deployment runs the engine as a service of its own (the
+compose stack's ``engine`` container: ``jobs/engine.py --listen``), no task starts one and no
+file says where it is: ``MODESWITCH_ENGINE_ADDRESS`` (``HOST:PORT``) names it for the epoch
+tasks, the triggerer and the engine alike, and every request carries
+``MODESWITCH_ENGINE_TOKEN``, which the engine requires (it refuses to listen without one, and
+refuses a request without it). Its process is not on the task's host: whether it is up is
+whether it answers a ``ping``. A task that cannot reach it fails naming the address
+(:class:`~modeswitch.runners.engine.EngineLostError`) and Airflow's retry tries again; the
+engine's own restart (the container's restart policy) re-attaches as after any lost engine.
+
+**Following an epoch** (:func:`await_epoch`): where the runner's handle says
+(:attr:`~modeswitch.runners.base.EpochHandle.follow_at`): an engine's address file on this
+host, or ``tcp://HOST:PORT`` for a served engine (:func:`engine_at`). The token never travels
+with it: the follower reads the served engine's from its own environment, the local engine's
+from the address file, so it is never in Airflow's metadata database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.environment import ENGINE_ADDRESS, ENGINE_TOKEN, env_value
+from modeswitch.runners.base import EpochHandle, EpochKind
+from modeswitch.runners.engine import (
+    EngineAddress,
+    EngineLostError,
+    pid_alive,
+    ping,
+    start_on_engine,
+    wait_on_engine,
+)
+
+SERVED = "tcp://"
+"""How :attr:`EpochHandle.follow_at` names a served engine: ``tcp://HOST:PORT``."""
+
+
+def served_engine() -> str | None:
+    """``HOST:PORT`` of the deployment's served engine (``MODESWITCH_ENGINE_ADDRESS``), or None:
+    what :func:`~modeswitch.runners.base.runner_choice` is told."""
+    where = env_value(ENGINE_ADDRESS)
+    return None if where is None else f"{where[0]}:{where[1]}"
+
+
+def served_address(settings: PipelineSettings) -> EngineAddress | None:
+    """The deployment's served engine for ``settings``' pipeline (``MODESWITCH_ENGINE_ADDRESS``
+    and ``MODESWITCH_ENGINE_TOKEN`` of this process), or None where none is configured."""
+    where = env_value(ENGINE_ADDRESS)
+    if where is None:
+        return None
+    return EngineAddress(
+        pipeline=settings.pipeline,
+        state_root=settings.state_root,
+        pid=0,
+        pgid=0,
+        host=where[0],
+        port=where[1],
+        token=env_value(ENGINE_TOKEN) or "",
+    )
+
+
+def engine_at(follow_at: str) -> EngineAddress | None:
+    """The engine a follower finds at ``follow_at``: ``tcp://HOST:PORT`` (a served engine, its
+    token from this process's ``MODESWITCH_ENGINE_TOKEN``), else an address file (None when it
+    holds none)."""
+    if follow_at.startswith(SERVED):
+        host, _, port = follow_at.removeprefix(SERVED).rpartition(":")
+        token = env_value(ENGINE_TOKEN) or ""
+        return EngineAddress("", "", pid=0, pgid=0, host=host, port=int(port), token=token)
+    return EngineAddress.read(Path(follow_at))
+
+
+def reachable(address: EngineAddress) -> bool:
+    """Whether the engine is up: its process where it runs here, its answer to a ``ping``
+    where it is served from elsewhere."""
+    if address.pid:
+        return pid_alive(address.pid)
+    try:
+        ping(address)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class ServedEngineRunner:
+    """The ``served`` runner (:mod:`modeswitch.runners.base`): each epoch handed to the
+    deployment's served engine, which the deployment starts, restarts and stops."""
+
+    def __init__(self) -> None:
+        self.address: EngineAddress | None = None
+
+    def start(self, kind: EpochKind, settings: PipelineSettings, epoch: int) -> EpochHandle:
+        """Hand ``kind`` epoch ``epoch`` to the served engine without waiting for its end;
+        raises :class:`EngineLostError` naming the address if it does not answer."""
+        address = self.address = served_address(settings)
+        if address is None:
+            raise EngineLostError(f"no served engine: {ENGINE_ADDRESS.name} is not set")
+        try:
+            ping(address)
+        except (OSError, ValueError) as exc:
+            raise EngineLostError(
+                f"{address.who} ({ENGINE_ADDRESS.name}) is out of reach: {exc}; the task's "
+                "retry tries again"
+            ) from exc
+        start_on_engine(address, kind, epoch, settings.to_json())
+        return EpochHandle(
+            kind,
+            epoch,
+            wait=lambda: wait_on_engine(address, kind, epoch),
+            follow_at=f"{SERVED}{address.host}:{address.port}",
+        )
+
+    def alive(self) -> bool:
+        return self.address is not None and reachable(self.address)
+
+    def stop(self) -> None:
+        """Nothing: the served engine is the deployment's."""
+
+
+async def await_epoch(
+    follow_at: str | Path, kind: EpochKind, epoch: int, *, check_every: float = 10.0
+) -> dict[str, Any]:
+    """Wait, in an event loop, for the end of ``kind`` epoch ``epoch`` in the engine found at
+    ``follow_at`` (:func:`engine_at`): ``{"status": "done"}``, ``{"status": "failed", "error":
+    ...}`` (``modeswitch``: whether it was the pipeline's own error), or ``{"status": "lost",
+    "error": ...}`` if there is no engine, it has not run the epoch or it went away. Every
+    ``check_every`` seconds without an answer, whether the engine is up is asked again
+    (:func:`reachable`): an engine that is gone is lost even if its connection lingers."""
+    where = f"{kind} epoch {epoch}"
+    address = engine_at(str(follow_at))
+    if address is None or not await asyncio.to_thread(reachable, address):
+        return {"status": "lost", "error": f"no engine runs ({follow_at}) to wait for {where}"}
+    try:
+        reader, writer = await asyncio.open_connection(address.host, address.port, limit=1 << 20)
+    except OSError as exc:
+        return {"status": "lost", "error": f"{address.who} is out of reach: {exc}"}
+    try:
+        request = {"op": "wait", "kind": kind, "epoch": epoch, "token": address.token}
+        writer.write((json.dumps(request) + "\n").encode())
+        await writer.drain()
+        while True:
+            try:
+                line = await asyncio.wait_for(reader.readline(), check_every)
+            except TimeoutError:
+                if not await asyncio.to_thread(reachable, address):
+                    return {"status": "lost", "error": f"{address.who} is gone"}
+                continue
+            if not line:
+                return {"status": "lost", "error": f"{address.who} went away while running {where}"}
+            answer = json.loads(line)
+            event = answer.get("event")
+            if event == "done":
+                return {"status": "done"}
+            if event == "failed":
+                return {
+                    "status": "failed",
+                    "error": f"{where} failed in the engine: {answer.get('error')}",
+                    "modeswitch": bool(answer.get("modeswitch")),
+                }
+            if event in ("unknown", "refused"):
+                return {"status": "lost", "error": str(answer.get("error"))}
+    except (OSError, ValueError) as exc:
+        return {"status": "lost", "error": f"{address.who}: {exc}"}
+    finally:
+        writer.close()
