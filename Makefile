@@ -15,7 +15,8 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 # Every run ends with its 40 slowest test phases (--durations), the record of where the time goes.
 
-.PHONY: install java jars kafka-broker cds chromium postgres demo test lint format bench soak soak-faults clean
+.PHONY: install java jars kafka-broker cds chromium postgres demo test lint format bench soak soak-faults clean \
+	compose-images compose-demo compose-down test-compose soak-compose
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "modeswitch needs Python 3.11 (found %d.%d): set PYTHON=/path/to/python3.11" % v)'
@@ -87,7 +88,8 @@ postgres:
 	@bash tools/ensure-postgres.sh
 
 test: install chromium postgres lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 \
+		--ignore=tests/compose $(PYTEST_ARGS)
 
 # Benchmarks have their own command; results and how to read them are in docs/BENCHMARKS.md.
 bench: install
@@ -131,7 +133,33 @@ soak-faults: install postgres
 		tests/airflow/test_web_api.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf .demo .pytest_cache .ruff_cache soak-result.json
+	rm -rf .demo .pytest_cache .ruff_cache soak-result.json .compose/data
+
+# --- the compose stack (docker-compose.yaml; docs/DEPLOY.md) ------------------------------
+# `make compose-demo` starts dockerd if none answers (Debian's docker.io, installed if
+# missing), builds the images (tools/compose/build: a local Debian 12 base, no registry
+# needed), starts the stack and runs the demo cycle through its Airflow; SOURCE=kafka runs it
+# on a topic of the stack's broker. `make compose-down` stops the stack and a dockerd that
+# these targets started; the data (.compose/data) stays until `make clean`.
+SOURCE ?= embedded
+compose-images: install
+	@tools/compose/dockerd up
+	@tools/compose/build
+
+compose-demo: compose-images
+	$(PY) -m modeswitch.devtools.compose demo --source $(SOURCE)
+
+compose-down:
+	@if docker info >/dev/null 2>&1; then $(PY) -m modeswitch.devtools.compose down; fi
+	@tools/compose/dockerd down
+
+# The stack's smoke test (one batch -> stream cycle, audit, a request without the engine's
+# token refused), run by CI after `make test`; the fault families under soak-compose.
+test-compose: compose-images
+	$(PY) -m pytest -p no:cacheprovider tests/compose -m "compose and not soak" $(PYTEST_ARGS)
+
+soak-compose: compose-images
+	$(PY) -m pytest -p no:cacheprovider -rP tests/compose -m compose $(PYTEST_ARGS)
 
 # --- Airflow -----------------------------------------------------------------------------
 # `make demo` runs the pipeline DAG (dag.test, one run per epoch) on a local Airflow under

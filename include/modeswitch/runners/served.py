@@ -169,3 +169,71 @@ async def await_epoch(
         return {"status": "lost", "error": f"{address.who}: {exc}"}
     finally:
         writer.close()
+
+
+def serve_command(
+    pipeline: str, source: str, warehouse: str, master: str, host: str
+) -> tuple[list[str], dict[str, str]]:
+    """The served engine's ``spark-submit`` (argv and the environment it adds) for the
+    deployment's pipeline on ``master``, its driver reached at ``host``: the engine's submit
+    as every job's (:func:`~modeswitch.runners.submit.submit_plan`), with ``--listen``."""
+    from modeswitch.runners.submit import submit_plan, this_machine
+
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": pipeline, "source": source, "warehouse": warehouse}
+    )
+    plan = submit_plan(
+        "engine",
+        settings,
+        label="engine",
+        target=["--listen"],
+        config=settings.to_json(),
+        machine=this_machine(master),
+        own_conf={"spark.driver.host": host, "spark.driver.bindAddress": "0.0.0.0"},
+    )
+    confs = [part for key, value in plan.conf.items() for part in ("--conf", f"{key}={value}")]
+    argv = ["spark-submit", "--master", master, "--name", plan.name, *confs, plan.application]
+    return [*argv, *plan.application_args], plan.env_vars
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m modeswitch.runners.served``: 0 if the served engine answers a ping (the
+    container's health check), else 1 with the reason; ``... serve --pipeline P --source S
+    --warehouse W``: become the served engine (the compose stack's ``engine`` command)."""
+    import argparse
+    import os
+    import socket
+    import sys
+
+    from modeswitch.environment import SPARK_MASTER
+
+    parser = argparse.ArgumentParser(prog="python -m modeswitch.runners.served")
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the served engine (spark-submit jobs/engine.py)")
+    serve.add_argument("--pipeline", required=True)
+    serve.add_argument("--source", required=True)
+    serve.add_argument("--warehouse", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        master = env_value(SPARK_MASTER) or "local[*]"
+        command, env = serve_command(
+            args.pipeline, args.source, args.warehouse, master, socket.gethostname()
+        )
+        os.execvpe(command[0], command, {**os.environ, **env})
+    where = served_engine()
+    if where is None:
+        print(f"{ENGINE_ADDRESS.name} is not set", file=sys.stderr)
+        return 1
+    host, _, port = where.rpartition(":")
+    address = EngineAddress("", "", 0, 0, host, int(port), env_value(ENGINE_TOKEN) or "")
+    try:
+        answer = ping(address)
+    except (OSError, ValueError) as exc:
+        print(f"{address.who}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{address.who}: up, running {answer.get('running') or 'nothing'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
