@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.compose, pytest.mark.timeout(1800)]
 def stack():
     stack = Stack(console=Console(width=120))
     try:
-        stack.up()
+        stack.up(fresh=True)
         yield stack
     finally:
         stack.down()

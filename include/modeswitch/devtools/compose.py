@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -156,8 +157,14 @@ class Stack:
             raise ModeswitchError(f"docker-compose {' '.join(args[:3])} failed: {tail}")
         return done.stdout or "" if capture else done.returncode
 
-    def up(self, timeout: float = STEP_TIMEOUT) -> None:
-        """Start every service (images as built) and wait until each is healthy."""
+    def up(self, timeout: float = STEP_TIMEOUT, *, fresh: bool = False) -> None:
+        """Start every service (images as built) and wait until each is healthy. ``fresh``:
+        a new pipeline, as ``make demo`` starts one: a running stack is stopped first, and
+        the data folder and the stack's volumes (Airflow's database, the broker's log) are
+        emptied."""
+        if fresh:
+            self.down(volumes=True)
+            shutil.rmtree(FOLDER / "data", ignore_errors=True)
         data_folder()
         self.run("up", "--detach", "--no-build", "--remove-orphans")
         self.wait_healthy(timeout)
@@ -211,10 +218,12 @@ class Stack:
         where = ["--detach", "--name", detach] if detach else ["-T"]
         return self.run("--profile", "tools", "run", "--rm", *where, "tools", *args, capture=True)
 
-    def down(self) -> None:
-        """Stop and remove the project's containers and networks (volumes and data stay)."""
+    def down(self, *, volumes: bool = False) -> None:
+        """Stop and remove the project's containers and networks (and its named volumes with
+        ``volumes``); the data folder stays."""
         subprocess.run(["docker", "rm", "--force", LIVE], capture_output=True)
-        self.run("--profile", "kafka", "--profile", "tools", "down", "--remove-orphans")
+        also = ["--volumes"] if volumes else []
+        self.run("--profile", "kafka", "--profile", "tools", "down", "--remove-orphans", *also)
 
 
 def demo_variables() -> dict[str, str]:
@@ -366,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.down()
         return 0
     started = time.monotonic()
-    stack.up()
+    stack.up(fresh=args.action in ("demo", "smoke"))
     console.print(f"stack up in {time.monotonic() - started:.0f} s")
     if args.action == "up":
         return 0
