@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.airflow_local import airflow_environment
 from modeswitch.devtools.demo import demo_sources
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
+from modeswitch.ops.handoffs import handoffs
 from modeswitch.runners.processes import start_group, stop_group
 from modeswitch.sinks.commits import sink_commits
 from modeswitch.state import StateStore
@@ -55,12 +55,7 @@ AIRFLOW = Path(sys.executable).parent / "airflow"
 
 def _handoffs(settings: PipelineSettings) -> list[tuple[float, str]]:
     """Each batch → stream handoff in the sink's log: seconds, and when (the stream's commit)."""
-    commits = sorted(sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version)
-    return [
-        ((after.committed_at_ms - before.committed_at_ms) / 1000, str(after.committed_at_ms))
-        for before, after in itertools.pairwise(commits)
-        if (before.mode, after.mode) == ("batch", "stream")
-    ]
+    return [(seconds, str(at)) for seconds, at in handoffs(settings.sink, settings.pipeline)]
 
 
 def _wait(what: str, check, timeout: float, leader: subprocess.Popen):

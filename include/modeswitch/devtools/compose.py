@@ -40,6 +40,7 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import variable_name
 from modeswitch.environment import REPOSITORY
 from modeswitch.errors import ModeswitchError
+from modeswitch.ops.handoffs import handoffs
 from modeswitch.state import StateStore
 from modeswitch.state.records import Epoch
 
@@ -350,6 +351,11 @@ def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> i
         console,
     )
     stack.airflow("dags", "pause", "modeswitch_pipeline")
+    seen = handoffs(settings.sink, settings.pipeline)
+    console.print(
+        "batch -> stream handoffs in the stack (the sink's Delta log): "
+        + (", ".join(f"{seconds:.1f} s" for seconds, _ in seen) or "none")
+    )
     # The summary where the source is reachable (a topic is, on the compose network only).
     summary = ["python", "-m", "modeswitch.devtools.compose", "summary", "--root", "/"]
     summary += ["--source", "kafka" if stack.kafka else "embedded"]
