@@ -5,7 +5,8 @@ must point to the same part or to one listed before it in :data:`LAYERS`; no pro
 module imports ``modeswitch.devtools`` (only the CLI, whose ``demo`` and ``produce`` commands
 run dev tools, and the dev tools themselves). A new import that runs back up fails here,
 naming the module, the line and what it imports. No two modules import each other, directly or
-round a longer circle, deferred imports counted (:data:`KNOWN_CIRCLES`: none left)."""
+round a longer circle, deferred imports counted (:data:`KNOWN_CIRCLES`: none left). At most
+three modules run over 500 lines, and no module imports another's private name."""
 
 from __future__ import annotations
 
@@ -193,3 +194,30 @@ def test_callers_ask_the_logs_capabilities_not_whether_a_source_is_kafka() -> No
         and "is_kafka_source" in path.read_text()
     )
     assert askers == []
+
+
+LONG_MODULE_LINES = 500
+MOST_LONG_MODULES = 3
+"""The house's size rule: at most three modules over 500 lines, each saying why it stays whole."""
+
+
+def test_at_most_three_modules_run_over_five_hundred_lines() -> None:
+    long_modules = sorted(
+        f"{path.relative_to(PACKAGE)}: {lines} lines"
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > LONG_MODULE_LINES
+    )
+    assert len(long_modules) <= MOST_LONG_MODULES, long_modules
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A name that starts with ``_`` belongs to its module: one another module needs is public."""
+    private = sorted(
+        f"{path.relative_to(PACKAGE)}:{node.lineno} imports {node.module}.{alias.name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__"
+        for alias in node.names
+        if alias.name.startswith("_")
+    )
+    assert private == []
