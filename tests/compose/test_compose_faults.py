@@ -50,6 +50,17 @@ def docker(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True)
 
 
+def task_errors(stack: Stack) -> str:
+    """The errors the pipeline's failed task tries logged (in the scheduler's container: its
+    LocalExecutor runs them), counted: each names what it could not reach."""
+    pattern = '[A-Za-z.]*(Error|Exception): [^"\\\\]{0,140}'
+    return stack.run(
+        "exec", "-T", "airflow-scheduler", "sh", "-c",
+        f"grep -rhoE '{pattern}' /opt/airflow/logs | sort | uniq -c | sort -rn | head -12",
+        capture=True, check=False,
+    )  # fmt: skip
+
+
 def kill_and_start(stack: Stack, service: str, rng: random.Random) -> str:
     docker("kill", "--signal", "KILL", container(stack, service))
     down = rng.uniform(2, 10)
@@ -139,6 +150,7 @@ def test_the_pipeline_converges_exactly_once_after_faults_in_every_container(see
             report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
             assert report.ok, report.totals
         console.print(f"seed {seed}: {len(ran)} epochs, converged {converged:.0f} s after")
+        console.print(f"errors of the failed task tries, counted:\n{task_errors(stack)}")
         for row in table:
             console.print(" | ".join(row))
     finally:

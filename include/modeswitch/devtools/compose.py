@@ -57,6 +57,12 @@ RECORDS = 1_000_000
 BURST_RECORDS = 400_000
 BURST_AFTER_SECONDS = 15.0
 STEP_TIMEOUT = 900.0
+VERIFY_IN_STACK = (
+    f"docker-compose --project-name {PROJECT} --env-file .compose/.env --profile tools "
+    "run --rm tools modeswitch verify"
+)
+"""The audit again, as a user runs it from the repository: in a container of the stack,
+where its paths (``/data``) and its broker (``kafka:9092``) are."""
 SECRET_NAMES = (
     "POSTGRES_PASSWORD",
     "AIRFLOW_FERNET_KEY",
@@ -171,11 +177,13 @@ class Stack:
         self.wait_healthy(timeout)
 
     def containers(self) -> dict[str, str]:
-        """``{service: health or state}`` of the project's containers."""
+        """``{service: health or state}`` of the project's services' containers (one-off
+        ``run`` containers, such as the live producer, left out)."""
         ids = self.run("ps", "--quiet", capture=True).split()
         if not ids:
             return {}
         template = (
+            '{{index .Config.Labels "com.docker.compose.oneoff"}} '
             '{{index .Config.Labels "com.docker.compose.service"}} '
             "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}"
             ":{{.State.ExitCode}}{{end}}"
@@ -186,7 +194,8 @@ class Stack:
             text=True,
             check=True,
         ).stdout
-        return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+        rows = [line.split(" ", 2) for line in out.splitlines() if line.strip()]
+        return {service: state for oneoff, service, state in rows if oneoff != "True"}
 
     def wait_healthy(self, timeout: float) -> None:
         deadline, states = time.monotonic() + timeout, {}
@@ -359,7 +368,10 @@ def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> i
     # The summary where the source is reachable (a topic is, on the compose network only).
     summary = ["python", "-m", "modeswitch.devtools.compose", "summary", "--root", "/"]
     summary += ["--source", "kafka" if stack.kafka else "embedded"]
-    return stack.run("--profile", "tools", "run", "--rm", "-T", "tools", *summary, check=False)
+    width = f"COLUMNS={shutil.get_terminal_size().columns}"  # the tables as wide as here
+    return stack.run(
+        "--profile", "tools", "run", "--rm", "-T", "-e", width, "tools", *summary, check=False
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         from modeswitch.devtools.demo import print_summary
 
         source = f"kafka://{TOPIC}" if args.source == "kafka" else "embedded"
-        return print_summary(host_settings(source, demo_variables(), args.root), console)
+        return print_summary(
+            host_settings(source, demo_variables(), args.root),
+            console,
+            verify_with=VERIFY_IN_STACK,
+            where="(/data in the stack's containers is .compose/data on the host)",
+        )
     stack = Stack(kafka=args.source == "kafka", console=console)
     if args.action == "down":
         stack.down()

@@ -282,12 +282,19 @@ def _query_with_spark(settings: PipelineSettings, console: Console) -> None:
         spark.stop()
 
 
-def print_summary(settings: PipelineSettings, console: Console) -> int:
+def print_summary(
+    settings: PipelineSettings,
+    console: Console,
+    *,
+    verify_with: str = ".venv/bin/modeswitch verify",
+    where: str = "",
+) -> int:
     """Print what a demo run did: its epochs with their boundaries and handoffs, the records
     per mode, the audit of the sink and the quarantine against the source, a Spark query of
-    the sink and where the data lives; 0 when the audit found every record exactly once, 1
-    otherwise (the demo's exit status). The Airflow demo ends with it too
-    (:mod:`modeswitch.devtools.airflow_demo`)."""
+    the sink and where the data lives (``where``: a note on those paths), with the command
+    that audits it again (``verify_with``); 0 when the audit found every record exactly once,
+    1 otherwise (the demo's exit status). The Airflow demo and the compose demo end with it
+    too (:mod:`modeswitch.devtools.airflow_demo`, :mod:`modeswitch.devtools.compose`)."""
     console.rule("3. what happened")
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epochs = Table(title="epochs (each starts where the previous ended)")
@@ -328,6 +335,7 @@ def print_summary(settings: PipelineSettings, console: Console) -> int:
     console.print(
         f"data: log {settings.source}\n      sink {settings.sink}\n"
         f"      quarantine {settings.quarantine}\n      control tables {settings.state_root}"
+        + (f"\n      {where}" if where else "")
     )
     if log_type(settings.source).client_config:
         console.print(
@@ -335,7 +343,7 @@ def print_summary(settings: PipelineSettings, console: Console) -> int:
             "address in MODESWITCH_KAFKA_CONFIG)"
         )
     console.print(
-        "check it yourself: .venv/bin/modeswitch verify "
+        f"check it yourself: {verify_with} "
         f"--log {settings.source} --sink {settings.sink} "
         f"--quarantine {settings.quarantine} --pipeline {settings.pipeline}"
     )
