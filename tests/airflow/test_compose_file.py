@@ -106,7 +106,13 @@ def test_the_connections_resolve_to_the_clusters_in_the_file(
         command = services[worker]["command"]
         assert command[0] == "org.apache.spark.deploy.worker.Worker"
         assert command[1] == spark["master"]
-        assert command[command.index("--cores") + 1] == "1"
+    # The served engine holds part of the cluster only: a backfill's job gets executors too.
+    cores = sum(int(services[w]["command"][services[w]["command"].index("--cores") + 1])
+                for w in ("spark-worker-1", "spark-worker-2"))  # fmt: skip
+    engine = services["engine"]["command"]
+    held = engine[engine.index("--conf", engine.index("--warehouse")) + 1]
+    assert held == "spark.cores.max=${MODESWITCH_ENGINE_CORES:-2}"
+    assert cores > 2
     # Executors reach the driver by the scheduler's name on the network.
     assert services["airflow-scheduler"]["hostname"] == "airflow-scheduler"
 

@@ -50,13 +50,19 @@ def docker(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True)
 
 
+ERROR_PATTERN = (
+    r'"exc_type": ?"[A-Za-z_.]+", ?"exc_value": ?"[^"]{0,140}'
+    r'|[A-Za-z_.]*(Error|Exception): [^"\\]{0,140}'
+)
+"""An error in a task's log: Airflow's JSON lines (``exc_type``, ``exc_value``) or plain text."""
+
+
 def task_errors(stack: Stack) -> str:
     """The errors the pipeline's failed task tries logged (in the scheduler's container: its
     LocalExecutor runs them), counted: each names what it could not reach."""
-    pattern = '[A-Za-z.]*(Error|Exception): [^"\\\\]{0,140}'
     return stack.run(
-        "exec", "-T", "airflow-scheduler", "sh", "-c",
-        f"grep -rhoE '{pattern}' /opt/airflow/logs | sort | uniq -c | sort -rn | head -12",
+        "exec", "-T", "-e", f"PATTERN={ERROR_PATTERN}", "airflow-scheduler", "sh", "-c",
+        'grep -rhoE "$PATTERN" /opt/airflow/logs | sort | uniq -c | sort -rn | head -12',
         capture=True, check=False,
     )  # fmt: skip
 

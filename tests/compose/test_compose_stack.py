@@ -62,3 +62,15 @@ def test_a_batch_then_stream_cycle_lands_every_record_once(stack) -> None:
     assert ran[0].end == ran[1].start  # the handoff, exact
     engine_log = stack.logs(["engine"], lines=2000)
     assert "running batch epoch 1" in engine_log or "batch epoch 1" in engine_log
+
+
+def test_the_engine_leaves_cores_for_a_backfills_job(stack) -> None:
+    """The served engine's application holds MODESWITCH_ENGINE_CORES of the cluster, one
+    executor core per worker, so that another application (a backfill's spark-submit) gets
+    executors while the engine runs, instead of waiting for it to end."""
+    status = ["curl", "--silent", "http://localhost:8080/json/"]
+    master = json.loads(stack.run("exec", "-T", "spark-master", *status, capture=True))
+    engine = [app for app in master["activeapps"] if app["name"].endswith("-engine")]
+    assert len(engine) == 1 and engine[0]["state"] == "RUNNING", master["activeapps"]
+    assert engine[0]["cores"] == 2
+    assert master["cores"] - master["coresused"] >= 2, master

@@ -22,7 +22,9 @@ from modeswitch.runners.served import (
     await_epoch,
     engine_at,
     reachable,
+    serve_command,
     served_address,
+    spark_conf_pair,
 )
 
 pytestmark = pytest.mark.unit
@@ -128,3 +130,17 @@ def test_the_address_is_checked_and_a_listening_engine_needs_its_token(monkeypat
         main(["--pipeline", "p", "--config", "{}", "--listen"])
     address = engine_at("tcp://engine:7788")
     assert (address.host, address.port, address.pid) == ("engine", 7788, 0)
+
+
+def test_the_served_engines_submit_carries_the_deployments_conf(monkeypatch) -> None:
+    """``serve --conf spark.cores.max=2``: the engine's application holds no more of a shared
+    cluster than the deployment gives it (a backfill's job needs the rest); the driver's
+    address stays the engine's own."""
+    conf = dict(spark_conf_pair(p) for p in ("spark.cores.max=2", "spark.executor.cores=1"))
+    command, _ = serve_command(
+        "events", "/data/log", "/data/warehouse", "spark://m:7077", "engine", conf
+    )
+    pairs = {command[i + 1] for i, part in enumerate(command) if part == "--conf"}
+    assert {"spark.cores.max=2", "spark.executor.cores=1", "spark.driver.host=engine"} <= pairs
+    with pytest.raises(ConfigError, match="expected spark"):
+        spark_conf_pair("cores.max=2")

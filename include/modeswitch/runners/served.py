@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.environment import ENGINE_ADDRESS, ENGINE_TOKEN, env_value
+from modeswitch.errors import ConfigError
 from modeswitch.runners.base import EpochHandle, EpochKind
 from modeswitch.runners.engine import (
     EngineAddress,
@@ -172,11 +174,18 @@ async def await_epoch(
 
 
 def serve_command(
-    pipeline: str, source: str, warehouse: str, master: str, host: str
+    pipeline: str,
+    source: str,
+    warehouse: str,
+    master: str,
+    host: str,
+    conf: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The served engine's ``spark-submit`` (argv and the environment it adds) for the
-    deployment's pipeline on ``master``, its driver reached at ``host``: the engine's submit
-    as every job's (:func:`~modeswitch.runners.submit.submit_plan`), with ``--listen``."""
+    deployment's pipeline on ``master``, its driver reached at ``host``, with the deployment's
+    own Spark ``conf`` (on a shared cluster, ``spark.cores.max``: how much of it the engine
+    holds): the engine's submit as every job's (:func:`~modeswitch.runners.submit.submit_plan`),
+    with ``--listen``."""
     from modeswitch.runners.submit import submit_plan, this_machine
 
     settings = PipelineSettings.from_mapping(
@@ -189,11 +198,23 @@ def serve_command(
         target=["--listen"],
         config=settings.to_json(),
         machine=this_machine(master),
-        own_conf={"spark.driver.host": host, "spark.driver.bindAddress": "0.0.0.0"},
+        own_conf={
+            **(conf or {}),
+            "spark.driver.host": host,
+            "spark.driver.bindAddress": "0.0.0.0",
+        },
     )
     confs = [part for key, value in plan.conf.items() for part in ("--conf", f"{key}={value}")]
     argv = ["spark-submit", "--master", master, "--name", plan.name, *confs, plan.application]
     return [*argv, *plan.application_args], plan.env_vars
+
+
+def spark_conf_pair(pair: str) -> tuple[str, str]:
+    """``KEY=VALUE`` as spark-submit's ``--conf`` takes it; anything else refused, naming it."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise ConfigError(f"--conf {pair!r}: expected spark.KEY=VALUE")
+    return key, value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,11 +234,19 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--pipeline", required=True)
     serve.add_argument("--source", required=True)
     serve.add_argument("--warehouse", required=True)
+    serve.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark conf of the engine's application (repeatable)",
+    )
     args = parser.parse_args(argv)
     if args.command == "serve":
         master = env_value(SPARK_MASTER) or "local[*]"
+        conf = dict(spark_conf_pair(pair) for pair in args.conf)
         command, env = serve_command(
-            args.pipeline, args.source, args.warehouse, master, socket.gethostname()
+            args.pipeline, args.source, args.warehouse, master, socket.gethostname(), conf
         )
         os.execvpe(command[0], command, {**os.environ, **env})
     where = served_engine()
