@@ -4,13 +4,13 @@
     .venv/bin/python bench/bench_compose.py [--records 10000000] [--rounds 2]
 
 Starts the stack if it is not up (the images as ``make compose-images`` built them), pauses
-its pipeline DAG and stops the served engine (a Spark application that holds every core of
-the cluster) so that nothing else runs an epoch, and runs the rest in one ``tools``
+its pipeline DAG so that nothing else runs an epoch, and runs the rest in one ``tools``
 container, with this folder mounted read-only at ``/bench``: a backlog of ``--records``
 records in 16 buckets under ``/data/bench`` (the bind-mounted data folder, which the workers
 see at the same path), then ``--rounds`` rounds of bench_modes.py's (a), alternating: a
 batch epoch's job with ``MODESWITCH_SPARK_MASTER`` = the stack's master (its driver in the
-tools container, its executors on the two workers of one core each) and with ``local[*]``
+tools container, its executors on the two workers, one core on each: the idle served engine
+holds the other core of each, ``MODESWITCH_ENGINE_CORES``) and with ``local[*]``
 (driver and executors in the tools container). Prints each run (records/s, wall seconds; the
 CPU and memory columns count the job's own processes, which on the cluster leave out the
 executors) and the cluster's rate over local's, run by run. The stack is stopped after if
@@ -86,9 +86,6 @@ def outside(records: int, rounds: int) -> int:
     # beside the benchmark (a DAG not parsed yet is paused already: the error is ignored).
     stack.run("exec", "-T", "airflow-scheduler", "airflow", "dags", "pause",
               "modeswitch_pipeline", capture=True, check=False)  # fmt: skip
-    # The served engine is a Spark application that holds every core of the cluster while it
-    # runs: stopped for the benchmark, started again after.
-    stack.run("stop", "engine", capture=True)
     scratch = FOLDER / "data" / SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)
     try:
@@ -102,8 +99,6 @@ def outside(records: int, rounds: int) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
         if started_here:
             stack.down()
-        else:
-            stack.run("start", "engine", capture=True)
 
 
 def main(argv: list[str] | None = None) -> int:
