@@ -101,6 +101,10 @@ RUN set -eux; \
     chmod 2775 /opt/airflow /opt/airflow/logs /data /home/modeswitch
 ENV HOME=/home/modeswitch
 USER ${MODESWITCH_UID}:0
+# The Python workers' launcher (modeswitch.runners.worker_python), made now in the user's
+# MODESWITCH_CACHE: every container of this image has it at the same path, so a driver in one
+# hands it to the executors in the others (docker-compose.yaml: MODESWITCH_WORKERS_LIKE_HERE).
+RUN python -m modeswitch.runners.worker_python
 WORKDIR /opt/airflow
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["modeswitch", "--help"]

@@ -180,6 +180,15 @@ CDS = EnvironmentVariable(
     "archive (slower), and `make install` makes none",
     default=True,
 )
+WORKERS_LIKE_HERE = EnvironmentVariable(
+    "MODESWITCH_WORKERS_LIKE_HERE",
+    parse_unless_off,
+    "`on`: the Spark cluster's executors run this same installation at the same paths (the "
+    "compose stack: one image for every container), so their Python workers start through "
+    "the launcher in `MODESWITCH_CACHE`, as on a local master; the image makes the launcher "
+    "when it is built",
+    default=False,
+)
 ENGINE_DIR = EnvironmentVariable(
     "MODESWITCH_ENGINE_DIR",
     parse_path,
@@ -296,6 +305,7 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     JARS,
     CACHE,
     CDS,
+    WORKERS_LIKE_HERE,
     ENGINE_DIR,
     ENGINE_ADDRESS,
     ENGINE_TOKEN,

@@ -90,5 +90,18 @@ def test_the_launcher_is_used_where_the_executors_run_on_this_machine(
     master, here, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path))
+    monkeypatch.delenv("MODESWITCH_WORKERS_LIKE_HERE", raising=False)
     assert runs_here(master) is here
     assert (python_for(master) != sys.executable) is here
+
+
+def test_the_launcher_is_used_on_a_cluster_that_runs_this_installation(
+    tmp_path, monkeypatch
+) -> None:
+    """The compose stack: every container from one image, the launcher made when it was built;
+    MODESWITCH_WORKERS_LIKE_HERE says so, and a remote master's workers get the launcher."""
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path))
+    monkeypatch.setenv("MODESWITCH_WORKERS_LIKE_HERE", "on")
+    assert python_for("spark://spark-master:7077") == worker_python()
+    monkeypatch.setenv("MODESWITCH_WORKERS_LIKE_HERE", "off")
+    assert python_for("spark://spark-master:7077") == sys.executable

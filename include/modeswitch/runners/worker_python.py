@@ -16,7 +16,12 @@ their bytecode cached) and runs this interpreter; everything else on the path is
 stream epoch of 120 000 records at 2 000 a micro-batch plus its batch epoch used 75.8 and
 81.1 CPU-s with it against 92.2 and 89.1 without (alternating runs, same hour). It is used on
 masters whose executors run on this machine (``local``, a standalone master on loopback); on
-other clusters the executors' own interpreter (``spark.pyspark.python``) applies.
+other clusters the executors' own interpreter (``spark.pyspark.python``) applies, unless
+they run this same installation (:data:`~modeswitch.environment.WORKERS_LIKE_HERE`: the
+compose stack).
+
+``python -m modeswitch.runners.worker_python`` writes the launcher and prints its path (an
+image makes it when built, for the executors of every container made from it).
 """
 
 from __future__ import annotations
@@ -93,5 +98,15 @@ def runs_here(master: str | None) -> bool:
 
 def python_for(master: str | None) -> str:
     """The interpreter for the Python workers of ``master``: :func:`worker_python` where they
-    run on this machine, else this interpreter's path (the cluster's must match it)."""
-    return worker_python() if runs_here(master) else sys.executable
+    run on this machine, or on a cluster whose executors run this same installation
+    (:data:`~modeswitch.environment.WORKERS_LIKE_HERE`: the compose stack's image, which made
+    the launcher when it was built); else this interpreter's path (the cluster's must match
+    it)."""
+    from modeswitch.environment import WORKERS_LIKE_HERE, env_value
+
+    like_here = runs_here(master) or env_value(WORKERS_LIKE_HERE)
+    return worker_python() if like_here else sys.executable
+
+
+if __name__ == "__main__":
+    print(worker_python())
