@@ -29,6 +29,7 @@ from modeswitch.devtools.compose import (
     host_settings,
     import_variables,
     live_producer,
+    paused,
     produce_args,
     wait_for,
 )
@@ -136,8 +137,8 @@ def test_the_pipeline_converges_exactly_once_after_faults_in_every_container(see
             "--conf", json.dumps({"command": "pause", "note": "faults: the end"}),
         )  # fmt: skip
         wait_for(
-            "the pause: no epoch running",
-            lambda: not any(e.running for e in epochs(settings)),
+            "the pause applied, no epoch running",
+            lambda: paused(settings),
             console,
             timeout=CONVERGE_WITHIN,
         )

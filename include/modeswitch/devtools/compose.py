@@ -270,6 +270,15 @@ def epochs(settings: PipelineSettings) -> list[Epoch]:
     return StateStore(settings.state_root, settings.sink, settings.pipeline).epochs.list()
 
 
+def paused(settings: PipelineSettings) -> bool:
+    """Whether a ``pause`` command was applied and no epoch runs: the pipeline stopped. (No
+    epoch running alone is not that: between a stream that ends by the policy and the batch
+    that follows, none runs for a moment.)"""
+    store = StateStore(settings.state_root, settings.sink, settings.pipeline)
+    applied = [c for c in store.commands.list("applied") if c.kind == "pause"]
+    return bool(applied) and not any(epoch.running for epoch in store.epochs.list())
+
+
 def modes_so_far(settings: PipelineSettings) -> list[tuple[str, bool]]:
     """``(mode, running)`` of each epoch, modes that repeat merged (a stream that restarted
     after its runtime is one stretch of stream)."""
@@ -354,11 +363,7 @@ def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> i
         "dags", "trigger", "modeswitch_control",
         "--conf", json.dumps({"command": "pause", "note": "compose demo: the end"}),
     )  # fmt: skip
-    wait_for(
-        "the pause: no epoch running",
-        lambda: not any(epoch.running for epoch in epochs(settings)),
-        console,
-    )
+    wait_for("the pause applied, no epoch running", lambda: paused(settings), console)
     stack.airflow("dags", "pause", "modeswitch_pipeline")
     seen = handoffs(settings.sink, settings.pipeline)
     console.print(

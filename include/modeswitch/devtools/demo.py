@@ -304,7 +304,8 @@ def print_summary(
     per_mode: dict[str, int] = {}
     for epoch in store.epochs.list():
         start, end = sum(epoch.start.values()), sum((epoch.end or {}).values())
-        per_mode[epoch.mode] = per_mode.get(epoch.mode, 0) + end - start
+        if epoch.end is not None:  # a running epoch has landed nothing it answers for yet
+            per_mode[epoch.mode] = per_mode.get(epoch.mode, 0) + end - start
         handoff = (
             "-" if previous_end is None else ("exact" if previous_end == epoch.start else "GAP")
         )
@@ -313,7 +314,7 @@ def print_summary(
             epoch.mode,
             f"{start:,}",
             f"{sum(epoch.boundary.values()):,}" if epoch.boundary else "",
-            f"{end:,}",
+            f"{end:,}" if epoch.end is not None else "running",
             handoff,
             (epoch.end_reason or "")[:70],
         )
