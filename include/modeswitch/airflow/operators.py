@@ -146,7 +146,8 @@ class EpochJobOperator(SparkSubmitOperator):
         if status == "failed":
             raise ModeswitchError(str(event.get("error")))
         raise EngineLostError(
-            f"{event.get('error')}; the task's retry starts a new engine and runs {where} again"
+            f"{event.get('error')}; the task's retry runs {where} again on an engine that answers "
+            "(a new warm engine, or the served one once the deployment has restarted it)"
         )
 
     _lineage_settings: PipelineSettings | None = None
