@@ -11,7 +11,6 @@ is printed (-rP) and kept in docs/RELIABILITY.md."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import random
 import subprocess
@@ -21,16 +20,15 @@ import pytest
 from rich.console import Console
 
 from modeswitch.devtools.compose import (
-    BUCKETS,
     PROJECT,
     Stack,
     demo_variables,
     epochs,
     host_settings,
-    import_variables,
     live_producer,
-    paused,
-    produce_args,
+    pause,
+    prepare,
+    summary_in_stack,
     wait_for,
 )
 from modeswitch.ops.verify import audit
@@ -98,19 +96,7 @@ def test_the_pipeline_converges_exactly_once_after_faults_in_every_container(see
     table = []
     try:
         stack.up(fresh=True)
-        tuned = demo_variables()
-        if kafka:
-            tuned["kafka_connection"] = "kafka_default"
-            stack.run(
-                "exec", "-T", "kafka", "kafka-admin", "--partitions", str(BUCKETS),
-                "create-topic", "events", capture=True,
-            )  # fmt: skip
-        import_variables(stack, tuned)
-        buckets = [] if kafka else ["--buckets", str(BUCKETS)]
-        stack.tool(
-            "modeswitch", "produce", *produce_args(stack.source), *buckets,
-            "--records", "300000", "--span", "1h", "--seed", "7",
-        )  # fmt: skip
+        prepare(stack, ["--records", "300000", "--span", "1h", "--seed", "7"])
         with live_producer(stack):
             for dag in ("modeswitch_control", "modeswitch_pipeline"):
                 stack.airflow("dags", "unpause", dag)
@@ -132,27 +118,13 @@ def test_the_pipeline_converges_exactly_once_after_faults_in_every_container(see
                 console,
                 timeout=CONVERGE_WITHIN,
             )
-        stack.airflow(
-            "dags", "trigger", "modeswitch_control",
-            "--conf", json.dumps({"command": "pause", "note": "faults: the end"}),
-        )  # fmt: skip
-        wait_for(
-            "the pause applied, no epoch running",
-            lambda: paused(settings),
-            console,
-            timeout=CONVERGE_WITHIN,
-        )
+        pause(stack, settings, "faults: the end", console, CONVERGE_WITHIN)
         converged = time.monotonic() - last_fault
         ran = epochs(settings)
         for before, after in itertools.pairwise(ran):
             assert before.end == after.start, (before.id, after.id)  # every handoff exact
         if kafka:  # the topic is on the compose network: the audit runs there
-            summary = ["python", "-m", "modeswitch.devtools.compose", "summary", "--root", "/"]
-            code = stack.run(
-                "--profile", "tools", "run", "--rm", "-T", "tools", *summary,
-                "--source", "kafka", check=False,
-            )  # fmt: skip
-            assert code == 0
+            assert summary_in_stack(stack) == 0
         else:
             report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
             assert report.ok, report.totals

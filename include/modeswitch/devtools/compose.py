@@ -314,24 +314,55 @@ def live_producer(stack: Stack) -> Iterator[None]:
         subprocess.run(["docker", "rm", "--force", LIVE], capture_output=True)
 
 
-def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> int:
-    """The demo cycle on a started stack; the audit's exit status (0: exactly once)."""
+def prepare(stack: Stack, backlog: Sequence[str]) -> str:
+    """The pipeline on a started stack, its DAGs still paused: the topic (on Kafka), the
+    demo's settings as Variables, a backlog produced with ``backlog`` (``modeswitch produce``
+    options); returns the producer's report."""
     tuned = demo_variables()
-    settings = host_settings(stack.source, tuned)
     if stack.kafka:
         tuned["kafka_connection"] = "kafka_default"
         stack.run(
             "exec", "-T", "kafka", "kafka-admin", "--partitions", str(BUCKETS),
             "--if-not-exists", "create-topic", TOPIC, capture=True,
         )  # fmt: skip
-    console.rule("1. a backlog, the pipeline's settings as Variables")
     import_variables(stack, tuned)
+    buckets = [] if stack.kafka else ["--buckets", str(BUCKETS)]
+    return stack.tool("modeswitch", "produce", *produce_args(stack.source), *buckets, *backlog)
+
+
+def pause(
+    stack: Stack,
+    settings: PipelineSettings,
+    note: str,
+    console: Console,
+    timeout: float = STEP_TIMEOUT,
+) -> None:
+    """A ``pause`` through the control DAG, as an operator sends one; returns once applied."""
+    stack.airflow(
+        "dags", "trigger", "modeswitch_control",
+        "--conf", json.dumps({"command": "pause", "note": note}),
+    )  # fmt: skip
+    wait_for("the pause applied, no epoch running", lambda: paused(settings), console, timeout)
+
+
+def summary_in_stack(stack: Stack) -> int:
+    """``make demo``'s summary, run in a container of the stack, where the source is reachable
+    (a topic is, on the compose network only); the audit's exit status."""
+    summary = ["python", "-m", "modeswitch.devtools.compose", "summary", "--root", "/"]
+    summary += ["--source", "kafka" if stack.kafka else "embedded"]
+    width = f"COLUMNS={shutil.get_terminal_size().columns}"  # the tables as wide as here
+    return stack.run(
+        "--profile", "tools", "run", "--rm", "-T", "-e", width, "tools", *summary, check=False
+    )  # fmt: skip
+
+
+def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> int:
+    """The demo cycle on a started stack; the audit's exit status (0: exactly once)."""
+    settings = host_settings(stack.source, demo_variables())
+    console.rule("1. a backlog, the pipeline's settings as Variables")
     backlog = ["--records", str(records), "--span", "1h", "--skew", "zipf:1.1"]
     backlog += ["--late-fraction", "0.01", "--malformed-fraction", "0.001", "--seed", "7"]
-    buckets = [] if stack.kafka else ["--buckets", str(BUCKETS)]
-    console.print(
-        stack.tool("modeswitch", "produce", *produce_args(stack.source), *buckets, *backlog)
-    )
+    console.print(prepare(stack, backlog))
     console.rule("2. the cycle, through the stack's Airflow")
     with live_producer(stack):
         for dag in ("modeswitch_control", "modeswitch_pipeline"):  # paused at creation
@@ -359,24 +390,14 @@ def run_cycle(stack: Stack, *, burst: bool, records: int, console: Console) -> i
                 console,
             )
         time.sleep(5)
-    stack.airflow(
-        "dags", "trigger", "modeswitch_control",
-        "--conf", json.dumps({"command": "pause", "note": "compose demo: the end"}),
-    )  # fmt: skip
-    wait_for("the pause applied, no epoch running", lambda: paused(settings), console)
+    pause(stack, settings, "compose demo: the end", console)
     stack.airflow("dags", "pause", "modeswitch_pipeline")
     seen = handoffs(settings.sink, settings.pipeline)
     console.print(
         "batch -> stream handoffs in the stack (the sink's Delta log): "
         + (", ".join(f"{seconds:.1f} s" for seconds, _ in seen) or "none")
     )
-    # The summary where the source is reachable (a topic is, on the compose network only).
-    summary = ["python", "-m", "modeswitch.devtools.compose", "summary", "--root", "/"]
-    summary += ["--source", "kafka" if stack.kafka else "embedded"]
-    width = f"COLUMNS={shutil.get_terminal_size().columns}"  # the tables as wide as here
-    return stack.run(
-        "--profile", "tools", "run", "--rm", "-T", "-e", width, "tools", *summary, check=False
-    )  # fmt: skip
+    return summary_in_stack(stack)
 
 
 def main(argv: list[str] | None = None) -> int:
