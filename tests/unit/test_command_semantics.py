@@ -109,3 +109,20 @@ def test_a_pause_holds_until_a_resume(pipeline) -> None:
     assert decide(settings).reason == "paused by an operator's command until a resume"
     store.commands.submit("resume", {}, issuer="bob")
     assert decide(settings).epoch is not None
+
+
+def test_the_compose_drivers_see_a_pause_only_once_it_is_applied(pipeline) -> None:
+    """``modeswitch.devtools.compose.paused``, what the compose demo and fault test wait for:
+    between a stream that its policy ended and the epoch that follows, no epoch runs, but the
+    pause sent meanwhile is still pending (seed 501 of the fault test stopped waiting there)."""
+    from modeswitch.devtools.compose import paused
+
+    settings, store = pipeline
+    stream = decide(settings, force_mode="stream")
+    store.commands.submit("pause", {}, issuer="alice")
+    assert not paused(settings)  # the stream runs
+    _drain(settings, stream)  # ended without applying it: no epoch runs, the pause pending
+    assert not any(epoch.running for epoch in store.epochs.list())
+    assert not paused(settings)
+    assert decide(settings).mode == "paused"  # applied by decide
+    assert paused(settings)
