@@ -271,6 +271,15 @@ MAINTENANCE_SCHEDULE = EnvironmentVariable(
     "cron expression, or `none` (runs only when triggered)",
     default="@hourly",
 )
+PIPELINES_DIR = EnvironmentVariable(
+    "MODESWITCH_PIPELINES_DIR",
+    parse_resolved_path,
+    "the deployment's pipelines folder: one settings file per pipeline (`orders.toml` declares "
+    "the pipeline `orders` and its DAGs `orders_pipeline`, ...), read when the DAG files are "
+    "parsed and when a task resolves its settings ([AIRFLOW.md](AIRFLOW.md#many-pipelines))",
+    default=None,
+    shown="`pipelines/` beside the DAG files",
+)
 KAFKA_BROKER_JARS = EnvironmentVariable(
     "MODESWITCH_KAFKA_BROKER_JARS",
     parse_resolved_path,
@@ -315,6 +324,7 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     BACKFILL_SCHEDULE,
     BACKFILL_MAX_ACTIVE_RUNS,
     MAINTENANCE_SCHEDULE,
+    PIPELINES_DIR,
     KAFKA_BROKER_JARS,
     DEMO_ENGINE,
     FAULTS,

@@ -38,7 +38,7 @@ GENERATOR = EventGenerator(
 def _dag():
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_backfill.py"))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_pipelines.py"))
     assert bag.import_errors == {}
     return bag.dags["modeswitch_backfill"]
 

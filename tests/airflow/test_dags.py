@@ -66,9 +66,7 @@ def test_control_dag_is_manual_with_validated_params(dagbag) -> None:
         dag.params.get_param("command").resolve("bogus")
 
 
-@pytest.mark.parametrize(
-    "dag_file", ["modeswitch_pipeline.py", "modeswitch_control.py", "modeswitch_backfill.py"]
-)
+@pytest.mark.parametrize("dag_file", ["modeswitch_pipelines.py"])
 def test_parsing_a_dag_file_does_not_import_spark(dag_file) -> None:
     # The dag-processor parses every file again and again: Spark belongs to the jobs only.
     import subprocess
@@ -85,3 +83,47 @@ def test_parsing_a_dag_file_does_not_import_spark(dag_file) -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
+
+
+def test_each_pipeline_file_becomes_its_dags_and_a_bad_one_is_an_import_error_alone(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A file per pipeline, five DAGs each, beside modeswitch's; a file with a bad setting or a
+    bad name is named (with the setting) in the factory file's import error, and every other
+    pipeline's DAGs are there."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    (tmp_path / "orders.toml").write_text('source = "/logs/orders"\nenter_threshold = "30s"\n')
+    (tmp_path / "refunds.json").write_text('{"source": "/logs/refunds"}')
+    (tmp_path / "payments.toml").write_text('enter_threshold = "soon"\n')
+    (tmp_path / "bad name.toml").write_text("")
+    monkeypatch.setenv("MODESWITCH_PIPELINES_DIR", str(tmp_path))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_pipelines.py"))
+    roles = ("pipeline", "control", "backfill", "maintenance", "lag_alerts")
+    expected = {f"{p}_{r}" for p in ("modeswitch", "orders", "refunds") for r in roles}
+    assert set(bag.dag_ids) == expected
+    (error,) = bag.import_errors.values()
+    assert f"{tmp_path}/payments.toml: enter_threshold: 'soon' is not a duration" in error
+    assert f"{tmp_path}/bad name.toml: pipeline: 'bad name' is not a valid name" in error
+    orders = bag.dags["orders_pipeline"]
+    assert "pipeline:orders" in orders.tags
+    assert set(orders.task_dict) == {"decide", "branch", "backlog_batch", "stream", "close_epoch"}
+    assert "pipeline" not in bag.dags["orders_backfill"].params  # its DAGs are its own
+    assert "pipeline" in bag.dags["modeswitch_backfill"].params  # as it always was
+
+
+def test_fifty_pipeline_files_parse_without_reading_a_variable(tmp_path: Path, monkeypatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import Variable
+
+    for n in range(50):
+        (tmp_path / f"topic{n:02d}.toml").write_text(f'source = "kafka://topic{n:02d}"\n')
+    monkeypatch.setenv("MODESWITCH_PIPELINES_DIR", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"Variable read while parsing DAGs: {args}")
+
+    with mock.patch.object(Variable, "get", side_effect=refuse):
+        bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_pipelines.py"))
+    assert bag.import_errors == {}
+    assert len(bag.dag_ids) == 51 * 5

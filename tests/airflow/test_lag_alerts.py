@@ -32,7 +32,7 @@ def test_a_breach_is_told_once_across_runs(airflow_db, tmp_path: Path) -> None:
         "alert_notifiers": f"{__name__}:RECORDER",
     }
     env = {f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()}
-    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_lag_alerts.py"))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_pipelines.py"))
     assert bag.import_errors == {}
     dag = bag.dags["modeswitch_lag_alerts"]
     with mock.patch.dict(os.environ, env):

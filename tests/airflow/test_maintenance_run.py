@@ -26,7 +26,7 @@ PIPELINE = "afmaintain"
 def _dag():
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_maintenance.py"))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "modeswitch_pipelines.py"))
     assert bag.import_errors == {}
     return bag.dags["modeswitch_maintenance"]
 

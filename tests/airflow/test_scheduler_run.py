@@ -285,12 +285,9 @@ def _airflow(
     home.mkdir()
     dags.mkdir()
     for dag_file in (
-        REPO / "dags" / "modeswitch_pipeline.py",
-        REPO / "dags" / "modeswitch_control.py",
-        REPO / "dags" / "modeswitch_backfill.py",
+        REPO / "dags" / "modeswitch_pipelines.py",
         REPO / "dags" / "modeswitch_example_consumer.py",
         REPO / "dags" / "modeswitch_example_live_consumer.py",
-        REPO / "dags" / "modeswitch_lag_alerts.py",
         Path(__file__).parent / "scheduler_dags" / "modeswitch_lag_watch.py",
         Path(__file__).parent / "scheduler_dags" / "recording_notifier.py",
     ):

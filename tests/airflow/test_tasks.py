@@ -12,6 +12,7 @@ import pytest
 from modeswitch.airflow.settings import settings_from_airflow
 from modeswitch.airflow.tasks import branch_for, decide_task, submit_control_command
 from modeswitch.airflow.triggers import LagThresholdTrigger
+from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.produce import EventGenerator, produce_backlog
 from modeswitch.errors import ConfigError
 from modeswitch.sources.segments import SegmentLog
@@ -178,3 +179,49 @@ def test_the_job_task_refuses_a_plan_of_the_other_mode() -> None:
     require_running_epoch({"epoch": 3, "mode": "stream"}, "stream")
     with pytest.raises(ModeswitchError, match="stream job was asked to run plan batch epoch 3"):
         require_running_epoch({"epoch": 3, "mode": "batch"}, "stream")
+
+
+def test_a_declared_pipelines_decide_uses_its_layers_and_logs_variables_that_tune_nothing(
+    variables, tmp_path: Path, monkeypatch, caplog, airflow_db
+) -> None:
+    """decide for a pipeline of the pipelines folder: its file over the deployment's Variables
+    (which name another pipeline's source, left out for it), its own Variable over its file;
+    a misspelled Variable, in the metadata database or the environment, is a warning in the
+    task's log naming it and the nearest real name."""
+    import logging
+
+    from airflow.models.variable import Variable as StoredVariable
+
+    from modeswitch.airflow.settings import deployment_fleet
+
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    log = SegmentLog.create(str(tmp_path / "orders-log"), buckets=3)
+    produce_backlog(log, EventGenerator(seed=3, buckets=3), records=300)
+    (folder / "orders.toml").write_text(
+        f'source = "{tmp_path}/orders-log"\nwarehouse = "{tmp_path}/fleet"\nexit_threshold = "9s"\n'
+    )
+    monkeypatch.setenv("MODESWITCH_PIPELINES_DIR", str(folder))
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_ORDERS_ENTER_THRESHOLD", "77s")
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_EXIT_TRESHOLD", "1s")
+    StoredVariable.set("modeswitch_orders_exti_threshold", "2s")
+    try:
+        variables["modeswitch_orders_enter_threshold"] = "77s"
+        with caplog.at_level(logging.WARNING, logger="modeswitch.airflow.tasks"):
+            plan = decide_task(
+                {"dry_run": True},
+                get_variable=variables.get,
+                pipeline=deployment_fleet().get("orders"),
+            )
+    finally:
+        StoredVariable.delete("modeswitch_orders_exti_threshold")
+    assert plan["pipeline"] == "orders" and plan["mode"] == "batch"
+    settings = PipelineSettings.from_json(plan["settings"])
+    assert settings.source == f"{tmp_path}/orders-log"
+    assert settings.policy.enter_threshold == timedelta(seconds=77)
+    assert settings.policy.exit_threshold == timedelta(seconds=9)
+    warned = caplog.text
+    assert "'modeswitch_exit_treshold'" in warned and "modeswitch_exit_threshold?" in warned
+    assert "'modeswitch_orders_exti_threshold'" in warned
+    assert "modeswitch_orders_exit_threshold?" in warned
+    assert "modeswitch_orders_enter_threshold'" not in warned

@@ -386,3 +386,55 @@ def test_another_pipeline_is_read_where_the_warehouse_puts_it(
     other = http.get("/modeswitch/api/status?pipeline=refunds&rows=1", headers=viewer).json()
     assert other["decisions"][0]["decided_by"] == "test-other"
     assert other["sink"] == str(warehouse / "refunds")
+
+
+def test_the_overview_has_a_row_per_pipeline_and_names_what_tunes_nothing(
+    client, pipeline, tmp_path, monkeypatch
+) -> None:
+    """Pipelines declared by files and those found in the warehouse, one row each; a pipeline
+    whose tables cannot be read is a row with its error, the others stand; files that declare
+    no pipeline and Variables that tune nothing are named."""
+    from modeswitch.airflow.settings import deployment_fleet, settings_from_airflow
+
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    payments_log = SegmentLog.create(str(tmp_path / "payments-log"), buckets=3)
+    produce_backlog(payments_log, EventGenerator(seed=2, buckets=3), records=300)
+    (folder / "payments.toml").write_text(
+        f'source = "{tmp_path}/payments-log"\nwarehouse = "{tmp_path}/fleet"\n'
+        'enter_threshold = "3m"\n'
+    )
+    (folder / "ghost.toml").write_text(f'warehouse = "{tmp_path}/nowhere"\n')  # never ran
+    (folder / "broken name.toml").write_text("")
+    monkeypatch.setenv("MODESWITCH_PIPELINES_DIR", str(folder))
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_ENTER_TRESHOLD", "1m")
+    monkeypatch.setenv("AIRFLOW_VAR_MODESWITCH_PAYMENTS_EXIT_THRESHOLD", "20s")
+    fleet = deployment_fleet()
+    payments = settings_from_airflow(pipeline=fleet.get("payments"))
+    decide(payments, decided_by="test-payments")
+    http, token = client
+    viewer = token("viewer")
+
+    answer = http.get("/modeswitch/api/overview", headers=viewer).json()
+    rows = {row["pipeline"]: row for row in answer["pipelines"]}
+    assert list(rows) == ["ghost", "payments", "orders", "refunds"]
+    assert rows["payments"]["mode"] == "batch" and rows["payments"]["error"] is None
+    assert (rows["payments"]["enter_seconds"], rows["payments"]["exit_seconds"]) == (180, 20)
+    assert rows["payments"]["last_decision"]["mode"] == "batch"
+    assert rows["orders"]["error"] is None and rows["orders"]["enter_seconds"] == 420
+    assert "no epochs or decisions" in rows["ghost"]["error"]
+    assert list(answer["refused"]) == [str(folder / "broken name.toml")]
+    unknown = {v["key"]: v["problem"] for v in answer["unknown_variables"]}
+    assert "did you mean modeswitch_enter_threshold?" in unknown["modeswitch_enter_treshold"]
+    assert "modeswitch_payments_exit_threshold" not in unknown
+
+    listed = http.get("/modeswitch/api/pipelines", headers=viewer).json()
+    assert listed["declared"] == ["ghost", "payments"]
+    assert listed["pipelines"][:2] == ["ghost", "payments"]
+    status = http.get("/modeswitch/api/status?pipeline=payments&rows=1", headers=viewer).json()
+    assert status["sink"] == str(tmp_path / "fleet" / "payments")
+    assert status["settings"]["exit_threshold"]["from"] == (
+        "Airflow Variable 'modeswitch_payments_exit_threshold':"
+    )
+    page = http.get("/modeswitch/", headers=viewer).text
+    assert 'data-testid="overview"' in page

@@ -30,6 +30,7 @@ from modeswitch.airflow.settings import (
     source_credentials,
 )
 from modeswitch.control.alerts import AlertRules, AlertState, next_alert
+from modeswitch.control.pipelines import Pipeline, state_variable
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.values import parse_duration
 from modeswitch.environment import ALERTS_SCHEDULE, env_value
@@ -95,11 +96,6 @@ def _record_alert(store: StateStore, alert: Mapping[str, Any], at: Any) -> None:
     )
 
 
-def state_variable(pipeline: str) -> str:
-    """The Airflow Variable that keeps a pipeline's alert state between runs."""
-    return f"modeswitch_alert_state_{pipeline}"
-
-
 def _load_state(key: str) -> Any:
     from airflow.sdk import Variable
 
@@ -117,6 +113,7 @@ def lag_alert_task(
     *,
     overrides: Mapping[str, Any] | None = None,
     get_variable: VariableGetter | None = None,
+    pipeline: Pipeline | None = None,
     settings: PipelineSettings | None = None,
     load_state: Callable[[str], Any] = _load_state,
     save_state: Callable[[str, Mapping[str, Any]], None] = _save_state,
@@ -127,7 +124,9 @@ def lag_alert_task(
     ``save_state``): one per pipeline, in the order the runs wrote it, whatever their kind
     (Airflow orders a task's earlier XComs by logical date, and manual runs have none).
     Skipped (Airflow's skip) when no alert threshold is set."""
-    settings = settings or settings_from_airflow(overrides, get_variable=get_variable)
+    settings = settings or settings_from_airflow(
+        overrides, get_variable=get_variable, pipeline=pipeline
+    )
     rules = AlertRules.from_settings(settings)
     if not rules.enabled:
         from airflow.sdk.exceptions import AirflowSkipException

@@ -25,6 +25,7 @@ from modeswitch.airflow.settings import (
     settings_from_airflow,
     source_credentials,
 )
+from modeswitch.control.pipelines import Pipeline
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.environment import BACKFILL_MAX_ACTIVE_RUNS, BACKFILL_SCHEDULE, env_value
 from modeswitch.errors import ConfigError, ModeswitchError
@@ -81,6 +82,8 @@ def plan_backfill_task(
     data_interval_start: datetime | str | None,
     data_interval_end: datetime | str | None,
     get_variable: VariableGetter | None = None,
+    pipeline: Pipeline | None = None,
+    dag_id: str = "modeswitch_backfill",
 ) -> dict[str, Any]:
     """Check the run and record it; see the module docstring. The window is the run's data
     interval; a retried task gets back the plan its first try recorded. Params: ``pipeline``
@@ -95,7 +98,7 @@ def plan_backfill_task(
     overrides = dict(params.get("settings") or {})
     if params.get("pipeline"):  # the target pipeline, over the Variable's
         overrides["pipeline"] = params["pipeline"]
-    settings = settings_from_airflow(overrides, get_variable=get_variable)
+    settings = settings_from_airflow(overrides, get_variable=get_variable, pipeline=pipeline)
     window = Window.parse(data_interval_start, data_interval_end)
     with source_credentials(settings):
         plan = plan_backfill(
@@ -103,7 +106,7 @@ def plan_backfill_task(
             window,
             mode,
             run_id=run_id,
-            issuer=f"airflow modeswitch_backfill {run_id}",
+            issuer=f"airflow {dag_id} {run_id}",
             buckets=buckets,
             storage_options=connection_storage_options(settings),
         )

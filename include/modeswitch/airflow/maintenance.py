@@ -19,6 +19,7 @@ from modeswitch.airflow.settings import (
     connection_storage_options,
     settings_from_airflow,
 )
+from modeswitch.control.pipelines import Pipeline
 from modeswitch.environment import MAINTENANCE_SCHEDULE, env_value
 from modeswitch.ops.maintenance import maintain
 from modeswitch.state import StateStore
@@ -38,16 +39,17 @@ def maintain_task(
     *,
     run_id: str,
     get_variable: VariableGetter | None = None,
+    pipeline: Pipeline | None = None,
+    dag_id: str = "modeswitch_maintenance",
 ) -> dict[str, Any]:
-    """One maintenance run of the target pipeline; returns its report (to XCom)."""
+    """One maintenance run of the target pipeline (``pipeline``'s, the DAG's; ``modeswitch``'s
+    DAG takes the target from its ``pipeline`` param); returns its report (to XCom)."""
     overrides = dict(params.get("settings") or {})
     if params.get("pipeline"):
         overrides["pipeline"] = params["pipeline"]
-    settings = settings_from_airflow(overrides, get_variable=get_variable)
+    settings = settings_from_airflow(overrides, get_variable=get_variable, pipeline=pipeline)
     store = StateStore.from_settings(settings, storage_options=connection_storage_options(settings))
-    report = maintain(
-        settings, store=store, run_id=run_id, issuer=f"airflow modeswitch_maintenance {run_id}"
-    )
+    report = maintain(settings, store=store, run_id=run_id, issuer=f"airflow {dag_id} {run_id}")
     for done in report.tables:
         log.info(
             "%s: %d -> %d files, log %d -> %d bytes, %d files vacuumed (%.2f s)",

@@ -1,19 +1,34 @@
 """Pipeline settings from Airflow Variables, read at run time.
 
 One Variable per setting, named ``modeswitch_<setting>`` (e.g. ``modeswitch_enter_threshold``
-= ``45s``; :func:`~modeswitch.control.settings_layers.variable_name`, which the settings table shows
-too), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads. An
-optional ``modeswitch_config_file`` Variable names a JSON/TOML file of settings. Layers, later
-wins: code defaults < that file < the other Variables < the run's ``settings`` param.
-A bad value raises :class:`ConfigError` naming the Variable (or the param) and the value.
+= ``45s``; :func:`~modeswitch.control.settings_layers.variable_name`, which the settings table
+shows too), holding the same raw strings :meth:`PipelineSettings.from_mapping` reads: the
+deployment's default for every pipeline. A pipeline declared by a file in the pipelines folder
+(:mod:`modeswitch.control.pipelines`) has its own over it, ``modeswitch_<pipeline>_<setting>``.
+An optional ``modeswitch_config_file`` Variable names a JSON/TOML file of settings. Layers,
+later wins: code defaults < that file < the deployment's Variables < the pipeline's file < its
+own Variables < the run's ``settings`` param. A bad value raises :class:`ConfigError` naming
+the Variable (or the file, or the param) and the value. Variables under the prefix that tune
+nothing are listed by :func:`unknown_variables`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from modeswitch.control.pipelines import (
+    LEGACY,
+    OWN_SETTINGS,
+    Fleet,
+    Pipeline,
+    VariableTarget,
+    list_fleet,
+    variable_report,
+)
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import (
     VARIABLE_PREFIX,
@@ -21,13 +36,17 @@ from modeswitch.control.settings_layers import (
     read_settings_file,
     variable_name,
 )
+from modeswitch.environment import PIPELINES_DIR, env_value
 from modeswitch.errors import ConfigError
 from modeswitch.sources import log_type
 from modeswitch.storage import storage_environment
 
 CONFIG_FILE_VARIABLE = f"{VARIABLE_PREFIX}config_file"
+ENVIRONMENT_VARIABLE_PREFIX = "AIRFLOW_VAR_"
+"""Airflow reads a Variable ``key`` from ``AIRFLOW_VAR_<KEY>`` too."""
 
 VariableGetter = Callable[[str], Any]
+Layers = list[tuple[str, Mapping[str, Any] | None]]
 
 
 def airflow_variable(key: str) -> Any:
@@ -37,12 +56,15 @@ def airflow_variable(key: str) -> Any:
     return Variable.get(key, default=None)
 
 
-def read_variables(get_variable: VariableGetter | None = None) -> dict[str, Any]:
-    """The settings that are set as Variables: ``{setting: raw value}``."""
+def read_variables(
+    get_variable: VariableGetter | None = None, *, prefix: str = VARIABLE_PREFIX
+) -> dict[str, Any]:
+    """The settings that are set as Variables named ``<prefix><setting>``: ``{setting: raw
+    value}``."""
     get = get_variable or airflow_variable
     values = {}
     for name in PipelineSettings.names():
-        value = get(variable_name(name))
+        value = get(f"{prefix}{name}")
         if value is not None:
             values[name] = value
     return values
@@ -52,32 +74,120 @@ def settings_from_airflow(
     overrides: Mapping[str, Any] | None = None,
     *,
     get_variable: VariableGetter | None = None,
+    pipeline: Pipeline | None = None,
 ) -> PipelineSettings:
-    """Resolve and validate the pipeline's settings: defaults < ``modeswitch_config_file`` <
-    ``modeswitch_<setting>`` Variables < ``overrides`` (the run's ``settings`` param)."""
-    return layer_settings(*airflow_setting_layers(overrides, get_variable=get_variable))
+    """Resolve and validate ``pipeline``'s settings (``modeswitch`` without a file by default):
+    defaults < ``modeswitch_config_file`` < ``modeswitch_<setting>`` Variables < the pipeline's
+    file < ``modeswitch_<pipeline>_<setting>`` < ``overrides`` (the run's ``settings``)."""
+    return layer_settings(
+        *airflow_setting_layers(overrides, get_variable=get_variable, pipeline=pipeline)
+    )
 
 
 def airflow_setting_layers(
     overrides: Mapping[str, Any] | None = None,
     *,
     get_variable: VariableGetter | None = None,
-) -> list[tuple[str, Mapping[str, Any] | None]]:
+    pipeline: Pipeline | None = None,
+) -> Layers:
     """The layers :func:`settings_from_airflow` resolves, in order, each named for errors and
-    for :func:`~modeswitch.control.settings_layers.setting_origins`."""
+    for :func:`~modeswitch.control.settings_layers.setting_origins`. A declared pipeline takes
+    no :data:`~modeswitch.control.pipelines.OWN_SETTINGS` from the deployment's layers, and its
+    run's ``settings`` cannot name another pipeline."""
     get = get_variable or airflow_variable
+    pipeline = pipeline or Pipeline(LEGACY)
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ConfigError(f"run param settings: {overrides!r} is not an object of settings")
+    overrides = dict(overrides or {})
+    named = overrides.get("pipeline")
+    if pipeline.declared and named not in (None, "", pipeline.name):
+        raise ConfigError(
+            f"run param settings: pipeline: {named!r}; these DAGs run pipeline "
+            f"{pipeline.name!r} (declared by {pipeline.file})",
+            setting="pipeline",
+        )
     config_file = get(CONFIG_FILE_VARIABLE)
     file_layer = read_settings_file(str(config_file)) if config_file else None
     variables = read_variables(get)
-    if overrides is not None and not isinstance(overrides, Mapping):
-        raise ConfigError(f"run param settings: {overrides!r} is not an object of settings")
-    layers: list[tuple[str, Mapping[str, Any] | None]] = [
-        (f"config file {config_file}:", file_layer)
-    ]
+    if pipeline.declared:
+        file_layer = _without(file_layer, OWN_SETTINGS)
+        variables = _without(variables, OWN_SETTINGS)
+    layers: Layers = [(f"config file {config_file}:", file_layer)]
     # One layer per Variable, so that an error names the Variable itself.
     layers += [(f"Airflow Variable {variable_name(k)!r}:", {k: v}) for k, v in variables.items()]
-    layers.append(("run param settings:", dict(overrides or {})))
+    if pipeline.declared:
+        layers.append((f"pipeline file {pipeline.file}:", pipeline.file_layer()))
+        prefix = f"{VARIABLE_PREFIX}{pipeline.name}_"
+        own = _without(read_variables(get, prefix=prefix), {"pipeline"})
+        layers += [(f"Airflow Variable {prefix + k!r}:", {k: v}) for k, v in own.items()]
+    layers.append(("run param settings:", overrides))
     return layers
+
+
+def _without(layer: Mapping[str, Any] | None, names: Iterable[str]) -> dict[str, Any] | None:
+    if layer is None:
+        return None
+    dropped = set(names)
+    return {key: value for key, value in layer.items() if key not in dropped}
+
+
+# --- the deployment's pipelines and its Variables' names ------------------------------------
+
+
+def pipelines_folder(dags_folder: str | Path | None = None) -> Path:
+    """The deployment's pipelines folder: ``MODESWITCH_PIPELINES_DIR``, else ``pipelines``
+    beside the DAG files (``dags_folder``; Airflow's ``[core] dags_folder`` when not given)."""
+    configured = env_value(PIPELINES_DIR)
+    if configured is not None:
+        return configured
+    if dags_folder is None:
+        from airflow.configuration import conf
+
+        dags_folder = conf.get("core", "dags_folder")
+    return Path(dags_folder).resolve() / "pipelines"
+
+
+def deployment_fleet(dags_folder: str | Path | None = None) -> Fleet:
+    """The deployment's pipelines (:func:`~modeswitch.control.pipelines.list_fleet` of
+    :func:`pipelines_folder`)."""
+    return list_fleet(pipelines_folder(dags_folder))
+
+
+def variable_keys(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The keys of the Variables under the prefix: the metadata database's (through the Task
+    SDK in a task, the database itself in Airflow's servers and the command line) and the
+    environment's ``AIRFLOW_VAR_MODESWITCH_*`` (lower case, as Airflow matches them). A secrets
+    backend's Variables are read by name only: they are not listed."""
+    environ = os.environ if environ is None else environ
+    marker = f"{ENVIRONMENT_VARIABLE_PREFIX}{VARIABLE_PREFIX.upper()}"
+    keys = {
+        name[len(ENVIRONMENT_VARIABLE_PREFIX) :].lower()
+        for name in environ
+        if name.startswith(marker)
+    }
+    return sorted(keys | set(_stored_variable_keys()))
+
+
+def _stored_variable_keys() -> list[str]:
+    from airflow.sdk.execution_time import task_runner
+
+    if getattr(task_runner, "SUPERVISOR_COMMS", None) is not None:  # in a task
+        from airflow.sdk import Variable
+
+        return list(Variable.keys(prefix=VARIABLE_PREFIX))
+    from airflow.models.variable import Variable as StoredVariable
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(StoredVariable.key).where(StoredVariable.key.startswith(VARIABLE_PREFIX))
+        return list(session.scalars(query))
+
+
+def unknown_variables(fleet: Fleet, keys: Iterable[str] | None = None) -> list[VariableTarget]:
+    """The Variables under the prefix that tune no setting of any of ``fleet``'s pipelines, each
+    with why (``keys``: :func:`variable_keys` by default)."""
+    return variable_report(variable_keys() if keys is None else keys, fleet.names())
 
 
 def connection_storage_options(settings: PipelineSettings) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,9 +24,12 @@ from modeswitch.airflow.metrics import send_command, send_decision, send_epoch_c
 from modeswitch.airflow.settings import (
     VariableGetter,
     connection_storage_options,
+    deployment_fleet,
     settings_from_airflow,
     source_credentials,
+    unknown_variables,
 )
+from modeswitch.control.pipelines import Pipeline, VariableTarget
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners.lifecycle import close_epoch, decide
@@ -53,13 +56,18 @@ def decide_task(
     run_id: str = "manual",
     get_variable: VariableGetter | None = None,
     idle_wait: float = 30.0,
+    pipeline: Pipeline | None = None,
+    report_variables: Callable[[], list[VariableTarget]] | None = None,
 ) -> dict[str, Any]:
     """Decide the run's epoch. ``params``: ``force_mode``, ``dry_run``, ``settings``.
 
     Settings are validated before anything is read or written: a bad Variable fails here,
     naming it. With ``dry_run`` the decision is only returned (and logged). When no epoch
     opens (paused), it waits ``idle_wait`` seconds before returning, so that a continuous
-    schedule does not spin.
+    schedule does not spin. ``pipeline``: the DAG's (``modeswitch`` without a file by
+    default). ``report_variables()`` lists the Variables under the project's prefix that tune
+    nothing: each is logged as a warning (the deployment's by default; a failure to list them
+    is logged and the run goes on).
     """
     force_mode = params.get("force_mode", "auto")
     if force_mode not in FORCE_MODES:
@@ -67,7 +75,10 @@ def decide_task(
     dry_run = params.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise ConfigError(f"run param dry_run: {dry_run!r} is not true or false")
-    settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+    settings = settings_from_airflow(
+        params.get("settings") or {}, get_variable=get_variable, pipeline=pipeline
+    )
+    _log_unknown_variables(report_variables or _deployment_report)
     with source_credentials(settings):
         plan = decide(
             settings,
@@ -103,6 +114,21 @@ def decide_task(
         "dry_run": dry_run,
         "settings": settings.to_json(),
     }
+
+
+def _deployment_report() -> list[VariableTarget]:
+    return unknown_variables(deployment_fleet())
+
+
+def _log_unknown_variables(report: Callable[[], list[VariableTarget]]) -> None:
+    """Each Variable that tunes nothing, as a warning in the task's log."""
+    try:
+        found = report()
+    except Exception as exc:  # a report, never a reason to stop the pipeline
+        log.warning("could not list the modeswitch_* Variables: %s", exc)
+        return
+    for target in found:
+        log.warning("Airflow Variable %r %s", target.key, target.problem)
 
 
 def branch_for(plan: Mapping[str, Any]) -> list[str]:
@@ -250,6 +276,8 @@ def submit_control_command(
     get_variable: VariableGetter | None = None,
     issuer: str | None = None,
     settings: PipelineSettings | None = None,
+    pipeline: Pipeline | None = None,
+    dag_id: str = "modeswitch_control",
 ) -> dict[str, Any]:
     """Queue the command a control DAG run asks for; the running job applies it at its next
     commit boundary, or the next ``decide`` does. Returns the command's id and args. The
@@ -257,7 +285,9 @@ def submit_control_command(
     resolved for the request (then neither the Variables nor ``params["settings"]`` are read
     again)."""
     if settings is None:
-        settings = settings_from_airflow(params.get("settings") or {}, get_variable=get_variable)
+        settings = settings_from_airflow(
+            params.get("settings") or {}, get_variable=get_variable, pipeline=pipeline
+        )
     with source_credentials(settings):  # a rewind to an event time asks the source
         args = command_args(params, settings)
     kind = params["command"]
@@ -266,7 +296,7 @@ def submit_control_command(
             settings, storage_options=connection_storage_options(settings)
         )
         command_id = store.commands.submit(
-            kind, args, issuer=issuer or f"airflow modeswitch_control {run_id}"
+            kind, args, issuer=issuer or f"airflow {dag_id} {run_id}"
         )
     except ValueError as exc:
         raise ConfigError(f"command {kind}: {exc}") from exc

@@ -4,8 +4,12 @@ at ``/modeswitch`` in Airflow's API server.
 The page (``/modeswitch/``, ``page.html`` beside this module) and the JSON API it is built on
 (documented in docs/OPERATIONS.md):
 
-- ``GET /modeswitch/api/pipelines``: the pipelines whose control tables are in the warehouse,
-  and the one the Airflow Variables configure (``default``);
+- ``GET /modeswitch/api/pipelines``: the pipelines the deployment declares (its pipelines
+  folder: :mod:`modeswitch.control.pipelines`) and those whose control tables are in the
+  warehouse, the one the Airflow Variables configure (``default``), the files that declare no
+  pipeline and the Variables under ``modeswitch_`` that tune nothing;
+- ``GET /modeswitch/api/overview``: one row per pipeline (:mod:`modeswitch.ops.overview`), what
+  the page opens on;
 - ``GET /modeswitch/api/status?pipeline=&rows=&bucket_order=&bucket_offset=&bucket_limit=``:
   one pipeline's status (:func:`~modeswitch.ops.status.pipeline_status`; default: the
   Variables' pipeline, all its buckets by number);
@@ -39,6 +43,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
+from modeswitch.control.pipelines import Fleet, Pipeline
 from modeswitch.control.settings import DERIVED_LOCATIONS, PipelineSettings
 from modeswitch.control.settings_layers import layer_settings, setting_origins
 from modeswitch.errors import ConfigError, ModeswitchError
@@ -84,11 +89,26 @@ def command_access() -> Any:
     return Depends(allowed)
 
 
-def airflow_layers() -> Layers:
-    """The settings layers of the pipeline's tasks: defaults < config file < Variables."""
+def airflow_layers(pipeline: Pipeline | None = None) -> Layers:
+    """The settings layers of ``pipeline``'s tasks (``modeswitch``'s by default): defaults <
+    config file < Variables (< the pipeline's file < its own Variables)."""
     from modeswitch.airflow.settings import airflow_setting_layers
 
-    return airflow_setting_layers()
+    return airflow_setting_layers(pipeline=pipeline)
+
+
+def airflow_fleet() -> Fleet:
+    """The deployment's pipelines, from the pipelines folder beside Airflow's DAG files."""
+    from modeswitch.airflow.settings import deployment_fleet
+
+    return deployment_fleet()
+
+
+def airflow_unknown_variables(fleet: Fleet) -> list[dict[str, str]]:
+    """The Variables under ``modeswitch_`` that tune nothing, read from Airflow's database."""
+    from modeswitch.airflow.settings import unknown_variables
+
+    return [{"key": t.key, "problem": t.problem} for t in unknown_variables(fleet)]
 
 
 def list_pipelines(warehouse: str) -> list[str]:
@@ -107,12 +127,16 @@ def list_pipelines(warehouse: str) -> list[str]:
 
 def create_app(
     *,
-    layers: Callable[[], Layers] = airflow_layers,
+    layers: Callable[..., Layers] = airflow_layers,
+    fleet: Callable[[], Fleet] = airflow_fleet,
+    unknown_variables: Callable[[Fleet], list[dict[str, str]]] = airflow_unknown_variables,
     access: Any = None,
     commanding: Any = None,
     credentials: Callable[[PipelineSettings], contextlib.AbstractContextManager] | None = None,
 ) -> FastAPI:
-    """The app. ``layers`` gives the settings layers (Airflow's by default); ``access`` is the
+    """The app. ``layers(pipeline)`` gives a declared pipeline's settings layers, ``layers()``
+    those of ``modeswitch`` (Airflow's by default); ``fleet()`` the deployment's pipelines and
+    ``unknown_variables(fleet)`` the Variables that tune nothing; ``access`` is the
     dependency every route requires (Airflow's :func:`read_access` by default), and
     ``commanding`` the one commands require on top (:func:`command_access`: it gives the
     user's name);
@@ -128,6 +152,10 @@ def create_app(
     def settings_of(pipeline: str | None) -> tuple[PipelineSettings, dict[str, str]]:
         """The settings of ``pipeline`` (default: the layers'); a bad setting is a ConfigError,
         which :func:`_answer` turns into a 400."""
+        declared = {p.name: p for p in fleet().pipelines if p.declared}
+        if pipeline in declared:
+            chosen = layers(declared[pipeline])
+            return layer_settings(*chosen), setting_origins(*chosen)
         chosen = layers()
         settings = layer_settings(*chosen)
         if pipeline and pipeline != settings.pipeline:
@@ -148,11 +176,42 @@ def create_app(
     async def pipelines() -> dict[str, Any]:
         def read() -> dict[str, Any]:
             settings, _ = settings_of(None)
-            names = list_pipelines(settings.warehouse)
+            deployment = fleet()
+            declared = [p.name for p in deployment.pipelines if p.declared]
+            found = list_pipelines(settings.warehouse)
             return {
                 "default": settings.pipeline,
                 "warehouse": settings.warehouse,
-                "pipelines": names,
+                "pipelines": declared + [n for n in found if n not in declared],
+                "declared": declared,
+                "refused": dict(deployment.refused),
+                "unknown_variables": _listed(unknown_variables, deployment),
+            }
+
+        return await run_in_threadpool(_answer, read)
+
+    @app.get("/api/overview")
+    async def overview() -> dict[str, Any]:
+        from modeswitch.ops.overview import fleet_overview
+        from modeswitch.ops.status import pipeline_status
+
+        def reader(name: str) -> Callable[[], dict[str, Any]]:
+            def read() -> dict[str, Any]:
+                settings, _ = settings_of(name)
+                with enter(settings) as storage_options:
+                    return pipeline_status(settings, rows=20, storage_options=storage_options)
+
+            return read
+
+        def read() -> dict[str, Any]:
+            deployment = fleet()
+            settings, _ = settings_of(None)
+            declared = [p.name for p in deployment.pipelines if p.declared]
+            found = [n for n in list_pipelines(settings.warehouse) if n not in declared]
+            return {
+                "pipelines": fleet_overview((n, reader(n)) for n in declared + found),
+                "refused": dict(deployment.refused),
+                "unknown_variables": _listed(unknown_variables, deployment),
             }
 
         return await run_in_threadpool(_answer, read)
@@ -299,6 +358,15 @@ def audit_command(user: str, queued: dict[str, Any]) -> None:
 
 PAGE = Path(__file__).with_name("page.html")
 """The page: one HTML file with its script and styles; no build step."""
+
+
+def _listed(report: Callable[[Fleet], list[dict[str, str]]], fleet: Fleet) -> Any:
+    """The report, or what kept it from being made (a report never fails the answer)."""
+    try:
+        return report(fleet)
+    except Exception as exc:
+        log.warning("could not list the modeswitch_* Variables: %s", exc)
+        return [{"key": "", "problem": f"could not be listed: {type(exc).__name__}: {exc}"}]
 
 
 def _answer(read: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from modeswitch.cli.terminal import StopFlag, console
 from modeswitch.control.settings import parse_duration
+from modeswitch.environment import PIPELINES_DIR, env_value
 from modeswitch.errors import ModeswitchError
 
 
@@ -22,8 +23,15 @@ def add_status(sub: argparse._SubParsersAction) -> None:
             "Show a pipeline's mode and why, the next decision's inputs evaluated now, each "
             "bucket's offsets and lags, and the newest epochs, decisions and commands, from "
             "its control tables. Nothing is written. Give the settings file of `modeswitch "
-            "run`, or --pipeline and --warehouse (and --source for the lags)."
+            "run`, or --pipeline and --warehouse (and --source for the lags). Without either: "
+            "one row per pipeline of the pipelines folder (--pipelines, or "
+            f"${PIPELINES_DIR.name}), and the Airflow Variables under modeswitch_ that tune "
+            "nothing when Airflow is configured here."
         ),
+    )
+    p.add_argument(
+        "--pipelines",
+        help="the pipelines folder (one settings file per pipeline) for the overview of all",
     )
     p.add_argument("--config", help="a TOML or JSON file of pipeline settings")
     p.add_argument("--pipeline", help="the pipeline's name (overrides the file's)")
@@ -67,7 +75,7 @@ def status_command(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None
     }
     if args.config is None and "pipeline" not in given:
-        raise ModeswitchError("status: give --config FILE, or --pipeline (and --warehouse)")
+        return _overview_command(args)
     if args.rows < 1:
         raise ModeswitchError(f"status: --rows {args.rows} must be at least 1")
     if args.buckets < 0:
@@ -101,6 +109,69 @@ def status_command(args: argparse.Namespace) -> int:
         while not stop.wait(every):
             live.update(render_status(status(), buckets=args.buckets), refresh=True)
     return 0
+
+
+def _overview_command(args: argparse.Namespace) -> int:
+    """``modeswitch status`` without a pipeline: a row per pipeline of the pipelines folder."""
+    import json
+
+    from modeswitch.control.pipelines import list_fleet
+    from modeswitch.control.settings_layers import layer_settings
+    from modeswitch.ops.overview import fleet_overview, overview_table
+    from modeswitch.ops.status import pipeline_status
+
+    folder = args.pipelines or env_value(PIPELINES_DIR)
+    if folder is None:
+        raise ModeswitchError(
+            "status: give --config FILE, --pipeline (and --warehouse), or the pipelines folder "
+            f"(--pipelines DIR or ${PIPELINES_DIR.name}) for all of them"
+        )
+    fleet = list_fleet(folder)
+    declared = [p for p in fleet.pipelines if p.declared]
+    if not declared and not fleet.refused:
+        raise ModeswitchError(f"status: {folder} holds no pipeline's settings file")
+
+    def reader(pipeline):
+        return lambda: pipeline_status(
+            layer_settings((f"pipeline file {pipeline.file}:", pipeline.file_layer())),
+            rows=args.rows,
+        )
+
+    rows = fleet_overview((p.name, reader(p)) for p in declared)
+    unknown, unchecked = _unknown_variables(fleet)
+    if args.json:
+        print(
+            json.dumps({"pipelines": rows, "refused": fleet.refused, "unknown_variables": unknown})
+        )
+        return 0
+    cells = overview_table(rows)
+    table = Table(*cells[0], title=f"pipelines of {folder}")
+    for line in cells[1:]:
+        table.add_row(*line)
+    console.print(table)
+    for file, why in sorted(fleet.refused.items()):
+        console.print(f"[red]refused[/red] {file}: {why}")
+    for entry in unknown:
+        console.print(f"[yellow]Airflow Variable {entry['key']!r}[/yellow] {entry['problem']}")
+    if unchecked:
+        console.print(f"[dim]Airflow Variables not checked: {unchecked}[/dim]")
+    return 0
+
+
+def _unknown_variables(fleet) -> tuple[list[dict[str, str]], str | None]:
+    """The Variables under modeswitch_ that tune nothing (where Airflow is configured here:
+    ``AIRFLOW_HOME`` set), or why they were not checked."""
+    import os
+
+    if not os.environ.get("AIRFLOW_HOME"):
+        return [], "no AIRFLOW_HOME here"
+    try:
+        from modeswitch.airflow.settings import unknown_variables
+
+        found = unknown_variables(fleet)
+    except Exception as exc:  # no metadata database here: the overview stands without
+        return [], f"{type(exc).__name__}: {exc}"
+    return [{"key": t.key, "problem": t.problem} for t in found], None
 
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
