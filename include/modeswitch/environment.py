@@ -98,6 +98,17 @@ FaultPoints = dict[str, tuple[float, int | None]]
 or None for every call (:mod:`modeswitch.faults`)."""
 
 
+ENGINE_SHARINGS = ("pipeline", "deployment")
+
+
+def parse_engine_sharing(raw: str, *, variable: str) -> str:
+    """``pipeline`` or ``deployment``."""
+    value = raw.strip().lower()
+    if value not in ENGINE_SHARINGS:
+        raise ConfigError(f"{variable}: {raw!r} is not one of {', '.join(ENGINE_SHARINGS)}")
+    return value
+
+
 def parse_fault_points(raw: str, *, variable: str) -> FaultPoints:
     """``name=seconds[@hit][,...]`` as :data:`FaultPoints`."""
     points: FaultPoints = {}
@@ -207,6 +218,16 @@ def parse_host_port(raw: str, *, variable: str) -> tuple[str, int]:
     return host, int(port)
 
 
+ENGINE_SHARING = EnvironmentVariable(
+    "MODESWITCH_ENGINE_SHARING",
+    parse_engine_sharing,
+    "warm engines (`engine = warm`): `pipeline`, an engine for each pipeline; `deployment`, one "
+    "engine for every pipeline of the deployment (sharing their credentials), each pipeline's "
+    "epochs in a lane of their own and its Spark jobs in a scheduler pool of their own "
+    "([AIRFLOW.md](AIRFLOW.md#one-engine-or-one-each)); the deployment's served engine "
+    "(`MODESWITCH_ENGINE_ADDRESS`) always serves them all",
+    default="pipeline",
+)
 ENGINE_ADDRESS = EnvironmentVariable(
     "MODESWITCH_ENGINE_ADDRESS",
     parse_host_port,
@@ -316,6 +337,7 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     CDS,
     WORKERS_LIKE_HERE,
     ENGINE_DIR,
+    ENGINE_SHARING,
     ENGINE_ADDRESS,
     ENGINE_TOKEN,
     STORAGE_OPTIONS,

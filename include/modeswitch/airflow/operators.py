@@ -26,6 +26,7 @@ from modeswitch.runners.engine import (
     EngineRunner,
     credentials_fingerprint,
     engine_scratch,
+    engine_target,
 )
 from modeswitch.runners.jobs import job_script
 from modeswitch.runners.processes import SparkScratch
@@ -125,7 +126,12 @@ class EpochJobOperator(SparkSubmitOperator):
         if self.deferrable and handle.follow_at is not None:
             self.log.info("%s epoch %d: deferred until it ends", self.kind, epoch)
             self.defer(
-                trigger=EngineEpochTrigger(follow_at=handle.follow_at, kind=self.kind, epoch=epoch),
+                trigger=EngineEpochTrigger(
+                    follow_at=handle.follow_at,
+                    kind=self.kind,
+                    epoch=epoch,
+                    pipeline=handle.pipeline,
+                ),
                 method_name="engine_epoch_ended",
                 timeout=self.execution_timeout,
             )
@@ -232,7 +238,7 @@ class EpochJobOperator(SparkSubmitOperator):
         from modeswitch.runners.processes import start_group
 
         engine = self.submit_plan_for(
-            "engine", settings, "engine", ["--address-file", str(address_file)], plan
+            "engine", settings, "engine", engine_target(address_file), plan
         )
         command = self.with_plan(engine)._get_hook()._build_spark_submit_command(engine.application)
         env = dict(engine.env_vars)

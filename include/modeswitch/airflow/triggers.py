@@ -223,7 +223,15 @@ class EngineEpochTrigger(BaseTrigger):
     executors that run tasks there); a served engine's is the triggerer's own
     ``MODESWITCH_ENGINE_TOKEN``."""
 
-    def __init__(self, *, follow_at: str, kind: str, epoch: int, check_every: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        follow_at: str,
+        kind: str,
+        epoch: int,
+        check_every: float = 10.0,
+        pipeline: str = "",
+    ) -> None:
         super().__init__()
         if kind not in ("batch", "stream"):
             raise ValueError(f"kind: {kind!r} is not batch or stream")
@@ -231,6 +239,7 @@ class EngineEpochTrigger(BaseTrigger):
         self.kind = kind
         self.epoch = int(epoch)
         self.check_every = check_every
+        self.pipeline = pipeline  # its lane in an engine that several pipelines share
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -240,6 +249,7 @@ class EngineEpochTrigger(BaseTrigger):
                 "kind": self.kind,
                 "epoch": self.epoch,
                 "check_every": self.check_every,
+                "pipeline": self.pipeline,
             },
         )
 
@@ -250,6 +260,7 @@ class EngineEpochTrigger(BaseTrigger):
             self.kind,  # type: ignore[arg-type]
             self.epoch,
             check_every=self.check_every,
+            pipeline=self.pipeline,
         )
         self.log.info("%s epoch %d in the engine: %s", self.kind, self.epoch, ended["status"])
         yield TriggerEvent({**ended, "kind": self.kind, "epoch": self.epoch})

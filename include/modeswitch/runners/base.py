@@ -57,6 +57,8 @@ class EpochHandle:
     without running it (an Airflow trigger): the warm engine's address file, or a served
     engine's ``HOST:PORT`` (:func:`modeswitch.runners.engine.engine_at`); None when only
     :attr:`wait` can."""
+    pipeline: str = ""
+    """The pipeline whose epoch it is (a shared engine runs several, a lane each)."""
 
 
 class EpochRunner(Protocol):

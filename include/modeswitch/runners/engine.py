@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.environment import ENGINE_DIR, env_value
+from modeswitch.environment import ENGINE_DIR, ENGINE_SHARING, env_value
 from modeswitch.errors import ModeswitchError
 from modeswitch.runners.base import EpochHandle, EpochKind
 
@@ -95,6 +95,7 @@ class EngineAddress:
     port: int
     token: str
     credentials: str = ""  # credentials_fingerprint() of the engine's environment
+    shared: bool = False  # serves every pipeline that comes, a lane each
 
     @property
     def who(self) -> str:
@@ -130,10 +131,29 @@ def credentials_fingerprint(environ: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 
+SHARED_FILE = "shared.json"
+"""The address file of the engine every pipeline shares (``MODESWITCH_ENGINE_SHARING`` =
+``deployment``), in the engines' folder."""
+
+
 def engine_file(settings: PipelineSettings) -> Path:
-    """Where the pipeline's engine writes its address: one per pipeline and state root."""
+    """Where the pipeline's engine writes its address: one per pipeline and state root, or the
+    deployment's one engine (:data:`SHARED_FILE`)."""
+    if shared_engines():
+        return env_value(ENGINE_DIR) / SHARED_FILE
     digest = hashlib.sha256(settings.state_root.encode()).hexdigest()[:12]
     return env_value(ENGINE_DIR) / f"{settings.pipeline}-{digest}.json"
+
+
+def shared_engines() -> bool:
+    """Whether the warm engine is the deployment's, shared by its pipelines."""
+    return env_value(ENGINE_SHARING) == "deployment"
+
+
+def engine_target(address_file: Path) -> list[str]:
+    """The engine job's target arguments: where it writes its address, and whether it serves
+    every pipeline (``--shared``)."""
+    return ["--address-file", str(address_file), *(["--shared"] if shared_engines() else [])]
 
 
 # -- the client (in an epoch task) -----------------------------------------------------------
@@ -209,6 +229,13 @@ def ensure_engine(
         address = live_engine(settings)
         if address is not None and credentials not in (None, address.credentials):
             busy = ping(address).get("running")
+            if busy and address.shared:
+                raise EngineRefusedError(
+                    f"pipeline {settings.pipeline!r}: the shared engine (pid {address.pid}) runs "
+                    "with other credentials (Kafka configuration, storage options) than this "
+                    "pipeline's, and is busy; pipelines that share an engine share their "
+                    "credentials (an engine each: MODESWITCH_ENGINE_SHARING=pipeline)"
+                )
             if busy:
                 log.warning(
                     "engine pid %d started with other credentials than this task's; it runs "
@@ -243,19 +270,23 @@ def ensure_engine(
         )
 
 
-def run_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: str) -> None:
+def run_on_engine(
+    address: EngineAddress, kind: EpochKind, epoch: int, config: str, pipeline: str = ""
+) -> None:
     """Have the engine run ``kind`` epoch ``epoch`` and wait for its end; raises
     :class:`ModeswitchError` if it failed, :class:`EngineRefusedError` if the engine runs
     another epoch, :class:`EngineLostError` if the engine went away first."""
-    follow_on_engine(address, {"op": "run", "kind": kind, "epoch": epoch, "config": config})
+    request = {"op": "run", "kind": kind, "epoch": epoch, "config": config}
+    follow_on_engine(address, {**request, "pipeline": pipeline or None})
 
 
-def wait_on_engine(address: EngineAddress, kind: EpochKind, epoch: int) -> None:
+def wait_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, pipeline: str = "") -> None:
     """Wait for the end of ``kind`` epoch ``epoch``, which the engine was handed
     (:func:`start_on_engine`), without running it again: a run that failed is reported, not
     retried. Raises as :func:`run_on_engine` does, and :class:`EngineLostError` if this engine
     has not run it (it was restarted since)."""
-    follow_on_engine(address, {"op": "wait", "kind": kind, "epoch": epoch})
+    request = {"op": "wait", "kind": kind, "epoch": epoch, "pipeline": pipeline or None}
+    follow_on_engine(address, request)
 
 
 def follow_on_engine(address: EngineAddress, request: Mapping[str, Any]) -> None:
@@ -291,12 +322,15 @@ def follow_on_engine(address: EngineAddress, request: Mapping[str, Any]) -> None
     )
 
 
-def start_on_engine(address: EngineAddress, kind: EpochKind, epoch: int, config: str) -> None:
+def start_on_engine(
+    address: EngineAddress, kind: EpochKind, epoch: int, config: str, pipeline: str = ""
+) -> None:
     """Hand ``kind`` epoch ``epoch`` to the engine (or attach to it) and return once the engine
     has taken it, without waiting for its end (:func:`~.served.await_epoch` waits); raises
     :class:`EngineRefusedError` if the engine runs another epoch, :class:`EngineLostError` if
     it went away first."""
     request = {"op": "run", "kind": kind, "epoch": epoch, "config": config}
+    request["pipeline"] = pipeline or None  # a shared engine's lane (else the engine's own)
     try:
         answers = _exchange(address, request, PING_TIMEOUT)
         answer = next(answers, {})
@@ -368,7 +402,9 @@ def start_local_engine(
             sys.executable,
             str(job_script("engine")),
             *job_arguments(
-                settings.pipeline, ["--address-file", str(address_file)], settings.to_json()
+                settings.pipeline,
+                engine_target(address_file),
+                settings.to_json(),
             ),
         ]
         output = (
@@ -416,12 +452,13 @@ class EngineRunner:
         a trigger do the same (:func:`~modeswitch.runners.served.await_epoch`)."""
         self.settings = settings
         address = ensure_engine(settings, self._start, credentials=self.credentials)
-        start_on_engine(address, kind, epoch, settings.to_json())
+        start_on_engine(address, kind, epoch, settings.to_json(), settings.pipeline)
         return EpochHandle(
             kind,
             epoch,
-            wait=lambda: wait_on_engine(address, kind, epoch),
+            wait=lambda: wait_on_engine(address, kind, epoch, settings.pipeline),
             follow_at=str(engine_file(settings)),
+            pipeline=settings.pipeline,
         )
 
     def alive(self) -> bool:

@@ -1,7 +1,22 @@
 """The warm engine's server: the long-lived Spark application (``spark-submit jobs/engine.py``)
-that runs a pipeline's epochs one at a time in one session. What an engine is, how it is found,
-its protocol, its handoff and its faults: :mod:`modeswitch.runners.engine`, the client side
-that the epoch tasks and ``modeswitch run`` use."""
+that runs the epochs of one pipeline, or of every pipeline that shares it, in one session. What
+an engine is, how it is found, its protocol, its handoff and its faults:
+:mod:`modeswitch.runners.engine`, the client side that the epoch tasks and ``modeswitch run``
+use.
+
+**Lanes.** Each pipeline the engine serves is a lane (:class:`Engine`: one epoch at a time,
+a retry attaches, the handoff after a batch) run by a thread of its own, named after the
+pipeline, whose Spark jobs go to the pipeline's own scheduler pool (the session's scheduler is
+FAIR): one pipeline's batch waves cannot hold back another's micro-batches, and one pipeline's
+stuck or failing epoch holds up only its own lane. A thread that runs Spark for the session
+must first make the session its JVM thread's active one (:func:`bind_thread`): Spark finds a
+Python data source (the ``modeswitch_delta`` sink) through the active session only, a JVM
+thread-local that only the thread that built the session has (without it, measured with pyspark
+4.2: ``DATA_SOURCE_NOT_FOUND modeswitch_delta`` at the writer's start); the stream execution
+thread a query starts inherits both the session and the pool. An engine started for one
+pipeline (``MODESWITCH_ENGINE_SHARING=pipeline``) refuses the others'; a shared one, or the
+deployment's served one, opens a lane for each pipeline that comes.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import queue
 import secrets
 import signal
 import socketserver
@@ -18,7 +32,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
@@ -28,164 +42,40 @@ from modeswitch.errors import ModeswitchError
 from modeswitch.runners.engine import (
     EngineAddress,
     EngineLostError,
-    EngineRefusedError,
     credentials_fingerprint,
 )
+from modeswitch.runners.lanes import Engine, Lanes, bind_thread, run_epoch
 
 log = logging.getLogger(__name__)
 
-ENDED_KEPT = 16
-"""Epochs that ran to their end, remembered so that a task that comes for one after its end
-is told it is done (:meth:`Engine.submit`); epoch ids only grow, so a few suffice."""
-
-
-class Engine:
-    """Runs one epoch at a time in one session; a ``run`` of the running epoch attaches.
-
-    The epochs run in the thread that calls :meth:`run_next` (the driver's main thread: a
-    stream started from another Python thread does not find the session's Python data
-    sources, measured with pyspark 4.2); the request handlers only queue them and wait."""
-
-    def __init__(
-        self,
-        spark: Any,
-        pipeline: str,
-        runner: Callable[..., None] | None = None,
-        *,
-        handoff: bool = True,
-    ):
-        self.spark = spark
-        self.pipeline = pipeline
-        self.handoff = handoff
-        self._runner = runner or _run_epoch
-        self._lock = threading.Lock()
-        self._running: tuple[str, int, Future] | None = None
-        self._ended: dict[tuple[str, int], Future] = {}  # the last epochs that ran to their end
-        self._queue: queue.Queue[tuple[str, int, PipelineSettings, Future]] = queue.Queue()
-
-    def running(self) -> tuple[str, int] | None:
-        with self._lock:
-            if self._running is None or self._running[2].done():
-                return None
-            return self._running[0], self._running[1]
-
-    def submit(self, kind: str, epoch: int, config: str) -> Future:
-        """Run ``kind`` epoch ``epoch``, or attach to it: while it runs, and once it has run
-        to its end here (a stream the engine handed a batch over to may stop, on a command or
-        its policy, before the next DAG run's task comes for it; running it again would lose
-        why it stopped). An epoch whose run failed runs again (a task's retry)."""
-        with self._lock:
-            ended = self._ended.get((kind, epoch))
-            if ended is not None:
-                log.info("engine: %s epoch %d already ran to its end here", kind, epoch)
-                return ended
-            if self._running is not None and not self._running[2].done():
-                running_kind, running_epoch, future = self._running
-                if (running_kind, running_epoch) == (kind, epoch):
-                    log.info("engine: attached to %s epoch %d, still running", kind, epoch)
-                    return future
-                raise EngineRefusedError(
-                    f"engine of pipeline {self.pipeline!r} is running {running_kind} epoch "
-                    f"{running_epoch}; {kind} epoch {epoch} waits for it to end"
-                )
-            return self._enqueue(kind, epoch, load_job_settings(config, pipeline=self.pipeline))
-
-    def attached(self, kind: str, epoch: int) -> Future | None:
-        """The run of ``kind`` epoch ``epoch`` here, to wait on: the one running, the last one
-        that ended (failed or not), or one of the epochs that ran to their end; None if this
-        engine has not run it (it was restarted since, or was never asked)."""
-        with self._lock:
-            ended = self._ended.get((kind, epoch))
-            if ended is not None:
-                return ended
-            if self._running is not None and self._running[:2] == (kind, epoch):
-                return self._running[2]
-            return None
-
-    def _enqueue(self, kind: str, epoch: int, settings: PipelineSettings) -> Future:
-        """Make ``kind`` epoch ``epoch`` the running one and queue it (``_lock`` held)."""
-        future: Future = Future()
-        self._running = (kind, epoch, future)
-        self._queue.put((kind, epoch, settings, future))
-        return future
-
-    def pending(self) -> bool:
-        """Whether an epoch waits to run."""
-        return not self._queue.empty()
-
-    def run_next(self, timeout: float) -> tuple[str, PipelineSettings] | None:
-        """Run the next queued epoch, if one comes within ``timeout`` seconds; returns its
-        kind and settings."""
-        try:
-            kind, epoch, settings, future = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if not future.set_running_or_notify_cancel():
-            return None
-        log.info("engine: running %s epoch %d", kind, epoch)
-        try:
-            self._runner(kind, self.spark, epoch, settings)
-        except BaseException as exc:
-            future.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return kind, settings
-        stream = self._hand_off(epoch, settings) if kind == "batch" and self.handoff else None
-        with self._lock:
-            self._ended[(kind, epoch)] = future
-            while len(self._ended) > ENDED_KEPT:
-                del self._ended[next(iter(self._ended))]
-            if stream is not None:
-                log.info("engine: handing off to stream epoch %d at once", stream)
-                self._enqueue("stream", stream, settings)
-        # Told done only now: the batch's task ends with its epoch closed and the stream
-        # queued, so the next DAG run's decide re-attaches what the engine opened.
-        future.set_result(None)
-        return kind, settings
-
-    def _hand_off(self, batch_epoch: int, settings: PipelineSettings) -> int | None:
-        """After a batch epoch: close it and, if the policy (or a pending command) chooses
-        stream, open the stream epoch, without waiting for the next DAG run; returns its id
-        (the caller queues it at once). That run's ``decide`` re-attaches the open epoch and
-        its ``stream`` task attaches to the run queued; a ``close_epoch`` task finds the batch
-        epoch closed. Whatever decides batch or pause is left to the next DAG run."""
-        from modeswitch.runners.lifecycle import hand_off_to_stream
-
-        try:
-            return hand_off_to_stream(settings, batch_epoch, decided_by="engine")
-        except Exception as exc:  # the next DAG run decides as always
-            log.warning("engine: no handoff after batch epoch %d: %s", batch_epoch, exc)
-        return None
-
-    def close(self) -> None:
-        while not self._queue.empty():
-            self._queue.get_nowait()[3].cancel()
-
-
-def _run_epoch(kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
-    from modeswitch.runners.jobs import run
-
-    run(kind, spark, settings, epoch=epoch)  # type: ignore[arg-type]
+ENGINE_CONF = {"spark.scheduler.mode": "FAIR"}
+"""An engine's session: its lanes' jobs share the executors fairly, pool by pool (a pool per
+pipeline, :func:`bind_thread`; pools made when first named get weight 1)."""
 
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def handle(self) -> None:
-        engine = self.server.engine
+        lanes = self.server.lanes
         try:
             request = json.loads(self.rfile.readline() or b"{}")
             token = request.get("token") if isinstance(request, dict) else None
             if not isinstance(token, str) or not secrets.compare_digest(token, self.server.token):
                 return self._send(event="refused", error="engine: bad or missing token")
-            op = request.get("op")
+            op, pipeline = request.get("op"), request.get("pipeline")
             if op == "ping":
-                return self._send(event="pong", pid=os.getpid(), running=engine.running())
+                running = lanes.running()
+                asked = running.get(pipeline or lanes.first) or next(iter(running.values()), None)
+                return self._send(
+                    event="pong", pid=os.getpid(), running=asked, lanes=running, shared=lanes.shared
+                )
             if op not in ("run", "wait"):
                 return self._send(event="refused", error=f"engine: unknown op {op!r}")
             kind, epoch, config = request.get("kind"), request.get("epoch"), request.get("config")
             if kind not in ("batch", "stream") or not isinstance(epoch, int):
                 return self._send(event="refused", error=f"engine: bad {op} request {request!r}")
+            engine = lanes.lane(pipeline if isinstance(pipeline, str) else None)
             if op == "wait":  # attach only: a deferred task's trigger
                 future = engine.attached(kind, epoch)
                 if future is None:
@@ -225,9 +115,11 @@ class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, engine: Engine, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, engine: Engine | Lanes, token: str, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         super().__init__((host, port), _Handler)
-        self.engine = engine
+        self.lanes = engine if isinstance(engine, Lanes) else Lanes.single(engine)
         self.token = token
 
 
@@ -242,23 +134,26 @@ class StreamPath:
     collected once it has ended. The path is warm once a warm-up read its records or a stream
     epoch ran; until then, an engine left idle after a batch starts another warm-up."""
 
-    def __init__(self, spark: Any, runner: Callable[..., None] = _run_epoch) -> None:
+    def __init__(self, spark: Any, runner: Callable[..., None] = run_epoch) -> None:
         self.spark = spark
         self._runner = runner
         self.warming: Any = None  # a WarmingUp
         self.warm = False
+        self._lock = threading.RLock()  # the first lane's thread, and the main one at the end
 
     def start(self, settings: PipelineSettings) -> None:
         from modeswitch.modes.warmup import start_warm_up
 
-        if not self.warm and self.warming is None:
-            self.warming = start_warm_up(self.spark, settings)
+        with self._lock:
+            if not self.warm and self.warming is None:
+                self.warming = start_warm_up(self.spark, settings)
 
     def collect(self, *, stop: bool = False) -> None:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""
-        if self.warming is not None and (stop or self.warming.ended()):
-            done, self.warming = self.warming.finish(), None
-            self.warm = self.warm or (done is not None and done.records > 0)
+        with self._lock:
+            if self.warming is not None and (stop or self.warming.ended()):
+                done, self.warming = self.warming.finish(), None
+                self.warm = self.warm or (done is not None and done.records > 0)
 
     def run(self, kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
         """The engine's epoch runner."""
@@ -268,6 +163,33 @@ class StreamPath:
             self.warm = self.warm or kind == "stream"
 
 
+def run_lane(
+    spark: Any,
+    lane: Engine,
+    stop: threading.Event,
+    path: StreamPath | None = None,
+    settings: PipelineSettings | None = None,
+) -> None:
+    """A lane's thread: bound to the session as its pipeline (:func:`bind_thread`), it runs the
+    lane's epochs as they come until ``stop``. The first lane also keeps the stream path warm
+    (``path``): a warm-up at once (with ``settings``), beside the first epoch, whose request
+    comes at once, and another whenever it is left idle before the path is warm. Anything
+    but an epoch's own failure (which its future carries) stops the engine."""
+    try:
+        bind_thread(spark, lane.pipeline)
+        if path is not None and settings is not None:
+            path.start(settings)
+        while not stop.is_set():
+            if path is not None:
+                path.collect()
+            ran = lane.run_next(timeout=0.5)
+            if path is not None and ran is not None and not lane.pending():
+                path.start(ran[1])  # idle after an epoch and not warm yet: warm it now
+    except BaseException:
+        log.exception("engine: the lane of pipeline %s stopped; stopping the engine", lane.pipeline)
+        stop.set()
+
+
 def serve(
     spark: Any,
     settings: PipelineSettings,
@@ -275,19 +197,35 @@ def serve(
     *,
     listen: tuple[str, int] | None = None,
     token: str | None = None,
+    shared: bool = False,
 ) -> None:
-    """Serve epochs until SIGTERM or SIGINT: bind, start the warm-up, write the address,
-    run what comes. A warm engine binds a free port on loopback with a token of its own and
-    writes both to ``address_file``; a served one binds ``listen`` and requires ``token``
+    """Serve epochs until SIGTERM or SIGINT: open the first pipeline's lane (its warm-up at
+    once), bind, write the address, open a lane for each pipeline that comes (``shared``).
+    A warm engine binds a free port on loopback with a token of its own and writes both to
+    ``address_file``; a served one binds ``listen`` and requires ``token``
     (:mod:`modeswitch.runners.served`)."""
     path = StreamPath(spark)
-    engine = Engine(spark, settings.pipeline, path.run)
-    server = (
-        _Server(engine, secrets.token_urlsafe(24))
-        if listen is None
-        else _Server(engine, str(token), *listen)
-    )
     stop = threading.Event()
+
+    def make(pipeline: str) -> Engine:
+        return Engine(spark, pipeline, path.run if pipeline == settings.pipeline else run_epoch)
+
+    def start(lane: Engine) -> None:
+        first = lane.pipeline == settings.pipeline
+        threading.Thread(
+            target=run_lane,
+            args=(spark, lane, stop, path if first else None, settings if first else None),
+            name=f"lane-{lane.pipeline}",
+            daemon=True,
+        ).start()
+
+    lanes = Lanes(settings.pipeline, make, start, shared=shared)
+    lanes.lane(settings.pipeline)
+    server = (
+        _Server(lanes, secrets.token_urlsafe(24))
+        if listen is None
+        else _Server(lanes, str(token), *listen)
+    )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, name="engine-server", daemon=True)
@@ -302,23 +240,27 @@ def serve(
         port=int(port),
         token=server.token,
         credentials=credentials_fingerprint(os.environ),
+        shared=shared,
     )
     if address_file is not None:
         address.write(address_file)
-    log.info("engine of pipeline %s: listening on %s:%d", settings.pipeline, host, port)
+    log.info(
+        "engine of pipeline %s%s: listening on %s:%d",
+        settings.pipeline,
+        " (shared)" if shared else "",
+        host,
+        port,
+    )
     try:
-        path.start(settings)  # beside the first epoch, which its task asks for at once
-        while not stop.is_set():
-            path.collect()
-            ran = engine.run_next(timeout=0.5)
-            if ran is not None and not engine.pending():
-                path.start(ran[1])  # idle after an epoch and not warm yet: warm it now
+        while not stop.wait(0.5):
+            pass
     finally:
         log.info("engine: stopping")
+        stop.set()
         server.shutdown()
         if address_file is not None and EngineAddress.read(address_file) == address:
             address_file.unlink(missing_ok=True)
-        engine.close()
+        lanes.close()
         path.collect(stop=True)
 
 
@@ -336,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="resolved settings (file or JSON)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--address-file", help="where to write the address")
+    parser.add_argument(
+        "--shared", action="store_true", help="serve every pipeline that comes, a lane each"
+    )
     where.add_argument(
         "--listen",
         action="store_true",
@@ -352,11 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     try:
         settings = load_job_settings(args.config, pipeline=args.pipeline)
+        shared = args.shared or args.listen  # the deployment's served engine serves them all
         spark = create_spark_session(
-            f"modeswitch-{args.pipeline}-engine", conf=job_spark_conf("batch", settings)
+            f"modeswitch-{'shared' if shared else args.pipeline}-engine",
+            conf={**job_spark_conf("batch", settings), **ENGINE_CONF},
         )
         file = Path(args.address_file) if args.address_file else None
-        serve(spark, settings, file, listen=listen, token=token)
+        serve(spark, settings, file, listen=listen, token=token, shared=shared)
         return 0
     except ModeswitchError as exc:
         log.error("engine of pipeline %s failed: %s", args.pipeline, exc)

@@ -110,12 +110,13 @@ class ServedEngineRunner:
                 f"{address.who} ({ENGINE_ADDRESS.name}) is out of reach: {exc}; the task's "
                 "retry tries again"
             ) from exc
-        start_on_engine(address, kind, epoch, settings.to_json())
+        start_on_engine(address, kind, epoch, settings.to_json(), settings.pipeline)
         return EpochHandle(
             kind,
             epoch,
-            wait=lambda: wait_on_engine(address, kind, epoch),
+            wait=lambda: wait_on_engine(address, kind, epoch, settings.pipeline),
             follow_at=f"{SERVED}{address.host}:{address.port}",
+            pipeline=settings.pipeline,
         )
 
     def alive(self) -> bool:
@@ -126,14 +127,20 @@ class ServedEngineRunner:
 
 
 async def await_epoch(
-    follow_at: str | Path, kind: EpochKind, epoch: int, *, check_every: float = 10.0
+    follow_at: str | Path,
+    kind: EpochKind,
+    epoch: int,
+    *,
+    check_every: float = 10.0,
+    pipeline: str = "",
 ) -> dict[str, Any]:
     """Wait, in an event loop, for the end of ``kind`` epoch ``epoch`` in the engine found at
     ``follow_at`` (:func:`engine_at`): ``{"status": "done"}``, ``{"status": "failed", "error":
     ...}`` (``modeswitch``: whether it was the pipeline's own error), or ``{"status": "lost",
     "error": ...}`` if there is no engine, it has not run the epoch or it went away. Every
     ``check_every`` seconds without an answer, whether the engine is up is asked again
-    (:func:`reachable`): an engine that is gone is lost even if its connection lingers."""
+    (:func:`reachable`): an engine that is gone is lost even if its connection lingers.
+    ``pipeline``: whose epoch it is, in an engine that several share (else the engine's own)."""
     where = f"{kind} epoch {epoch}"
     address = engine_at(str(follow_at))
     if address is None or not await asyncio.to_thread(reachable, address):
@@ -144,6 +151,7 @@ async def await_epoch(
         return {"status": "lost", "error": f"{address.who} is out of reach: {exc}"}
     try:
         request = {"op": "wait", "kind": kind, "epoch": epoch, "token": address.token}
+        request["pipeline"] = pipeline or None
         writer.write((json.dumps(request) + "\n").encode())
         await writer.drain()
         while True:

@@ -212,12 +212,16 @@ class DeltaSinkDataSource(DataSource):
         prepared = _PREPARED_STREAM_WRITERS.get(key)
         if prepared is None:
             prepared = prepare_write(self.options, schema, overwrite=overwrite, streaming=True)
-            _PREPARED_STREAM_WRITERS.clear()
+            while len(_PREPARED_STREAM_WRITERS) >= PREPARED_KEPT:  # the oldest goes
+                _PREPARED_STREAM_WRITERS.pop(next(iter(_PREPARED_STREAM_WRITERS)), None)
             _PREPARED_STREAM_WRITERS[key] = prepared
         return DeltaSinkStreamWriter(*prepared)
 
 
 _PREPARED_STREAM_WRITERS: dict[tuple[str, str, bool], tuple[DeltaSinkOptions, pa.Schema]] = {}
+PREPARED_KEPT = 8
+"""Stream writers' checked options kept per Python worker: a worker of a shared engine serves
+the streams of several pipelines, each kept instead of checked again at every micro-batch."""
 
 
 def prepare_write(
