@@ -133,7 +133,7 @@ soak-faults: install postgres
 		tests/airflow/test_web_api.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf .demo .pytest_cache .ruff_cache soak-result.json .compose/data
+	rm -rf .demo .demo-fleet .pytest_cache .ruff_cache soak-result.json .compose/data
 
 # --- the compose stack (docker-compose.yaml; docs/DEPLOY.md) ------------------------------
 # `make compose-demo` starts dockerd if none answers (Debian's docker.io, installed if
@@ -166,7 +166,13 @@ soak-compose: compose-images
 # .demo/airflow; `make demo-local` is the same cycle without Airflow (modeswitch.devtools.demo).
 # `make airflow` starts `airflow standalone` (SQLite under .airflow/) with these DAGs in its
 # own process group; Ctrl-C stops the whole group.
-.PHONY: demo-local demo-kafka airflow
+.PHONY: demo-local demo-kafka demo-fleet airflow
+
+# Three pipelines of one deployment at once under one Airflow (a settings file each in
+# .demo-fleet/pipelines), their epochs in one shared warm engine; each one's log and tables
+# under .demo-fleet/<pipeline>/ (modeswitch.devtools.fleet_demo).
+demo-fleet: install
+	$(PY) -m modeswitch.devtools.fleet_demo .demo-fleet
 
 demo-local: install
 	$(VENV)/bin/modeswitch demo --dir .demo

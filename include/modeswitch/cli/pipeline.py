@@ -26,10 +26,16 @@ def add_run(sub: argparse._SubParsersAction) -> None:
             "file holds what the Airflow Variables hold (pipeline, source, warehouse, "
             "thresholds). Stops on Ctrl-C, or at --until / --for. Credentials come from the "
             "environment: MODESWITCH_KAFKA_CONFIG for a kafka:// source, "
-            "MODESWITCH_STORAGE_OPTIONS for the tables."
+            "MODESWITCH_STORAGE_OPTIONS for the tables. Several pipelines (--config more than "
+            "once, or --pipelines DIR: one settings file per pipeline) run together, on one "
+            "warm engine that serves them all (a lane and a scheduler pool each)."
         ),
     )
-    p.add_argument("--config", required=True, help="a TOML or JSON file of settings")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--config", action="append", help="a TOML or JSON file of settings (once per pipeline)"
+    )
+    which.add_argument("--pipelines", help="a folder of settings files, one per pipeline")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument(
         "--until",
@@ -41,14 +47,19 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """``modeswitch run``: run the pipeline of a settings file until Ctrl-C, ``--until`` or
-    ``--for``."""
-    from modeswitch.control.settings_layers import layer_settings, read_settings_file
+    """``modeswitch run``: run the pipeline of a settings file (or several at once) until
+    Ctrl-C, ``--until`` or ``--for``."""
     from modeswitch.runners.pipeline_run import run_pipeline
 
-    settings = layer_settings((f"config file {args.config}:", read_settings_file(args.config)))
+    pipelines = _run_settings(args)
     duration = parse_duration(args.duration, setting="--for") if args.duration else None
     stop = StopFlag()
+    for settings in pipelines:
+        console.print(
+            f"pipeline {settings.pipeline}: source {settings.source}, sink {settings.sink}"
+        )
+    if len(pipelines) > 1:
+        return _run_several(pipelines, args, duration, stop)
 
     def report(plan, status, end) -> None:
         console.print(
@@ -56,8 +67,46 @@ def run_command(args: argparse.Namespace) -> int:
             f"{sum(end.values()):,} records committed"
         )
 
-    console.print(f"pipeline {settings.pipeline}: source {settings.source}, sink {settings.sink}")
-    run_pipeline(settings, until=args.until, duration=duration, should_stop=stop, on_epoch=report)
+    run_pipeline(
+        pipelines[0], until=args.until, duration=duration, should_stop=stop, on_epoch=report
+    )
+    return 0
+
+
+def _run_settings(args: argparse.Namespace) -> list:
+    """The settings of each ``--config`` file, or of each file of ``--pipelines`` (a pipeline
+    named after its file, as a deployment's pipelines folder declares them)."""
+    from modeswitch.control.pipelines import list_fleet
+    from modeswitch.control.settings_layers import layer_settings, read_settings_file
+
+    if args.config:
+        return [layer_settings((f"config file {f}:", read_settings_file(f))) for f in args.config]
+    fleet = list_fleet(args.pipelines)
+    if fleet.refused:
+        file, why = next(iter(sorted(fleet.refused.items())))
+        raise ModeswitchError(f"--pipelines {args.pipelines}: {file}: {why}")
+    declared = [p for p in fleet.pipelines if p.declared]
+    if not declared:
+        raise ModeswitchError(f"--pipelines {args.pipelines}: no settings file (.toml, .json)")
+    return [layer_settings((f"pipeline file {p.file}:", p.file_layer())) for p in declared]
+
+
+def _run_several(pipelines: list, args: argparse.Namespace, duration, stop) -> int:
+    """Several pipelines at once, on one warm engine that serves them all."""
+    import os
+
+    from modeswitch.environment import ENGINE_SHARING
+    from modeswitch.runners.pipeline_run import run_pipelines
+
+    os.environ.setdefault(ENGINE_SHARING.name, "deployment")  # one engine serves them all
+
+    def report(pipeline, plan, status, end) -> None:
+        console.print(
+            f"{pipeline}: epoch {plan.epoch}: {plan.mode} ({plan.reason}) -> {status} at "
+            f"{sum(end.values()):,} records committed"
+        )
+
+    run_pipelines(pipelines, until=args.until, duration=duration, should_stop=stop, on_epoch=report)
     return 0
 
 

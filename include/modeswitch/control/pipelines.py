@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.settings import PipelineSettings, pipeline_name_rule
 from modeswitch.control.settings_layers import VARIABLE_PREFIX, read_settings_file
 from modeswitch.errors import ConfigError
 
@@ -158,11 +158,11 @@ def name_problem(name: str, settings: Collection[str]) -> str | None:
     """Why ``name`` cannot name a pipeline (None: it can): not a valid name, or one whose
     Variables could be read as another setting's default (``modeswitch_<name>_<setting>``
     spelling a setting's name)."""
-    try:
-        PipelineSettings.from_mapping({"pipeline": name})
-    except ConfigError as exc:
-        return str(exc)
-    clashes = sorted(s for s in settings for t in settings if s == f"{name}_{t}")
+    invalid = pipeline_name_rule(name)
+    if invalid is not None:
+        return f"pipeline: {name!r} {invalid}"
+    known = set(settings)
+    clashes = sorted(f"{name}_{t}" for t in known if f"{name}_{t}" in known)
     if clashes:
         return (
             f"pipeline name {name!r} is refused: its Variable {VARIABLE_PREFIX}{name}_<setting> "

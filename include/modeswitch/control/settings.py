@@ -84,7 +84,8 @@ ENGINES: tuple[str, ...] = get_args(Engine)
 _PIPELINE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def _pipeline_name(value: str) -> str | None:
+def pipeline_name_rule(value: str) -> str | None:
+    """Why ``value`` cannot name a pipeline (None: it can): the ``pipeline`` setting's rule."""
     if _PIPELINE_NAME.match(value):
         return None
     return "is not a valid name (letters, digits, '_', '.', '-')"
@@ -151,7 +152,7 @@ class PipelineSettings(FlatSettings):
     pipeline: str = setting(
         "modeswitch",
         parse=parse_text,
-        rule=_pipeline_name,
+        rule=pipeline_name_rule,
         doc="pipeline id (names the sink and control tables)",
     )
     source: str = setting(

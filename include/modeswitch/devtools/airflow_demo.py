@@ -244,9 +244,9 @@ def _test_dag(dag_id: str, conf: dict | None = None) -> Any:
     return bag.dags[dag_id].test(run_conf=conf)
 
 
-def _run_dag(conf: dict) -> int:
-    """In the child: one ``dag.test()`` run of the pipeline DAG."""
-    run = _test_dag(DAG_ID, conf)
+def _run_dag(dag_id: str, conf: dict) -> int:
+    """In the child: one ``dag.test()`` run of a pipeline DAG."""
+    run = _test_dag(dag_id, conf)
     return 0 if run is not None and str(run.state) == "success" else 1
 
 
@@ -273,7 +273,7 @@ def _serve(reply_fd: int) -> int:
                     if request["dag"] == CONSUMER_DAG_ID:
                         code = _run_consumer(Path(request["result"]))
                     else:
-                        code = _run_dag(request["conf"])
+                        code = _run_dag(request["dag"], request["conf"])
                 except Exception:
                     traceback.print_exc()
                     code = 1

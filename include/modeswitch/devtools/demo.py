@@ -124,6 +124,7 @@ def demo_sources(
     buckets: int,
     console: Console,
     skew: str = "zipf:1.1",
+    rate: float = LIVE_RATE,
 ) -> Iterator[EventLog]:
     """The demo's skewed backlog (an hour of event time), then a live producer thread that is
     stopped and joined when the block ends."""
@@ -141,14 +142,14 @@ def demo_sources(
     console.print(
         f"{report.records:,} events in {buckets} buckets ({skew}: bucket 0 holds "
         f"{report.per_bucket.get(0, 0):,}), event times over the last hour, "
-        f"{report.seconds:.1f} s; live producer at {LIVE_RATE:,.0f} events/s"
+        f"{report.seconds:.1f} s; live producer at {rate:,.0f} events/s"
     )
     stop_live = threading.Event()
     live = threading.Thread(
         target=produce_live,
         args=(log, EventGenerator(seed=8, buckets=buckets, skew=skew)),
         kwargs={
-            "rate": LIVE_RATE,
+            "rate": rate,
             "duration": timedelta(hours=1),
             "first": 10_000_000,
             "should_stop": stop_live.is_set,

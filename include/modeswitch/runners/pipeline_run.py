@@ -4,21 +4,23 @@ demo, the benchmarks).
 :func:`run_one_epoch` is the epoch lifecycle the Airflow DAG runs as three tasks (``decide``,
 the job, ``close_epoch``: :mod:`modeswitch.runners.lifecycle`), with the runner
 :func:`open_runner` opens from the settings (:func:`~modeswitch.runners.base.runner_choice`);
-:func:`run_pipeline` loops it until a condition holds.
+:func:`run_pipeline` loops it until a condition holds; :func:`run_pipelines` runs several
+pipelines' loops at once, on one engine when engines are shared.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ConfigError
+from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.runners.base import EpochRunner, runner_choice
 from modeswitch.runners.lifecycle import EpochDone, EpochPlan, close_epoch, decide
@@ -178,6 +180,61 @@ def run_pipeline(
                 on_epoch(plan, status, end)
             if until == UNTIL_CAUGHT_UP and plan.mode == "stream" and status == "completed":
                 break
+    return done
+
+
+def run_pipelines(
+    pipelines: Sequence[PipelineSettings],
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_epoch: Callable[[str, EpochPlan, str, OffsetsMap], None] | None = None,
+    **options: Any,
+) -> dict[str, list[EpochDone]]:
+    """``modeswitch run`` with several pipelines: each one's :func:`run_pipeline` in a thread
+    of its own, with the same ``options`` (``until``, ``duration``, ...), until every loop has
+    ended. Where the engine is shared (``MODESWITCH_ENGINE_SHARING=deployment``, which
+    ``modeswitch run`` sets for several pipelines, or a served engine) one runner serves them
+    all, opened before the first and stopped after the last; otherwise each pipeline opens its
+    own. A pipeline whose loop fails stops only itself: its error is raised once the others
+    have ended (the first one, naming its pipeline)."""
+    from modeswitch.runners.engine import shared_engines
+
+    names = [s.pipeline for s in pipelines]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"pipelines {twice}: each pipeline runs once; their names repeat")
+    done: dict[str, list[EpochDone]] = {}
+    failed: list[tuple[str, BaseException]] = []
+    with contextlib.ExitStack() as stack:
+        first = pipelines[0]
+        name, _ = runner_choice(first.engine, airflow=False, served=served_engine())
+        shared = None
+        if name == "served" or (name == "warm" and shared_engines()):
+            shared = stack.enter_context(open_runner(first))
+
+        def loop(settings: PipelineSettings) -> None:
+            def told(plan: EpochPlan, status: str, end: OffsetsMap) -> None:
+                if on_epoch:
+                    on_epoch(settings.pipeline, plan, status, end)
+
+            try:
+                done[settings.pipeline] = run_pipeline(
+                    settings, runner=shared, should_stop=should_stop, on_epoch=told, **options
+                )
+            except BaseException as exc:
+                log.error("pipeline %s stopped: %s", settings.pipeline, exc)
+                failed.append((settings.pipeline, exc))
+
+        threads = [
+            threading.Thread(target=loop, args=(s,), name=f"run-{s.pipeline}") for s in pipelines
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failed:
+        pipeline, error = failed[0]
+        raise ModeswitchError(f"pipeline {pipeline!r}: {error}") from error
     return done
 
 
