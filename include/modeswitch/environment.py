@@ -369,6 +369,13 @@ def env_value(variable: EnvironmentVariable[T], environ: Mapping[str, str] | Non
     return variable.parse(raw, variable=variable.name)
 
 
+def env_default(variable: EnvironmentVariable[Any], value: str) -> str:
+    """Set ``variable`` in this process's environment (and so its children's) unless it is
+    set: what a command chooses for the processes it starts, leaving the user's choice be.
+    Returns the text in effect."""
+    return os.environ.setdefault(variable.name, value)
+
+
 def env_text(
     variable: EnvironmentVariable[Any], environ: Mapping[str, str] | None = None
 ) -> str | None:

@@ -87,6 +87,33 @@ def test_the_page_shows_what_the_control_tables_hold(
     assert settings["enter_threshold"] == ("3600s", variable)
 
 
+def test_the_page_opens_on_all_pipelines_and_a_name_opens_its_own(
+    browser, airflow_url: str, users, pipeline: PipelineSettings
+) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    log_in(browser, airflow_url, users["viewer"])
+    browser.get(f"{airflow_url}/modeswitch/")
+    WebDriverWait(browser, WAIT).until(
+        lambda b: b.execute_script("return document.body.dataset.loaded") == "true"
+    )
+    assert browser.find_element("id", "load-error").text == ""
+    assert not browser.find_element("id", "pipeline-view").is_displayed()
+    rows = {row[0]: row for row in cells(browser, "overview")}
+    store = StateStore.from_settings(pipeline)
+    mine = rows[pipeline.pipeline]
+    assert mine[1] == f"stream {store.epochs.list()[-1].id}"
+    assert mine[6].startswith(store.decisions.list(limit=1, inputs=False)[0].mode)
+    browser.find_element("link text", pipeline.pipeline).click()
+    WebDriverWait(browser, WAIT).until(
+        lambda b: (
+            b.execute_script("return document.body.dataset.loaded") == "true"
+            and b.find_element("id", "pipeline-view").is_displayed()
+        )
+    )
+    assert browser.find_element("css selector", "[data-testid=mode]").text == "stream"
+
+
 def test_the_nav_entry_frames_the_page(browser, airflow_url: str, users, tmp_path: Path) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 

@@ -269,7 +269,9 @@ def test_status_command_line_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     cli.errors = Console(file=err, width=200, color_system=None)
     try:
         assert cli.main(["status"]) == 2
-        assert "give --config FILE, or --pipeline" in err.getvalue()
+        assert (
+            "give --config FILE, --pipeline (and --warehouse), or the pipelines" in err.getvalue()
+        )
         assert cli.main(["status", "--pipeline", "x", "--rows", "0"]) == 2
         assert "--rows 0" in err.getvalue()
         warehouse = str(tmp_path / "none")

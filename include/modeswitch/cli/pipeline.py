@@ -93,12 +93,10 @@ def _run_settings(args: argparse.Namespace) -> list:
 
 def _run_several(pipelines: list, args: argparse.Namespace, duration, stop) -> int:
     """Several pipelines at once, on one warm engine that serves them all."""
-    import os
-
-    from modeswitch.environment import ENGINE_SHARING
+    from modeswitch.environment import ENGINE_SHARING, env_default
     from modeswitch.runners.pipeline_run import run_pipelines
 
-    os.environ.setdefault(ENGINE_SHARING.name, "deployment")  # one engine serves them all
+    env_default(ENGINE_SHARING, "deployment")  # one engine serves them all
 
     def report(pipeline, plan, status, end) -> None:
         console.print(
