@@ -14,7 +14,7 @@ to its stream, and after a 15 s settling time the measure runs for ``--live`` se
 - every pipeline's latency, from each record's append (the producer notes it) to its sink
   commit (the commit's timestamp), p50 and p99 (``bench_modes``' measure);
 - the memory of every process of the engines (drivers, JVMs, Python workers: the sum of their
-  RSS, sampled every second; the median of the samples), and what each pipeline beyond the
+  PSS, sampled every second; the median of the samples), and what each pipeline beyond the
   first adds to it;
 - then the producers stop and, the streams still live with nothing to read, the engines' CPU
   for ``--idle`` seconds (CPU-seconds per second: cores), and what each pipeline beyond the
@@ -68,11 +68,13 @@ def engine_processes() -> list[psutil.Process]:
     return found
 
 
-def rss_mb() -> float:
+def pss_mb() -> float:
+    """The engines' memory: the sum of their processes' PSS (a page shared by N processes
+    counts 1/N in each: forked Python workers are not counted twice)."""
     total = 0
     for process in engine_processes():
         try:
-            total += process.memory_info().rss
+            total += process.memory_full_info().pss
         except psutil.Error:
             continue
     return total / 2**20
@@ -152,7 +154,7 @@ def run_once(root: Path, count: int, sharing: str, rate: float, live: float, idl
         window["live_from"] = time.time()
         end = time.monotonic() + live
         while time.monotonic() < end:
-            samples.append(rss_mb())
+            samples.append(pss_mb())
             time.sleep(1)
         window["live_to"] = time.time()
         stop.set()  # the producers stop; the streams stay live with nothing to read
@@ -160,7 +162,7 @@ def run_once(root: Path, count: int, sharing: str, rate: float, live: float, idl
         before, at = cpu_seconds(), time.monotonic()
         time.sleep(idle)
         window["idle_cores"] = (cpu_seconds() - before) / (time.monotonic() - at)
-        window["idle_rss_mb"] = rss_mb()
+        window["idle_pss_mb"] = pss_mb()
         finished.set()
         for s in pipelines:  # each stream ends at its next commit boundary, and its loop
             StateStore.from_settings(s).commands.submit("pause", {}, issuer="bench_fleet")
@@ -182,7 +184,7 @@ def run_once(root: Path, count: int, sharing: str, rate: float, live: float, idl
         latencies = record_latencies(commits, appended[s.pipeline], window["live_from"])
         per_pipeline[s.pipeline] = latency_summary(latencies) if latencies else {}
     results["latency"] = per_pipeline
-    results["rss_mb"] = statistics.median(samples) if samples else None
+    results["pss_mb"] = statistics.median(samples) if samples else None
     results["idle_cores"] = window.get("idle_cores")
     return results
 
@@ -213,7 +215,7 @@ def main() -> int:
                     f"{name} {v['p50'] * 1000:.0f}/{v['p99'] * 1000:.0f}" if v else f"{name} -"
                     for name, v in lat.items()
                 )
-                + f"); memory {result['rss_mb']:.0f} MB; idle {result['idle_cores']:.3f} cores; "
+                + f"); memory {result['pss_mb']:.0f} MB; idle {result['idle_cores']:.3f} cores; "
                 f"{result['seconds']:.0f} s in all",
                 flush=True,
             )
@@ -222,7 +224,7 @@ def main() -> int:
         if 1 in mine:
             for count, r in sorted(mine.items()):
                 if count > 1:
-                    added = (r["rss_mb"] - mine[1]["rss_mb"]) / (count - 1)
+                    added = (r["pss_mb"] - mine[1]["pss_mb"]) / (count - 1)
                     cores = (r["idle_cores"] - mine[1]["idle_cores"]) / (count - 1)
                     print(
                         f"engines {sharing}: each pipeline beyond the first, at {count}: "

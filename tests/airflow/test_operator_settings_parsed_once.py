@@ -61,7 +61,7 @@ def test_the_lag_sensor_resolves_the_settings_once_for_its_check_and_its_trigger
 ) -> None:
     resolved: list[dict[str, Any]] = []
 
-    def settings_from_airflow(overrides: dict[str, Any]) -> PipelineSettings:
+    def settings_from_airflow(overrides: dict[str, Any], **layers: Any) -> PipelineSettings:
         resolved.append(dict(overrides))
         return PipelineSettings.from_mapping(overrides)
 

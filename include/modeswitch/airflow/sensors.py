@@ -13,6 +13,7 @@ from airflow.sdk import BaseSensorOperator
 from modeswitch.airflow.lag import measure_lag
 from modeswitch.airflow.settings import (
     connection_storage_options,
+    deployment_fleet,
     settings_from_airflow,
     source_credentials,
 )
@@ -38,6 +39,7 @@ class LagThresholdSensor(BaseSensorOperator):
         watermark_lag_threshold: timedelta | None = None,
         offset_lag_threshold: int | None = None,
         settings: Mapping[str, Any] | None = None,
+        pipeline: str | None = None,
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -47,13 +49,17 @@ class LagThresholdSensor(BaseSensorOperator):
         self.watermark_lag_threshold = watermark_lag_threshold
         self.offset_lag_threshold = offset_lag_threshold
         self.settings = dict(settings or {})
+        self.pipeline = pipeline  # one of the pipelines folder's; None: modeswitch's
         self.deferrable = deferrable
 
     @cached_property
     def pipeline_settings(self) -> PipelineSettings:
-        """The pipeline's settings: the Variables, then ``settings`` over them; read and
-        validated on first use in a task run, then kept for the rest of it."""
-        return settings_from_airflow(self.settings)
+        """The pipeline's settings (``pipeline``'s, a pipeline the deployment's pipelines folder
+        declares, with its file and its own Variables; ``modeswitch``'s by default): the
+        Variables, then ``settings`` over them; read and validated on first use in a task
+        run, then kept for the rest of it."""
+        declared = deployment_fleet().get(self.pipeline) if self.pipeline else None
+        return settings_from_airflow(self.settings, pipeline=declared)
 
     def _check(self) -> dict[str, Any] | None:
         settings = self.pipeline_settings
