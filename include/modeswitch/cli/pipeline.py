@@ -252,8 +252,16 @@ def engine_command(args: argparse.Namespace) -> int:
     if address is None:
         console.print(f"no engine runs for pipeline {settings.pipeline!r}")
         return 1
-    running = ping(address).get("running")
-    what = f"running {running[0]} epoch {running[1]}" if running else "idle"
+    answer = ping(address)
+    lanes = answer.get("lanes") or {}
+    if answer.get("shared"):  # the epoch each pipeline it serves runs
+        what = "shared; " + (
+            ", ".join(f"{p}: {kind} epoch {epoch}" for p, (kind, epoch) in sorted(lanes.items()))
+            or "idle"
+        )
+    else:
+        running = answer.get("running")
+        what = f"running {running[0]} epoch {running[1]}" if running else "idle"
     console.print(
         f"engine pid {address.pid} on {address.host}:{address.port}: {what} "
         f"(address file {engine_file(settings)})"

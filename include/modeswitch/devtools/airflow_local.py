@@ -53,8 +53,20 @@ def airflow_environment(
 def migrate(env: Mapping[str, str]) -> None:
     """``airflow db migrate`` (creates the SQLite database on first use)."""
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    airflow_command(env, "db", "migrate")
+
+
+def reserialize(env: Mapping[str, str]) -> None:
+    """``airflow dags reserialize``: every DAG written to the database once, before several
+    processes run them at once (each ``dag.test()`` would insert the rows it does not find:
+    a race on their keys)."""
+    airflow_command(env, "dags", "reserialize")
+
+
+def airflow_command(env: Mapping[str, str], *args: str) -> None:
+    """The ``airflow`` command of this environment with ``args``, in ``env``; its errors raise."""
     subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        [str(Path(sys.executable).parent / "airflow"), *args],
         env={**os.environ, **env},
         check=True,
         stdout=subprocess.DEVNULL,

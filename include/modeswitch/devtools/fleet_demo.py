@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -38,7 +37,7 @@ from modeswitch.control.pipelines import list_fleet
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import layer_settings
 from modeswitch.devtools.airflow_demo import AIRFLOW_DEMO_SETTINGS, DagRuns
-from modeswitch.devtools.airflow_local import airflow_environment, migrate
+from modeswitch.devtools.airflow_local import airflow_environment, migrate, reserialize
 from modeswitch.devtools.demo import burst_later, demo_sources, print_summary
 from modeswitch.environment import ENGINE_DIR, ENGINE_SHARING, PIPELINES_DIR
 from modeswitch.runners.engine import stop_engine
@@ -142,15 +141,7 @@ def run_fleet_demo(directory: str, *, console: Console, fleet=FLEET) -> int:
     console.rule("1. a local Airflow whose pipelines folder declares three pipelines")
     started = time.monotonic()
     migrate(env)
-    # The DAGs written to the database once, before three processes run them at once (each
-    # dag.test() would insert the rows it does not find: a race on their keys).
-    subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "dags", "reserialize"],
-        env={**os.environ, **env},
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    reserialize(env)  # before three processes run the DAGs at once
     console.print(
         f"Airflow (SQLite) under {env['AIRFLOW_HOME']}, pipelines from {folder}: "
         + ", ".join(f"{name} ({declared[name].file})" for name in settings)
