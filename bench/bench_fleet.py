@@ -1,15 +1,16 @@
 """Benchmark: 1, 2, 4 and 8 pipelines live at once, on one shared engine and on an engine each.
 
     .venv/bin/python bench/bench_fleet.py [--counts 1,2,4,8] [--sharing deployment,pipeline]
-        [--rate 1000] [--live 60] [--idle 20]
+        [--rate 1000] [--live 60] [--idle 20] [--trigger 100ms]
 
 For each count and each way of running engines (``MODESWITCH_ENGINE_SHARING``: ``deployment``,
 one warm engine serving every pipeline, a lane and a FAIR scheduler pool each; ``pipeline``, an
 engine each), the pipelines run as ``modeswitch run --pipelines`` runs them
-(:func:`~modeswitch.runners.pipeline_run.run_pipelines`, the demo's event payload, 100 ms
-trigger): each pipeline its own embedded log (2 buckets, a 5 000-record backlog) and a live
-producer at ``--rate`` records/s. Each drains its backlog in a batch epoch, the engine hands it
-to its stream, and after a 15 s settling time the measure runs for ``--live`` seconds:
+(:func:`~modeswitch.runners.pipeline_run.run_pipelines`, the demo's event payload, a 100 ms
+trigger unless ``--trigger`` says otherwise): each pipeline its own embedded log (2 buckets,
+a 5 000-record backlog) and a live producer at ``--rate`` records/s. Each drains its backlog
+in a batch epoch, the engine hands it to its stream, and after a 15 s settling time the
+measure runs for ``--live`` seconds:
 
 - every pipeline's latency, from each record's append (the producer notes it) to its sink
   commit (the commit's timestamp), p50 and p99 (``bench_modes``' measure);
@@ -91,7 +92,15 @@ def cpu_seconds() -> float:
     return total
 
 
-def run_once(root: Path, count: int, sharing: str, rate: float, live: float, idle: float) -> dict:
+def run_once(
+    root: Path,
+    count: int,
+    sharing: str,
+    rate: float,
+    live: float,
+    idle: float,
+    trigger: str = "100ms",
+) -> dict:
     os.environ[ENGINE_SHARING.name] = sharing
     os.environ[ENGINE_DIR.name] = str(root / "engines")
     pipelines = []
@@ -108,7 +117,7 @@ def run_once(root: Path, count: int, sharing: str, rate: float, live: float, idl
             "source": str(root / name / "log"),
             "warehouse": str(root / name / "warehouse"),
             "engine": "warm",
-            "trigger_interval": "100ms",
+            "trigger_interval": trigger,
             "max_records_per_trigger": "100000",
             "max_stream_runtime": "1h",
             "watermark_lag_threshold": "1h",
@@ -196,13 +205,16 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--live", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--trigger", default="100ms", help="the streams' trigger_interval")
     parser.add_argument("--json", help="write every result here too")
     args = parser.parse_args()
     results = []
     for count in (int(c) for c in args.counts.split(",")):
         for sharing in args.sharing.split(","):
             with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-                result = run_once(Path(tmp), count, sharing, args.rate, args.live, args.idle)
+                result = run_once(
+                    Path(tmp), count, sharing, args.rate, args.live, args.idle, args.trigger
+                )
             results.append(result)
             lat = result["latency"]
             p50s = [v["p50"] for v in lat.values() if v]
