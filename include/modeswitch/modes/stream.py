@@ -77,13 +77,6 @@ applies it (a sink commit of its own) before it opens the next epoch at the rewo
 DECISION_RECORD_EVERY = timedelta(seconds=1)
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
-IDLE_AFTER = timedelta(seconds=5)
-IDLE_POLL = timedelta(seconds=1)
-"""A stream that has committed nothing new for :data:`IDLE_AFTER` follows the sink once per
-:data:`IDLE_POLL` instead of every poll (the sink log's new files, the log's offsets, the
-policy: an idle pipeline's loop is most of what it costs, and a shared engine runs one per
-pipeline); its next commit brings the poll back at once. Commands and the runtime limit are
-then seen within a second."""
 
 
 @dataclass(frozen=True)
@@ -349,7 +342,6 @@ def run_stream_epoch(
     )
     reason, next_mode, command_id, command_action = "", "stream", None, None
     commands_checked: datetime | None = None
-    last_new = clock()
     try:
         deadline = started_at + settings.max_stream_runtime
         # Each turn follows the sink's commits, one poll apart. No StreamingQueryListener:
@@ -357,11 +349,8 @@ def run_stream_epoch(
         # resolving names through every jar on the class path, 0.26 CPU-s a second of
         # streaming on the JVM side (JFR); it only woke this loop a poll earlier.
         while query.isActive:
-            idle = clock() - last_new >= IDLE_AFTER
-            time.sleep((IDLE_POLL if idle else poll).total_seconds())
+            time.sleep(poll.total_seconds())
             new = supervisor.follow_commits()
-            if new:
-                last_new = clock()
             if new and supervisor.micro_batches == len(new):
                 log.info("stream epoch %d: first micro-batch committed", epoch_id)
             pending = None
