@@ -75,6 +75,13 @@ STOP_COMMANDS: dict[str, str | None] = {
 each forces. A rewind forces none: the stream stops and leaves it pending, and ``decide``
 applies it (a sink commit of its own) before it opens the next epoch at the rewound offsets."""
 DECISION_RECORD_EVERY = timedelta(seconds=1)
+DECISION_IDLE_EVERY = timedelta(seconds=15)
+"""While what the policy sees does not move (the log's latest offsets and the sink's committed
+ones as they were at the last recorded decision: a live stream with nothing to read), its
+decision is recorded this seldom instead of every second: each record is a commit to the
+decisions table, and an idle pipeline's recording was most of what it cost (4 idle pipelines on
+one engine: its driver ~0.2 cores). A switch, a decision for another mode, or any movement
+records at once, as before."""
 PROGRESS_RECORD_EVERY = timedelta(seconds=1)
 COMMAND_POLL_EVERY = timedelta(milliseconds=500)
 
@@ -123,6 +130,7 @@ class StreamSupervisor:
         self.last_data_at: dict[int, datetime] = {}
         self.state = PolicyState(mode="stream", mode_since=started_at)
         self.last_recorded_decision: datetime | None = None
+        self.recorded_view: tuple[dict, dict] | None = None  # (latest, committed) recorded
         self.micro_batches = 0
         self.records = 0
         self.committed: OffsetsMap = {}
@@ -228,14 +236,14 @@ class StreamSupervisor:
 
     def evaluate(self, command: OperatorCommand | None = None) -> Decision:
         now = self.clock()
+        observation = self.observe(now)
         decision = decide_mode(
-            self.observe(now), settings=self.settings.policy, previous=self.state, command=command
+            observation, settings=self.settings.policy, previous=self.state, command=command
         )
         self.state = decision.state
-        due = (
-            self.last_recorded_decision is None
-            or now - self.last_recorded_decision >= DECISION_RECORD_EVERY
-        )
+        view = (dict(observation.latest), dict(observation.committed))
+        every = DECISION_IDLE_EVERY if view == self.recorded_view else DECISION_RECORD_EVERY
+        due = self.last_recorded_decision is None or now - self.last_recorded_decision >= every
         if decision.switched or decision.mode != "stream" or due:
             self.store.decisions.record(
                 "batch" if decision.mode == "batch" else "stream",
@@ -246,7 +254,7 @@ class StreamSupervisor:
                 epoch=self.epoch_id,
                 decided_by="stream",
             )
-            self.last_recorded_decision = now
+            self.last_recorded_decision, self.recorded_view = now, view
         return decision
 
 
