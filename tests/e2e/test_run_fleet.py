@@ -93,10 +93,14 @@ def engines_left(tmp_path: Path) -> list[int]:
     ]
 
 
-def test_three_pipelines_run_together_on_one_engine_each_exactly_once(tmp_path: Path) -> None:
-    folder = pipelines_folder(tmp_path, FLEET)
+def test_three_pipelines_run_together_on_one_engine_and_a_broken_fourth_stops_alone(
+    tmp_path: Path,
+) -> None:
+    folder = pipelines_folder(tmp_path, {**FLEET, "broken": (2, 1_000, "uniform")})
+    shutil.rmtree(tmp_path / "broken" / "log")  # its source is down
     run = run_fleet(folder, tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    told = run.stdout + run.stderr
+    assert run.returncode != 0 and "pipeline 'broken'" in told, told[-3000:]
     engine_logs = list((tmp_path / "engines").glob("*.log"))
     assert [p.name for p in engine_logs] == [SHARED_FILE.replace(".json", ".log")]
     text = engine_logs[0].read_text()
@@ -109,19 +113,6 @@ def test_three_pipelines_run_together_on_one_engine_each_exactly_once(tmp_path: 
         assert epochs[1].start == epochs[0].end, name  # the exact handoff
         report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
         assert report.ok and report.totals.missing == 0 and report.totals.duplicated == 0, report
+        assert report.totals.expected == FLEET[name][1], name
     assert engines_left(tmp_path) == [], "the shared engine outlived modeswitch run"
     assert EngineAddress.read(tmp_path / "engines" / SHARED_FILE) is None
-
-
-def test_a_pipeline_whose_source_is_gone_stops_alone(tmp_path: Path) -> None:
-    folder = pipelines_folder(tmp_path, {**FLEET, "broken": (2, 1_000, "uniform")})
-    shutil.rmtree(tmp_path / "broken" / "log")  # its source is down
-    run = run_fleet(folder, tmp_path)
-    assert run.returncode != 0
-    assert "pipeline 'broken'" in run.stdout + run.stderr, run.stdout[-3000:] + run.stderr[-3000:]
-    for name in FLEET:
-        settings = settings_of(folder, name)
-        report = audit(settings.source, settings.sink, settings.quarantine, settings.pipeline)
-        assert report.ok and report.totals.missing == 0 and report.totals.duplicated == 0, name
-        assert report.totals.expected == FLEET[name][1], name
-    assert engines_left(tmp_path) == []
