@@ -113,6 +113,7 @@ soak: install
 SOAK_SEEDS ?= $(shell seq -s, 100 111)
 SOAK_FAULTS ?= 8
 SOAK_BROKER_SEEDS ?= $(shell seq -s, 200 205)
+SOAK_FLEET_SEEDS ?= $(shell seq -s, 600 603)
 SOAK_SCHEDULER_SEEDS ?= $(shell seq -s, 300 303)
 SOAK_FULL_SIZES ?= 12m,18m,24m,32m
 SOAK_READ_ONLY_WAVES ?= 1,3,6
@@ -121,13 +122,14 @@ SOAK_FUZZ_EXAMPLES ?= 3000
 soak-faults: install postgres
 	MODESWITCH_FAULT_SEEDS=$(SOAK_SEEDS) MODESWITCH_FAULTS_PER_SEED=$(SOAK_FAULTS) \
 		MODESWITCH_BROKER_FAULT_SEEDS=$(SOAK_BROKER_SEEDS) \
+		MODESWITCH_FLEET_FAULT_SEEDS=$(SOAK_FLEET_SEEDS) MODESWITCH_FLEET_FAULTS_PER_SEED=$(SOAK_FAULTS) \
 		MODESWITCH_SCHEDULER_FAULT_SEEDS=$(SOAK_SCHEDULER_SEEDS) \
 		MODESWITCH_SCHEDULER_FAULTS=$(SOAK_FAULTS) \
 		MODESWITCH_STORAGE_FULL_SIZES=$(SOAK_FULL_SIZES) \
 		MODESWITCH_STORAGE_READ_ONLY_WAVES=$(SOAK_READ_ONLY_WAVES) \
 		MODESWITCH_PG_CRASHES=$(SOAK_PG_CRASHES) \
 		MODESWITCH_API_FUZZ_EXAMPLES=$(SOAK_FUZZ_EXAMPLES) \
-		$(PY) -m pytest -rP tests/faults/test_random_faults.py \
+		$(PY) -m pytest -rP tests/faults/test_random_faults.py tests/faults/test_fleet_faults.py \
 		tests/airflow/test_scheduler_faults.py tests/faults/test_storage_faults.py \
 		"tests/airflow/test_scheduler_run.py::test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command" \
 		tests/airflow/test_web_api.py $(PYTEST_ARGS)
