@@ -31,7 +31,6 @@ from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.settings import deployment_fleet
 from modeswitch.airflow.tasks import branch_for, close_task, decide_task, submit_control_command
 from modeswitch.control.pipelines import Pipeline
-from modeswitch.control.settings_layers import layer_settings
 from modeswitch.errors import ConfigError
 
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -366,7 +365,7 @@ def declare_all() -> dict[str, str]:
     refused = dict(fleet.refused)
     for p in fleet.pipelines:
         try:
-            layer_settings((f"{p.file}:", p.file_layer()))
+            p.own_settings()
         except ConfigError as exc:
             refused[str(p.file)] = str(exc)
             continue

@@ -116,7 +116,6 @@ def _overview_command(args: argparse.Namespace) -> int:
     import json
 
     from modeswitch.control.pipelines import list_fleet
-    from modeswitch.control.settings_layers import layer_settings
     from modeswitch.ops.overview import fleet_overview, overview_table
     from modeswitch.ops.status import pipeline_status
 
@@ -133,7 +132,7 @@ def _overview_command(args: argparse.Namespace) -> int:
 
     def reader(pipeline):
         return lambda: pipeline_status(
-            layer_settings((f"pipeline file {pipeline.file}:", pipeline.file_layer())),
+            pipeline.own_settings(),
             rows=args.rows,
         )
 

@@ -88,7 +88,7 @@ def _run_settings(args: argparse.Namespace) -> list:
     declared = [p for p in fleet.pipelines if p.declared]
     if not declared:
         raise ModeswitchError(f"--pipelines {args.pipelines}: no settings file (.toml, .json)")
-    return [layer_settings((f"pipeline file {p.file}:", p.file_layer())) for p in declared]
+    return [p.own_settings() for p in declared]
 
 
 def _run_several(pipelines: list, args: argparse.Namespace, duration, stop) -> int:

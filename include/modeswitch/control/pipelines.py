@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from modeswitch.control.settings import PipelineSettings, pipeline_name_rule
-from modeswitch.control.settings_layers import VARIABLE_PREFIX, read_settings_file
+from modeswitch.control.settings_layers import VARIABLE_PREFIX, layer_settings, read_settings_file
 from modeswitch.errors import ConfigError
 
 LEGACY = "modeswitch"
@@ -91,6 +91,12 @@ class Pipeline:
                 setting="pipeline",
             )
         return {**layer, "pipeline": self.name}
+
+    def own_settings(self) -> PipelineSettings:
+        """Its settings from its file alone (code defaults < the file), validated: what the DAG
+        factory checks, and what ``modeswitch run`` and ``status`` run without Airflow. A bad
+        value is a ConfigError naming the file and the setting."""
+        return layer_settings((f"{self.file}:", self.file_layer()))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from rich.table import Table
 
 from modeswitch.control.pipelines import list_fleet
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.control.settings_layers import layer_settings
 from modeswitch.devtools.airflow_demo import AIRFLOW_DEMO_SETTINGS, DagRuns
 from modeswitch.devtools.airflow_local import airflow_environment, migrate, reserialize
 from modeswitch.devtools.demo import burst_later, demo_sources, print_summary
@@ -127,10 +126,7 @@ def run_fleet_demo(directory: str, *, console: Console, fleet=FLEET) -> int:
     (root / "logs").mkdir(parents=True)
     folder = write_pipelines(root, fleet)
     declared = {p.name: p for p in list_fleet(folder).pipelines if p.declared}
-    settings = {
-        p.name: layer_settings((f"{declared[p.name].file}:", declared[p.name].file_layer()))
-        for p in fleet
-    }
+    settings = {p.name: declared[p.name].own_settings() for p in fleet}
     shared = {
         PIPELINES_DIR.name: str(folder),
         ENGINE_SHARING.name: "deployment",
