@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 # Every run ends with its 40 slowest test phases (--durations), the record of where the time goes.
 
-.PHONY: install java jars kafka-broker cds chromium postgres demo test lint format bench soak soak-faults clean \
+.PHONY: install java jars kafka-broker schema-registry cds chromium postgres demo test lint format bench soak soak-faults clean \
 	compose-images compose-demo compose-down test-compose soak-compose
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -26,7 +26,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
 	@touch $(STAMP)
 
-install: $(STAMP) java jars kafka-broker cds
+install: $(STAMP) java jars kafka-broker schema-registry cds
 
 # The JVM artifacts of jvm/pom.xml (delta-spark and what it needs that pyspark lacks), copied
 # into $(JARS) for every Spark session's spark.jars (modeswitch.runners.jvm.fetched_jars).
@@ -57,6 +57,21 @@ $(BROKER_STAMP): jvm/kafka-broker/pom.xml | java
 	mvn -B -q -f jvm/kafka-broker/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(BROKER_JARS).new
 	@touch $(BROKER_JARS).new/.fetched
 	@rm -rf $(BROKER_JARS) && mv $(BROKER_JARS).new $(BROKER_JARS)
+
+# A schema registry (Apicurio Registry's Quarkus application, jvm/schema-registry/pom.xml),
+# apart from Spark's jars: the registry tests start it on loopback
+# (modeswitch.devtools.schema_registry).
+REGISTRY_APP := .schema-registry
+REGISTRY_STAMP := $(REGISTRY_APP)/.fetched
+
+schema-registry: $(REGISTRY_STAMP)
+
+$(REGISTRY_STAMP): jvm/schema-registry/pom.xml | java
+	@bash tools/ensure-maven.sh
+	@rm -rf $(REGISTRY_APP).new
+	mvn -B -q -f jvm/schema-registry/pom.xml dependency:unpack -DoutputDirectory=$(CURDIR)/$(REGISTRY_APP).new
+	@touch $(REGISTRY_APP).new/.fetched
+	@rm -rf $(REGISTRY_APP) && mv $(REGISTRY_APP).new $(REGISTRY_APP)
 
 java:
 	@bash tools/ensure-java.sh

@@ -301,6 +301,26 @@ PIPELINES_DIR = EnvironmentVariable(
     default=None,
     shown="`pipelines/` beside the DAG files",
 )
+SCHEMA_REGISTRY_CONFIG = EnvironmentVariable(
+    "MODESWITCH_SCHEMA_REGISTRY_CONFIG",
+    json_object('schema registry client settings, e.g. {"url": "http://registry:8080"}'),
+    "secret: a JSON object of the schema registry's client configuration for Avro payloads "
+    "framed by a registry (Confluent's client settings: `url`, `basic.auth.user.info`, ...; "
+    'e.g. `{"url": "http://registry:8081"}`); under Airflow the tasks set it from '
+    "`schema_registry_connection` ([KAFKA.md](KAFKA.md#your-topic))",
+    default_factory=dict,
+    shown="(none)",
+    secret=True,
+)
+SCHEMA_REGISTRY_APP = EnvironmentVariable(
+    "MODESWITCH_SCHEMA_REGISTRY_APP",
+    parse_resolved_path,
+    "dev tools: the folder of the schema registry application (Apicurio Registry) the tests "
+    "and demos of registry-framed payloads start on loopback, which `make install` unpacks "
+    "from `jvm/schema-registry/pom.xml`",
+    default=REPOSITORY / ".schema-registry",
+    shown="`.schema-registry/` at the repository's top",
+)
 KAFKA_BROKER_JARS = EnvironmentVariable(
     "MODESWITCH_KAFKA_BROKER_JARS",
     parse_resolved_path,
@@ -342,12 +362,14 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     ENGINE_TOKEN,
     STORAGE_OPTIONS,
     KAFKA_CONFIG,
+    SCHEMA_REGISTRY_CONFIG,
     ALERTS_SCHEDULE,
     BACKFILL_SCHEDULE,
     BACKFILL_MAX_ACTIVE_RUNS,
     MAINTENANCE_SCHEDULE,
     PIPELINES_DIR,
     KAFKA_BROKER_JARS,
+    SCHEMA_REGISTRY_APP,
     DEMO_ENGINE,
     FAULTS,
     FAULT_MARKERS,

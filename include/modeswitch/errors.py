@@ -50,6 +50,12 @@ class SchemaMismatchError(ModeswitchError, ValueError):
     change. The message names the columns."""
 
 
+class SchemaChangedError(ModeswitchError):
+    """A value is written with a version of its schema the job does not read as (registered
+    after the job began): the job stops before committing it (``on_schema_change`` ``evolve``
+    or ``fail``). The message names the subject, the versions and the record."""
+
+
 class OffsetsContinuityError(ModeswitchError):
     """A commit's offsets do not continue where the sink's last commit ended (a gap, an
     overlap, or offsets going backwards without a recorded rewind)."""

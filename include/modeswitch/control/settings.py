@@ -28,8 +28,14 @@ from typing import ClassVar, Literal, get_args
 
 from modeswitch.control.flat_settings import FlatSettings
 from modeswitch.control.locations import KafkaLocation, is_kafka_source
+from modeswitch.control.payload_settings import PayloadSettings
 from modeswitch.control.setting_groups import MaintenanceSettings, PlannerSettings, PolicySettings
-from modeswitch.control.value_schema import SCHEMA_TRANSFORM, describe_payload, parse_value_schema
+from modeswitch.control.value_schema import (
+    SCHEMA_TRANSFORM,
+    Payload,
+    describe_payload,
+    parse_value_schema,
+)
 from modeswitch.control.values import (
     MIN_DRIVER_MEMORY,
     check_settings,
@@ -147,6 +153,7 @@ class PipelineSettings(FlatSettings):
         "policy": PolicySettings,
         "planner": PlannerSettings,
         "maintenance": MaintenanceSettings,
+        "payload": PayloadSettings,
     }
 
     pipeline: str = setting(
@@ -422,6 +429,7 @@ class PipelineSettings(FlatSettings):
     policy: PolicySettings = PolicySettings()  # noqa: RUF009
     planner: PlannerSettings = PlannerSettings()  # noqa: RUF009
     maintenance: MaintenanceSettings = MaintenanceSettings()  # noqa: RUF009
+    payload: PayloadSettings = PayloadSettings()  # noqa: RUF009
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -444,7 +452,7 @@ class PipelineSettings(FlatSettings):
         ``value_schema`` and ``event_time_field`` only with the transform built from them,
         ``event_time_field`` a time field of ``value_schema``), and a Kafka source that does
         not take its event time from a field as well."""
-        describe_payload(self.transform, self.value_schema, self.event_time_field)
+        self.describe_payload()
         name = self.event_time_field
         kafka = is_kafka_source(self.source)
         if name and kafka and KafkaLocation.parse(self.source).event_time_field:
@@ -454,6 +462,17 @@ class PipelineSettings(FlatSettings):
                 "by value_schema, read alike by both forms of the transform) or the source's",
                 setting="event_time_field",
             )
+
+    def describe_payload(self) -> Payload:
+        """What the records hold and what parses them, from the payload settings
+        (:func:`~modeswitch.control.value_schema.describe_payload`)."""
+        return describe_payload(
+            self.transform,
+            self.value_schema,
+            self.event_time_field,
+            formats=self.payload,
+            source=self.source,
+        )
 
     def checkpoint(self, epoch: int) -> str:
         """The stream checkpoint of one epoch: fresh per epoch, reused by its restarts."""

@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
+from modeswitch.control.payload_settings import AvroSchemaSource, PayloadSettings, describe_format
 from modeswitch.errors import ConfigError
 
 DDL_TYPES: dict[str, str] = {
@@ -376,8 +377,9 @@ records as they are."""
 @dataclass(frozen=True)
 class Payload:
     """What a pipeline's records hold and what parses them, from its ``transform``,
-    ``value_schema`` and ``event_time_field`` settings: read once (:func:`describe_payload`),
-    then handed to whatever builds or runs the transform, which never parses the text again."""
+    ``value_schema``, ``event_time_field`` and ``payload`` group settings: read once
+    (:func:`describe_payload`), then handed to whatever builds or runs the transform, which never
+    parses the text again."""
 
     transform: str
     """The ``transform`` setting: :data:`SCHEMA_TRANSFORM`, or ``module:function``."""
@@ -385,22 +387,36 @@ class Payload:
     """``value_schema``'s fields, in order (only with :data:`SCHEMA_TRANSFORM`)."""
     event_time: PayloadField | None = None
     """The field ``event_time_field`` names, or None: the log's timestamp is the event time."""
+    format: str = "json"
+    """The values' format with :data:`SCHEMA_TRANSFORM`: ``json``, ``avro`` or ``raw``
+    (:mod:`modeswitch.control.payload_settings`)."""
+    avro: AvroSchemaSource | None = None
+    """Where an ``avro`` payload's schemas come from."""
 
     @property
     def from_schema(self) -> bool:
-        """Whether the transform is the one built from ``value_schema``."""
+        """Whether the transform is the one built from the payload settings."""
         return self.transform == SCHEMA_TRANSFORM
 
 
 def describe_payload(
-    transform: str = SCHEMA_TRANSFORM, value_schema: str = "", event_time_field: str = ""
+    transform: str = SCHEMA_TRANSFORM,
+    value_schema: str = "",
+    event_time_field: str = "",
+    *,
+    formats: PayloadSettings | None = None,
+    source: str = "",
 ) -> Payload:
-    """The :class:`Payload` of the three settings, with the rules between them, written here
-    only: ``value_schema`` and ``event_time_field`` go with :data:`SCHEMA_TRANSFORM` alone (a
-    transform of one's own parses the records itself and keeps the log's event time), and
-    ``event_time_field`` names a time field of ``value_schema``
-    (:func:`find_event_time_field`). Raises :class:`ConfigError` naming the setting and its
-    value."""
+    """The :class:`Payload` of the payload settings (``formats``: the ``payload`` group, its
+    defaults when None; ``source`` the ``source`` setting, whose topic names a registry's
+    subject), with the rules between them, written here only: ``value_schema``,
+    ``event_time_field`` and a ``value_format`` other than ``auto`` go with
+    :data:`SCHEMA_TRANSFORM` alone (a transform of one's own parses the records itself and keeps
+    the log's event time), ``event_time_field`` names a time field of ``value_schema``
+    (:func:`find_event_time_field`), and the format with its schema
+    (:func:`~modeswitch.control.payload_settings.describe_format`). Raises :class:`ConfigError`
+    naming the setting and its value."""
+    formats = formats or PayloadSettings()
     spec = transform.strip() if isinstance(transform, str) else transform
     if spec != SCHEMA_TRANSFORM:
         for setting, value, itself, instead in (
@@ -411,6 +427,7 @@ def describe_payload(
                 " and keeps the log's event time",
                 "with value_schema",
             ),
+            ("value_format", formats.value_format.replace("auto", ""), "", "to read that format"),
         ):
             if isinstance(value, str) and value.strip():
                 raise ConfigError(
@@ -420,8 +437,18 @@ def describe_payload(
                     setting=setting,
                 )
         return Payload(spec)
+    fmt, avro = describe_format(formats, value_schema=value_schema, source=source)
+    if avro is not None and isinstance(event_time_field, str) and event_time_field.strip():
+        raise ConfigError(
+            f"event_time_field: {event_time_field!r} is set, and value_format is 'avro': an "
+            "Avro payload's event time is the log's record timestamp (a field of the Avro "
+            "schema as the event time is not read yet); leave event_time_field empty",
+            setting="event_time_field",
+        )
     fields = parse_value_schema(value_schema)
-    return Payload(spec, fields, find_event_time_field(fields, event_time_field))
+    return Payload(
+        spec, fields, find_event_time_field(fields, event_time_field), format=fmt, avro=avro
+    )
 
 
 __all__ = [

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from modeswitch.control.value_schema import Payload, describe_payload
+from modeswitch.control.value_schema import Payload
 from modeswitch.modes.stream_path import StreamPath, choose_stream_path
 from modeswitch.modes.wave_path import WavePath, choose_wave_path
 from modeswitch.sources import log_type
@@ -88,7 +88,7 @@ def resolve_job(settings: PipelineSettings, kind: JobKind) -> JobPlan:
     loaded or a path that cannot run (``batch_reader = arrow`` with a transform without an Arrow
     form, an unknown reader or writer)."""
     log = log_type(settings.source)
-    payload = describe_payload(settings.transform, settings.value_schema, settings.event_time_field)
+    payload = settings.describe_payload()
     transform = payload_transform(payload)
     stream = (
         JobPlan(kind, settings, log, payload, transform).stream_path_on(log)

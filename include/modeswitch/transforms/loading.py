@@ -35,13 +35,9 @@ def load_transform(
 
 
 def pipeline_transform(settings: PipelineSettings) -> Transform:
-    """The pipeline's transform: :func:`load_transform` of its ``transform``, ``value_schema``
-    and ``event_time_field`` settings."""
-    return load_transform(
-        settings.transform,
-        value_schema=settings.value_schema,
-        event_time_field=settings.event_time_field,
-    )
+    """The pipeline's transform: :func:`payload_transform` of its payload settings
+    (:meth:`~modeswitch.control.settings.PipelineSettings.describe_payload`)."""
+    return payload_transform(settings.describe_payload())
 
 
 def payload_transform(payload: Payload) -> Transform:
@@ -49,8 +45,9 @@ def payload_transform(payload: Payload) -> Transform:
 
     ``value_schema`` (:data:`~modeswitch.transforms.contract.DEFAULT_TRANSFORM`) is the
     transform built from the payload's fields
-    (:func:`modeswitch.transforms.payload.schema_transform`). Any other spec is
-    ``module:function``; ``function`` may be a dotted path inside the module
+    (:func:`modeswitch.transforms.payload.schema_transform`), or for an Avro payload its
+    decoder, whose schemas are read now (:func:`modeswitch.transforms.avro.avro_transform`).
+    Any other spec is ``module:function``; ``function`` may be a dotted path inside the module
     (``pkg.mod:Parsers.orders``). A :class:`Transform` is used as is; a plain function becomes
     a Transform named ``spec`` with no Arrow form. A module that moved (:data:`MOVED_MODULES`)
     is found at its new place. Raises :class:`ConfigError` naming the setting and the value
@@ -59,6 +56,10 @@ def payload_transform(payload: Payload) -> Transform:
     place, no longer read: build a :class:`Transform` with ``arrow=`` instead).
     """
     spec = payload.transform
+    if payload.avro is not None:
+        from modeswitch.transforms.avro import avro_transform
+
+        return avro_transform(payload.avro)
     if payload.from_schema:
         return schema_transform(payload.fields, event_time=payload.event_time)
     if not isinstance(spec, str) or spec.count(":") != 1:

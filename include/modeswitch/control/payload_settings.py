@@ -1,0 +1,202 @@
+"""What format a pipeline's record values are in, and where their schema comes from: the
+``payload`` settings group (:class:`PayloadSettings`) and :func:`describe_format`, which reads it
+with the other payload settings into what the transform is built from.
+
+- ``value_format = json`` (the default with ``value_schema`` set): each value is JSON text,
+  parsed into ``value_schema``'s columns (:mod:`modeswitch.control.value_schema`).
+- ``raw`` (the default without one): the records land as they are.
+- ``avro``: each value is Avro binary; its columns are the top-level fields of the Avro
+  *reader* schema (:mod:`modeswitch.transforms.avro`). The schema is either an Avro schema file
+  (``value_schema_file``, a ``.avsc``: every value is the bare Avro body, written with that
+  schema), or a schema registry's: every value is framed as registry clients write it (a zero
+  magic byte, then the 4-byte big-endian id of the schema it was written with, then the body),
+  each value is decoded with the schema it names (its *writer* schema) and read as the reader
+  schema: version ``value_schema_version`` (``latest`` by default: the newest when the job
+  starts) of the subject ``value_subject`` (by default ``<topic>-value``, the topic-name
+  strategy of a ``kafka://<topic>`` source). So values written before and after a compatible
+  change of the subject land in one table. The registry's address and credentials are never a
+  setting: ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` outside Airflow, the
+  ``schema_registry_connection`` Connection under it.
+
+``on_schema_change`` says what a job does with a value written with a schema newer than the one
+it reads as (a version registered after it started): ``evolve`` (the default) and ``fail`` stop
+the job before it commits that value (the next epoch reads the new version, and with ``evolve``
+the sink adds its new columns to the table in that epoch's commit, Delta's schema evolution);
+``quarantine`` quarantines such values and goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, get_args
+
+from modeswitch.control.flat_settings import FlatSettings
+from modeswitch.control.locations import KafkaLocation, is_kafka_source
+from modeswitch.control.values import check_settings, parse_choice, parse_text, setting
+from modeswitch.errors import ConfigError
+
+ValueFormat = Literal["auto", "json", "avro", "raw"]
+OnSchemaChange = Literal["evolve", "quarantine", "fail"]
+VALUE_FORMATS: tuple[str, ...] = get_args(ValueFormat)
+ON_SCHEMA_CHANGE: tuple[str, ...] = get_args(OnSchemaChange)
+LATEST = "latest"
+"""``value_schema_version``'s word for the subject's newest version when the job starts."""
+
+
+def _version_rule(value: str) -> str | None:
+    if value == LATEST or (value.isdigit() and int(value) > 0):
+        return None
+    return f"is neither {LATEST!r} nor a version number (1, 2, ...)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PayloadSettings(FlatSettings):
+    """The record values' format and schema source (module docstring)."""
+
+    settings_kind: ClassVar[str] = "payload"
+
+    value_format: ValueFormat = setting(
+        "auto",
+        parse=parse_choice,
+        doc="what each record's `value` is: `json` (text, parsed into `value_schema`'s columns), "
+        "`avro` (Avro binary, parsed into its schema's top-level fields: `value_schema_file`'s, "
+        "or a schema registry's, each value framed with its schema id), `raw` (landed as it "
+        "is); `auto`: `json` with `value_schema` set, else `raw` "
+        "([KAFKA.md](KAFKA.md#your-topic))",
+    )
+    value_schema_file: str = setting(
+        "",
+        parse=parse_text,
+        doc="with `value_format = avro`: an Avro schema file (`.avsc`) the values were written "
+        "with, each value the bare Avro body (no registry framing); empty: the schema "
+        "registry's",
+    )
+    value_subject: str = setting(
+        "",
+        parse=parse_text,
+        shown="<topic>-value",
+        doc="with `value_format = avro` and a registry: the subject whose versions the values "
+        "are written with (the topic-name strategy by default; a source that is not a Kafka "
+        "topic needs it)",
+    )
+    value_schema_version: str = setting(
+        LATEST,
+        parse=parse_text,
+        rule=_version_rule,
+        doc="with a registry: the subject's version every value is read as (values written with "
+        "another version are resolved to it by Avro's rules); `latest`: its newest when the job "
+        "starts",
+    )
+    on_schema_change: OnSchemaChange = setting(
+        "evolve",
+        parse=parse_choice,
+        doc="a value written with a newer version of the subject than the job reads as: "
+        "`evolve` stops the job before committing it and the next epoch reads the new "
+        "version, adding its new columns to the sink table (Delta schema evolution); `fail` "
+        "stops it too, and the sink refuses new columns; `quarantine` quarantines such values",
+    )
+    schema_registry_connection: str = setting(
+        "schema_registry_default",
+        parse=parse_text,
+        doc="Connection of the schema registry (its host is the API's URL, its login and "
+        "password basic credentials, its extras more client settings); outside Airflow "
+        "`MODESWITCH_SCHEMA_REGISTRY_CONFIG`",
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class AvroSchemaSource:
+    """Where an Avro payload's schemas come from (module docstring): a file, or a registry's
+    subject at a version (None: the latest when the job starts)."""
+
+    schema_file: str = ""
+    subject: str = ""
+    version: int | None = None
+    on_schema_change: str = "evolve"
+
+    @property
+    def framed(self) -> bool:
+        """Whether every value carries the registry's framing (magic byte and schema id)."""
+        return not self.schema_file
+
+
+def describe_format(
+    payload: PayloadSettings, *, value_schema: str, source: str
+) -> tuple[str, AvroSchemaSource | None]:
+    """The values' format (``json``, ``avro`` or ``raw``) and, for ``avro``, where its schema
+    comes from, from the ``payload`` group, ``value_schema`` and ``source``. Raises
+    :class:`ConfigError` naming the setting for settings that cannot go together: ``json``
+    without ``value_schema``; ``raw`` or ``avro`` with one; ``value_schema_file``,
+    ``value_subject`` or a pinned version without ``avro``; a schema file beside a subject or
+    a version; a registry without a subject to read (a source that is not a Kafka topic)."""
+    fmt = payload.value_format
+    has_ddl = isinstance(value_schema, str) and bool(value_schema.strip())
+    if fmt == "auto":
+        fmt = "json" if has_ddl else "raw"
+    if fmt == "json" and not has_ddl:
+        raise ConfigError(
+            "value_format: 'json' parses each value into value_schema's columns, and "
+            "value_schema is empty; state the payload there, or set value_format to 'raw' to "
+            "land the records as they are",
+            setting="value_format",
+        )
+    if fmt in ("raw", "avro") and has_ddl:
+        raise ConfigError(
+            f"value_schema: {value_schema!r} is set, and value_format is {fmt!r}"
+            + (", whose columns are the Avro schema's" if fmt == "avro" else "")
+            + "; leave value_schema empty, or set value_format to 'json'",
+            setting="value_schema",
+        )
+    pinned = payload.value_schema_version != LATEST
+    if fmt != "avro":
+        for name in ("value_schema_file", "value_subject"):
+            if getattr(payload, name):
+                raise ConfigError(
+                    f"{name}: {getattr(payload, name)!r} is set, and value_format is {fmt!r}; "
+                    "it names an Avro payload's schema: set value_format to 'avro', or leave "
+                    f"{name} empty",
+                    setting=name,
+                )
+        return fmt, None
+    if payload.value_schema_file:
+        for name, is_set in (
+            ("value_subject", bool(payload.value_subject)),
+            ("value_schema_version", pinned),
+        ):
+            if is_set:
+                raise ConfigError(
+                    f"{name}: {getattr(payload, name)!r} names a registry's schema, and "
+                    f"value_schema_file {payload.value_schema_file!r} is the schema: keep one",
+                    setting=name,
+                )
+        return fmt, AvroSchemaSource(
+            schema_file=payload.value_schema_file, on_schema_change=payload.on_schema_change
+        )
+    subject = payload.value_subject
+    if not subject:
+        if not is_kafka_source(source):
+            raise ConfigError(
+                f"value_subject: empty, and source {source!r} is not a Kafka topic whose name "
+                "gives one (<topic>-value); name the registry's subject, or the schema file in "
+                "value_schema_file",
+                setting="value_subject",
+            )
+        subject = f"{KafkaLocation.parse(source).topic}-value"
+    return fmt, AvroSchemaSource(
+        subject=subject,
+        version=int(payload.value_schema_version) if pinned else None,
+        on_schema_change=payload.on_schema_change,
+    )
+
+
+__all__ = [
+    "LATEST",
+    "ON_SCHEMA_CHANGE",
+    "VALUE_FORMATS",
+    "AvroSchemaSource",
+    "PayloadSettings",
+    "describe_format",
+]

@@ -1,0 +1,183 @@
+"""A schema registry's subject, read once per job: the schemas a registry-framed payload's values
+name, through Confluent's client (``confluent_kafka.schema_registry``) on the Confluent Schema
+Registry API (which Apicurio Registry's ``/apis/ccompat/v7`` serves too).
+
+The client's configuration (``url``, ``basic.auth.user.info``, ``bearer.auth.*``, ...: the
+client's own settings) comes from ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` (a JSON object), or from
+:func:`registry_config_scope` (what the Airflow tasks do with the
+``schema_registry_connection`` Connection). Like a Kafka source's, it is never a setting, an
+option, a command line or a log line; a message names the registry by its URL alone.
+
+:func:`read_subject` asks the registry, when a job starts, for every version of the subject
+(each one's schema id and schema) and picks the one the job reads as: the settings' version, or
+the newest. :func:`find_schema_id` asks it, from a Python worker, about a schema id a value names
+that the job did not know: a version of the subject registered since the job began, or a schema
+that is not one of the subject's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from modeswitch.environment import SCHEMA_REGISTRY_CONFIG, env_value
+from modeswitch.errors import ConfigError, ModeswitchError
+
+_config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "modeswitch_schema_registry_config", default=None
+)
+
+
+def registry_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The registry client's settings in force: :func:`registry_config_scope`'s, else
+    ``MODESWITCH_SCHEMA_REGISTRY_CONFIG``'s."""
+    scoped = _config_scope.get()
+    if scoped is not None:
+        return dict(scoped)
+    return env_value(SCHEMA_REGISTRY_CONFIG, environ)
+
+
+@contextlib.contextmanager
+def registry_config_scope(config: Mapping[str, str] | None) -> Iterator[None]:
+    """Within the block, :func:`registry_config` is ``config`` (None: the environment's)."""
+    token = _config_scope.set(None if config is None else dict(config))
+    try:
+        yield
+    finally:
+        _config_scope.reset(token)
+
+
+def registry_environment(config: Mapping[str, str]) -> dict[str, str]:
+    """The environment that hands ``config`` to a child process (empty for none)."""
+    return {SCHEMA_REGISTRY_CONFIG.name: json.dumps(dict(config))} if config else {}
+
+
+def registry_name(config: Mapping[str, str]) -> str:
+    """How a message names the registry: its URL without credentials or query."""
+    parts = urlsplit(str(config.get("url", "")).split(",")[0])
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}" if host else "(no url)"
+
+
+@functools.lru_cache(maxsize=4)
+def _client(frozen: tuple[tuple[str, str], ...]) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient(dict(frozen))
+
+
+def registry_client(config: Mapping[str, str] | None = None) -> Any:
+    """A Confluent registry client of ``config`` (by default :func:`registry_config`), one per
+    configuration in a process. Refuses, naming the variable and the Connection, a configuration
+    without a ``url``."""
+    config = registry_config() if config is None else dict(config)
+    if not config.get("url"):
+        raise ConfigError(
+            f"schema registry: no url in {SCHEMA_REGISTRY_CONFIG.name} (outside Airflow) or in "
+            "the schema_registry_connection Connection (under it); an Avro payload framed by a "
+            "registry needs its address, e.g. "
+            f'{SCHEMA_REGISTRY_CONFIG.name}=\'{{"url": "http://registry:8081"}}\'',
+            setting="schema_registry_connection",
+        )
+    return _client(tuple(sorted((str(k), str(v)) for k, v in config.items())))
+
+
+@dataclass(frozen=True)
+class SubjectSchemas:
+    """A subject as a job reads it: the version it reads every value as, and the schema of each
+    of the subject's versions by schema id, as registered when the job started."""
+
+    subject: str
+    registry: str
+    """The registry's URL (:func:`registry_name`)."""
+    version: int
+    """The version the job reads as."""
+    writers: Mapping[int, tuple[int, str]]
+    """Schema id -> (version, the Avro schema's JSON text), for every version of the subject."""
+
+    @property
+    def reader_id(self) -> int:
+        return next(i for i, (v, _) in self.writers.items() if v == self.version)
+
+    @property
+    def reader(self) -> str:
+        return self.writers[self.reader_id][1]
+
+
+def read_subject(
+    subject: str, version: int | None, config: Mapping[str, str] | None = None
+) -> SubjectSchemas:
+    """Every version of ``subject`` and the one to read as (``version``, or the newest when
+    None). Raises :class:`ConfigError` naming the subject and the registry when the subject or
+    the version is not there, or a version is not an Avro schema or refers to others; a
+    :class:`ModeswitchError` when the registry cannot be asked."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    config = registry_config() if config is None else dict(config)
+    client = registry_client(config)
+    where = registry_name(config)
+    try:
+        versions = client.get_versions(subject)
+        registered = [client.get_version(subject, number) for number in versions]
+    except SchemaRegistryError as exc:
+        if exc.http_status_code == 404:
+            raise ConfigError(
+                f"value_subject: subject {subject!r} is not in the schema registry at {where}; "
+                "register its schema, or name another subject",
+                setting="value_subject",
+            ) from exc
+        raise ModeswitchError(f"schema registry at {where}: subject {subject!r}: {exc}") from exc
+    except Exception as exc:  # connection refused, timeouts: the client's own errors
+        raise ModeswitchError(f"schema registry at {where}: subject {subject!r}: {exc}") from exc
+    writers: dict[int, tuple[int, str]] = {}
+    for entry in registered:
+        schema = entry.schema
+        kind = (schema.schema_type or "AVRO").upper()
+        if kind != "AVRO" or schema.references:
+            what = f"a {kind} schema" if kind != "AVRO" else "an Avro schema with references"
+            raise ConfigError(
+                f"value_subject: version {entry.version} of subject {subject!r} (schema id "
+                f"{entry.schema_id}) at {where} is {what}; value_format 'avro' reads Avro "
+                "schemas without references",
+                setting="value_subject",
+            )
+        writers[int(entry.schema_id)] = (int(entry.version), schema.schema_str)
+    chosen = max(v for v, _ in writers.values()) if version is None else version
+    if chosen not in {v for v, _ in writers.values()}:
+        raise ConfigError(
+            f"value_schema_version: {version} is not a version of subject {subject!r} at "
+            f"{where} (its versions: {', '.join(str(v) for v in sorted(versions))})",
+            setting="value_schema_version",
+        )
+    return SubjectSchemas(subject, where, chosen, writers)
+
+
+def find_schema_id(schema_id: int, subject: str) -> tuple[int, str] | None:
+    """The version of ``subject`` registered with ``schema_id`` and its schema, asked of the
+    registry now (a value naming an id the job did not know), or None when the id is not one of
+    the subject's versions."""
+    client = registry_client()
+    for number in client.get_versions(subject):
+        entry = client.get_version(subject, number)
+        if int(entry.schema_id) == schema_id:
+            return int(entry.version), entry.schema.schema_str
+    return None
+
+
+__all__ = [
+    "SubjectSchemas",
+    "find_schema_id",
+    "read_subject",
+    "registry_client",
+    "registry_config",
+    "registry_config_scope",
+    "registry_environment",
+    "registry_name",
+]

@@ -1,0 +1,336 @@
+"""Avro payloads without a JVM or a registry: the settings that choose them, the columns an Avro
+schema gives, and the decoder's rows and reasons on values fastavro wrote (the registry's part:
+tests/kafka/test_avro_registry.py)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+import pickle
+from decimal import Decimal
+
+import fastavro
+import pyarrow as pa
+import pytest
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import ConfigError
+from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.transforms.avro import NOT_FRAMED, AvroDecoder
+from modeswitch.transforms.avro_types import columns_of, decoding_schema
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "qty", "type": "int"},
+        {"name": "ok", "type": "boolean"},
+        {"name": "ratio", "type": "float"},
+        {"name": "price", "type": "double"},
+        {"name": "blob", "type": "bytes"},
+        {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 2}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2},
+        },
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "clock", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "at_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "wall", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        {
+            "name": "ship",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Address",
+                    "fields": [
+                        {"name": "city", "type": "string"},
+                        {"name": "lines", "type": {"type": "array", "items": "string"}},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "bill", "type": ["null", "Address"], "default": None},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+UTC = dt.UTC
+RECORD = {
+    "id": 7,
+    "qty": -3,
+    "ok": True,
+    "ratio": 0.5,
+    "price": 9.75,
+    "blob": b"\x00\xff",
+    "code": b"ab",
+    "kind": "B",
+    "ref": "6e0c7a3e-1b7a-4a0e-9c1e-3f0e7c1d2b3a",
+    "amount": Decimal("1234.56"),
+    "day": dt.date(2026, 11, 29),
+    "clock": 3_600_000,
+    "at": dt.datetime(2026, 11, 29, 3, 4, 5, 678000, tzinfo=UTC),
+    "at_us": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    "wall": dt.datetime(2026, 11, 29, 3, 4, 5, 6),
+    "tags": ["a", "b"],
+    "attrs": {"x": 1, "y": -2},
+    "ship": {"city": "Lyon", "lines": ["1 rue"]},
+    "bill": None,
+    "note": "hi",
+}
+
+
+def body(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def as_text(raw: bytes) -> str:
+    """A value as a source keeps it (sources/kafka.py): UTF-8 text, or the prefix and base64."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8_PREFIX + base64.b64encode(raw).decode("ascii")
+
+
+def framed(schema_id: int, raw: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + raw
+
+
+def decode(decoder: AvroDecoder, values: list[str | None]) -> tuple[list[dict], list]:
+    columns, reasons = decoder.decode(
+        pa.array(values, pa.string()), pa.array([0] * len(values)), pa.array(range(len(values)))
+    )
+    table = pa.Table.from_arrays(columns, [c.name for c in decoder.columns])
+    return table.to_pylist(), reasons.to_pylist()
+
+
+def file_decoder(schema: dict = ORDER) -> AvroDecoder:
+    return AvroDecoder(json.dumps(schema), {}, what="value_schema_file 'order.avsc'")
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def settings(**values: str) -> PipelineSettings:
+    return PipelineSettings.from_mapping({"source": "kafka://orders", **values})
+
+
+def test_the_format_follows_value_schema_unless_set():
+    assert settings().describe_payload().format == "raw"
+    assert settings(value_schema="id BIGINT").describe_payload().format == "json"
+    payload = settings(value_format="avro").describe_payload()
+    assert (payload.format, payload.avro.subject, payload.avro.version) == (
+        "avro",
+        "orders-value",
+        None,
+    )
+    pinned = settings(value_format="avro", value_subject="shop", value_schema_version="3")
+    assert (pinned.describe_payload().avro.subject, pinned.describe_payload().avro.version) == (
+        "shop",
+        3,
+    )
+    from_file = settings(value_format="avro", value_schema_file="/x/order.avsc")
+    assert not from_file.describe_payload().avro.framed
+
+
+@pytest.mark.parametrize(
+    ("values", "setting", "words"),
+    [
+        ({"value_format": "json"}, "value_format", "value_schema is empty"),
+        ({"value_format": "avro", "value_schema": "id INT"}, "value_schema", "Avro schema's"),
+        ({"value_format": "raw", "value_schema": "id INT"}, "value_schema", "'raw'"),
+        ({"value_schema_file": "o.avsc"}, "value_schema_file", "set value_format to 'avro'"),
+        ({"value_subject": "s"}, "value_subject", "set value_format to 'avro'"),
+        (
+            {"value_format": "avro", "value_schema_file": "o.avsc", "value_subject": "s"},
+            "value_subject",
+            "keep one",
+        ),
+        (
+            {"value_format": "avro", "value_schema_file": "o.avsc", "value_schema_version": "2"},
+            "value_schema_version",
+            "keep one",
+        ),
+        ({"value_format": "avro", "source": "/data/log"}, "value_subject", "not a Kafka topic"),
+        ({"value_format": "avro", "event_time_field": "at"}, "event_time_field", "avro"),
+        ({"value_schema_version": "v2"}, "value_schema_version", "version number"),
+        ({"on_schema_change": "ignore"}, "on_schema_change", "evolve, quarantine, fail"),
+        ({"value_format": "avro", "transform": "m:f"}, "value_format", "parses the records"),
+    ],
+)
+def test_payload_settings_that_cannot_go_together_are_refused(values, setting, words):
+    with pytest.raises(ConfigError, match=words) as caught:
+        settings(**values)
+    assert caught.value.setting == setting
+
+
+def test_the_payload_settings_are_named_in_flat_layers():
+    names = PipelineSettings.names()
+    for name in (
+        "value_format",
+        "value_schema_file",
+        "value_subject",
+        "value_schema_version",
+        "on_schema_change",
+        "schema_registry_connection",
+    ):
+        assert name in names
+
+
+# --- columns -------------------------------------------------------------------------------
+
+
+def test_each_avro_type_has_the_column_spark_gives_it():
+    columns = {c.name: c.type for c in columns_of(decoding_schema(json.dumps(ORDER)), what="x")}
+    address = pa.struct([("city", pa.string()), ("lines", pa.list_(pa.string()))])
+    assert columns == {
+        "id": pa.int64(),
+        "qty": pa.int32(),
+        "ok": pa.bool_(),
+        "ratio": pa.float32(),
+        "price": pa.float64(),
+        "blob": pa.binary(),
+        "code": pa.binary(),
+        "kind": pa.string(),
+        "ref": pa.string(),
+        "amount": pa.decimal128(6, 2),
+        "day": pa.date32(),
+        "clock": pa.int32(),
+        "at": pa.timestamp("us", tz="UTC"),
+        "at_us": pa.timestamp("us", tz="UTC"),
+        "wall": pa.timestamp("us"),
+        "tags": pa.list_(pa.string()),
+        "attrs": pa.map_(pa.string(), pa.int64()),
+        "ship": address,
+        "bill": address,
+        "note": pa.string(),
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [
+        ({"name": "u", "type": ["null", "int", "string"]}, "union of int, string"),
+        (
+            {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 40}},
+            "38 digits",
+        ),
+        ({"name": "Value", "type": "int"}, "clashes with a column"),
+        ({"name": "ID", "type": "int"}, "differ in case"),
+        ({"name": "next", "type": ["null", "shop.Order"]}, "recursive"),
+    ],
+)
+def test_schemas_without_columns_are_refused_naming_the_field(field, words):
+    schema = dict(ORDER, fields=[*ORDER["fields"], field])
+    with pytest.raises(ConfigError, match=words) as caught:
+        file_decoder(schema)
+    assert "order.avsc" in str(caught.value)
+
+
+# --- decoding ------------------------------------------------------------------------------
+
+
+def test_every_type_decodes_to_its_column():
+    rows, reasons = decode(file_decoder(), [as_text(body(ORDER, RECORD))])
+    assert reasons == [None]
+    expected = dict(
+        RECORD,
+        attrs=[("x", 1), ("y", -2)],
+        ratio=0.5,
+    )
+    assert rows == [expected]
+
+
+def test_bytes_that_are_utf8_and_bytes_that_are_not_decode_alike():
+    small = {"type": "record", "name": "S", "fields": [{"name": "n", "type": "string"}]}
+    raw = body(small, {"n": "abc"})
+    assert raw.decode("utf-8")  # kept as text by a source
+    rows, reasons = decode(
+        file_decoder(small),
+        [raw.decode("utf-8"), NOT_UTF8_PREFIX + base64.b64encode(raw).decode("ascii")],
+    )
+    assert rows == [{"n": "abc"}, {"n": "abc"}] and reasons == [None, None]
+
+
+def test_values_that_do_not_decode_are_quarantined_with_their_reason():
+    good = body(ORDER, RECORD)
+    enum_at = len(body(ORDER, dict(RECORD, kind="A"))) - len(good)  # same length: index only
+    assert enum_at == 0
+    # 8 digits in a decimal(6, 2): the bytes carry any unscaled number, a writer may send it.
+    roomy = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+    fields = [dict(f, type=roomy) if f["name"] == "amount" else f for f in ORDER["fields"]]
+    wide = body(dict(ORDER, fields=fields), dict(RECORD, amount=Decimal("123456.78")))
+    rows, reasons = decode(file_decoder(), [None, as_text(good[:20]), as_text(wide), as_text(good)])
+    assert reasons[0] == "value is null"
+    assert (
+        reasons[1]
+        == "value does not decode as Avro with the schema of value_schema_file 'order.avsc'"
+    )
+    assert reasons[2].startswith("value does not fit its columns: ")
+    assert reasons[3] is None
+    assert rows[0]["id"] is None and rows[1]["id"] is None and rows[2]["id"] is None
+    assert rows[3]["id"] == 7
+
+
+V1 = {
+    "type": "record",
+    "name": "Order",
+    "fields": [{"name": "id", "type": "long"}, {"name": "user", "type": "string"}],
+}
+V2 = dict(V1, fields=[*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}])
+V3 = dict(V1, fields=[{"name": "id", "type": "string"}, {"name": "user", "type": "string"}])
+
+
+def framed_decoder(version: int, **kw) -> AvroDecoder:
+    writers = {11: (1, json.dumps(V1)), 12: (2, json.dumps(V2)), 13: (3, json.dumps(V3))}
+    return AvroDecoder(
+        writers[10 + version][1], writers, subject="orders-value", version=version, what="x", **kw
+    )
+
+
+def test_framed_values_are_read_with_their_own_schema_as_the_jobs_version():
+    values = [
+        as_text(framed(11, body(V1, {"id": 1, "user": "a"}))),
+        as_text(framed(12, body(V2, {"id": 2, "user": "b", "note": "n"}))),
+        as_text(framed(12, body(V2, {"id": 3, "user": "c", "note": None}))),
+    ]
+    rows, reasons = decode(framed_decoder(2), values)
+    assert reasons == [None, None, None]
+    assert rows == [
+        {"id": 1, "user": "a", "note": None},
+        {"id": 2, "user": "b", "note": "n"},
+        {"id": 3, "user": "c", "note": None},
+    ]
+    older, _ = decode(framed_decoder(1), values)  # read as version 1: note is not a column
+    assert older == [{"id": 1, "user": "a"}, {"id": 2, "user": "b"}, {"id": 3, "user": "c"}]
+
+
+def test_framing_and_compatibility_problems_are_reasons():
+    decoder = pickle.loads(pickle.dumps(framed_decoder(2)))  # as a Python worker gets it
+    values = [
+        "plain text",
+        as_text(b"\x00\x00\x00"),
+        as_text(framed(13, body(V3, {"id": "x", "user": "u"}))),
+        as_text(framed(11, b"\x02")),
+    ]
+    rows, reasons = decode(decoder, values)
+    assert reasons[:2] == [NOT_FRAMED, NOT_FRAMED]
+    assert reasons[2].startswith(
+        "value written with schema id 13 (version 3 of orders-value) cannot be read as version 2: "
+    )
+    assert reasons[3] == (
+        "value does not decode as Avro with schema id 11 (version 1 of orders-value)"
+    )
+    assert all(row["id"] is None for row in rows)
