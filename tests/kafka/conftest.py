@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.devtools.schema_registry import SchemaRegistry
+from modeswitch.environment import SCHEMA_REGISTRY_CONFIG
 from modeswitch.sources.kafka import ENV_KAFKA_CONFIG, SCHEME, kafka_environment
+from modeswitch.sources.schema_registry import registry_environment
 
 _names = itertools.count()
 
@@ -39,6 +42,22 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
                 os.environ.pop(ENV_KAFKA_CONFIG, None)
             else:
                 os.environ[ENV_KAFKA_CONFIG] = before
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """A schema registry on loopback (Apicurio Registry, its storage in memory), its address in
+    ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` for the jobs the tests start."""
+    with SchemaRegistry(tmp_path_factory.mktemp("schema-registry")) as registry:
+        before = os.environ.get(SCHEMA_REGISTRY_CONFIG.name)
+        os.environ.update(registry_environment(registry.config))
+        try:
+            yield registry
+        finally:
+            if before is None:
+                os.environ.pop(SCHEMA_REGISTRY_CONFIG.name, None)
+            else:
+                os.environ[SCHEMA_REGISTRY_CONFIG.name] = before
 
 
 @pytest.fixture(scope="session")

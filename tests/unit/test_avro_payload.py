@@ -289,7 +289,14 @@ V1 = {
     "name": "Order",
     "fields": [{"name": "id", "type": "long"}, {"name": "user", "type": "string"}],
 }
-V2 = dict(V1, fields=[*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}])
+V2 = dict(
+    V1,
+    fields=[
+        *V1["fields"],
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "channel", "type": "string", "default": "web"},  # a v1 value reads as "web"
+    ],
+)
 V3 = dict(V1, fields=[{"name": "id", "type": "string"}, {"name": "user", "type": "string"}])
 
 
@@ -303,15 +310,15 @@ def framed_decoder(version: int, **kw) -> AvroDecoder:
 def test_framed_values_are_read_with_their_own_schema_as_the_jobs_version():
     values = [
         as_text(framed(11, body(V1, {"id": 1, "user": "a"}))),
-        as_text(framed(12, body(V2, {"id": 2, "user": "b", "note": "n"}))),
-        as_text(framed(12, body(V2, {"id": 3, "user": "c", "note": None}))),
+        as_text(framed(12, body(V2, {"id": 2, "user": "b", "note": "n", "channel": "app"}))),
+        as_text(framed(12, body(V2, {"id": 3, "user": "c", "note": None, "channel": "web"}))),
     ]
     rows, reasons = decode(framed_decoder(2), values)
     assert reasons == [None, None, None]
     assert rows == [
-        {"id": 1, "user": "a", "note": None},
-        {"id": 2, "user": "b", "note": "n"},
-        {"id": 3, "user": "c", "note": None},
+        {"id": 1, "user": "a", "note": None, "channel": "web"},
+        {"id": 2, "user": "b", "note": "n", "channel": "app"},
+        {"id": 3, "user": "c", "note": None, "channel": "web"},
     ]
     older, _ = decode(framed_decoder(1), values)  # read as version 1: note is not a column
     assert older == [{"id": 1, "user": "a"}, {"id": 2, "user": "b"}, {"id": 3, "user": "c"}]

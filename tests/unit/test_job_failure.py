@@ -97,3 +97,64 @@ def test_a_modeswitch_error_raised_in_a_spark_task_is_the_jobs_failure() -> None
     # Any other error in a task, or outside Spark, stays the crash it is (its traceback).
     assert task_failure(_worker_error("ZeroDivisionError: division by zero")) is None
     assert task_failure(ValueError(broker)) is None
+
+
+def _changing(times: int) -> tuple[list[int], object]:
+    """A batch job's run that meets a new schema version ``times`` times, then succeeds."""
+    from modeswitch.errors import SchemaChangedError
+
+    runs: list[int] = []
+
+    def batch(spark, job, epoch):
+        runs.append(epoch)
+        if len(runs) <= times:
+            raise SchemaChangedError(f"subject 's': version {len(runs) + 1} registered")
+
+    return runs, batch
+
+
+def test_a_job_whose_schema_changes_is_resolved_and_run_again_under_evolve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeswitch.runners import jobs
+
+    settings = PipelineSettings.from_mapping({"pipeline": "p", "source": str(tmp_path / "s")})
+    resolved: list[str] = []
+    real = __import__("modeswitch.modes.job", fromlist=["resolve_job"]).resolve_job
+    monkeypatch.setattr(
+        "modeswitch.modes.job.resolve_job", lambda s, k: resolved.append(k) or real(s, k)
+    )
+    runs, batch = _changing(2)
+    monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
+    jobs.run("batch", None, settings, epoch=4)
+    assert runs == [4, 4, 4] and resolved == ["batch"] * 3  # resolved anew each time
+
+    runs, batch = _changing(jobs.SCHEMA_ATTEMPTS)
+    monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
+    with pytest.raises(ModeswitchError, match="version"):
+        jobs.run("batch", None, settings, epoch=4)
+    assert len(runs) == jobs.SCHEMA_ATTEMPTS
+
+    failing = PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": str(tmp_path / "s"), "on_schema_change": "fail"}
+    )
+    runs, batch = _changing(1)
+    monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
+    with pytest.raises(ModeswitchError, match="version 2 registered"):
+        jobs.run("batch", None, failing, epoch=4)
+    assert runs == [4]
+
+
+def test_a_schema_change_raised_in_a_python_worker_is_found_in_sparks_error() -> None:
+    from modeswitch.runners.jobs import schema_change
+
+    worker = RuntimeError(
+        "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
+        '  File "avro.py", line 1, in decode\n'
+        "modeswitch.errors.SchemaChangedError: subject 'o-value': version 3 registered\n"
+    )
+    wrapped = ModeswitchError("stream epoch 3: the query failed")
+    wrapped.__cause__ = worker
+    assert schema_change(wrapped) == "subject 'o-value': version 3 registered"
+    assert schema_change(RuntimeError("modeswitch.errors.FencedError: no")) is None
+    assert task_failure(ValueError("x")) is None

@@ -607,3 +607,19 @@ def test_a_commit_with_keep_log_checkpoints_but_leaves_the_log_to_maintenance(
     assert len(list(log_dir.glob("*.json"))) == 4  # nothing cleaned
     write_deltalake(uri, pa.table({"a": [4]}), mode="append")  # a default commit cleans
     assert len(list(log_dir.glob("*.json"))) < 5
+
+
+def test_the_sink_adds_new_columns_only_under_on_schema_change_evolve(tmp_path: Path) -> None:
+    from modeswitch.control.settings import PipelineSettings
+    from modeswitch.sinks.options import sink_options
+
+    def merges(**values: str) -> bool:
+        settings = PipelineSettings.from_mapping(
+            {"pipeline": "p", "source": str(tmp_path / "log"), **values}
+        )
+        written = sink_options(settings, 1, "batch")
+        return DeltaSinkOptions.parse({**written, "path": settings.sink}).merge_schema
+
+    assert merges()  # evolve, the default
+    assert not merges(on_schema_change="fail")
+    assert not merges(on_schema_change="quarantine")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import load_job_settings
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ModeswitchError, SchemaChangedError
 
 if TYPE_CHECKING:  # the modes import pyspark: only where a job runs
     from modeswitch.modes.job import JobKind
@@ -161,12 +161,47 @@ def run(
     is read or written, and its mode runs the plan."""
     from modeswitch.modes.job import resolve_job
 
-    job = resolve_job(settings, kind)
     target = command if kind == "backfill" else epoch
     assert target is not None, (
         f"a {kind} job needs its {'command' if kind == 'backfill' else 'epoch'}"
     )
-    JOB_RUNS[kind](spark, job, target)
+    for attempt in range(1, SCHEMA_ATTEMPTS + 1):
+        job = resolve_job(settings, kind)
+        try:
+            JOB_RUNS[kind](spark, job, target)
+            return
+        except Exception as exc:
+            if attempt == SCHEMA_ATTEMPTS or not evolves(exc, settings):
+                raise
+            # Nothing of the wave or micro-batch that met the new version was committed: the
+            # job resolved again reads it, and its commit adds the new columns.
+            log.warning("%s job: %s; resolving the job again", kind, schema_change(exc))
+
+
+SCHEMA_ATTEMPTS = 4
+"""How many times a job is resolved and run when its payload's schema keeps changing under it
+(``on_schema_change = evolve``): each new version registered while it runs costs one."""
+
+
+def schema_change(exc: BaseException) -> str | None:
+    """The message of the :class:`~modeswitch.errors.SchemaChangedError` behind ``exc``:
+    raised on the driver, or in a Spark task's Python worker and carried in the error Spark
+    gave the driver (its text); None when there is none."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SchemaChangedError):
+            return str(seen)
+        found = _SCHEMA_CHANGED.findall(str(seen))
+        if found:
+            return found[-1].strip()
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def evolves(exc: BaseException, settings: PipelineSettings) -> bool:
+    """Whether a job that failed with ``exc`` runs again: its payload's schema changed under it
+    and ``on_schema_change`` is ``evolve``."""
+    return settings.payload.on_schema_change == "evolve" and schema_change(exc) is not None
 
 
 def run_backfill_job(spark, job, command: int) -> None:
@@ -218,6 +253,7 @@ JOB_RUNS = {"batch": run_batch_job, "stream": run_stream_job, "backfill": run_ba
 
 
 _TASK_ERROR = re.compile(r"^modeswitch\.errors\.\w+: (.+)$", re.MULTILINE)
+_SCHEMA_CHANGED = re.compile(r"modeswitch\.errors\.SchemaChangedError: (.+)$", re.MULTILINE)
 
 
 def task_failure(exc: BaseException) -> str | None:

@@ -121,4 +121,7 @@ def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str,
         "epoch": str(epoch),
         "mode": mode,
         "quarantinePath": settings.quarantine,
+        # A payload whose schema gained fields (a registry's new version, a longer
+        # value_schema) adds their columns to the table: on_schema_change = evolve.
+        "mergeSchema": str(settings.payload.on_schema_change == "evolve").lower(),
     }

@@ -45,8 +45,10 @@ def check_additive(current: pa.Schema, incoming: pa.Schema, options: DeltaSinkOp
         )
     if added and not options.merge_schema:
         raise SchemaMismatchError(
-            f"sink {options.path}: new columns {', '.join(added)} are not in the table; "
-            "set option mergeSchema=true to add them"
+            f"sink {options.path}: new columns {', '.join(added)} are not in the table, and "
+            "on_schema_change is not 'evolve' (the sink's option mergeSchema=true); set it to "
+            "evolve to add them, or read the payload as the table's columns (value_schema, "
+            "value_schema_version)"
         )
     return added
 

@@ -30,10 +30,12 @@ Reasons, record by record (the typed columns are null on a row with one):
   precision.
 
 A value written with a version registered after the job began (its id was unknown, the registry
-lists it under the subject) stops the job before it commits anything of its wave or micro-batch
-(:class:`~modeswitch.errors.SchemaChangedError`), under ``on_schema_change = evolve`` or
-``fail``; under ``quarantine`` it is read as the job's version like an older one (its ``value``
-keeps everything), or quarantined with the reason above when it cannot be.
+lists it under the subject) stops the job's run before it commits anything of its wave or
+micro-batch (:class:`~modeswitch.errors.SchemaChangedError`), under ``on_schema_change = evolve``
+or ``fail``; with ``evolve`` the job is resolved again at once and reads the new version
+(:func:`modeswitch.runners.jobs.run`), with ``fail`` it stops. Under ``quarantine`` the value is
+read as the job's version like an older one (its ``value`` keeps everything), or quarantined
+with the reason above when it cannot be.
 """
 
 from __future__ import annotations
@@ -144,10 +146,10 @@ class AvroDecoder:
                 f"job began reading as version {self.version}; on_schema_change = "
                 f"{self.on_schema_change}: nothing of this wave or micro-batch is committed, "
                 + (
-                    f"and the next epoch reads version {version}, adding its new columns to the "
-                    "sink"
+                    f"and the job, resolved again, reads version {version} and adds its new "
+                    "columns to the sink"
                     if self.on_schema_change == "evolve"
-                    else "and the pipeline stops until the settings say what to read as "
+                    else "and the job stops until the settings say what to read as "
                     "(value_schema_version, or on_schema_change = evolve or quarantine)"
                 )
             )

@@ -1,0 +1,280 @@
+"""Avro values framed by a real schema registry, on the real broker: the subject read by the
+jobs, values written before and after compatible changes landing in one table with their types,
+the malformed ones quarantined, and a version registered while a stream runs adding its column.
+
+Real parts: Apicurio Registry on loopback (its Confluent-compatible API, conftest), values
+written by Confluent's own ``AvroSerializer`` (the registry framing real producers write), the
+broker, the batch and stream jobs as child processes, Delta tables read back with delta-rs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from deltalake import DeltaTable
+from fault_tools import assert_exactly_once
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import ConfigError
+from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.local import run_job_process
+from modeswitch.runners.pipeline_run import run_pipeline
+from modeswitch.sinks.commits import committed_offsets
+from modeswitch.sources import open_log
+from modeswitch.sources.kafka import KafkaLocation
+from modeswitch.sources.schema_registry import read_subject
+from modeswitch.state import StateStore
+
+ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "fields": [{"name": "city", "type": "string"}, {"name": "zip", "type": "string"}],
+}
+V1 = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user", "type": "string"},
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+        },
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "wall", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        {"name": "ship", "type": ["null", ADDRESS], "default": None},
+    ],
+}
+V2 = dict(V1, fields=[*V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}])
+V3 = dict(V2, fields=[*V2["fields"], {"name": "channel", "type": "string", "default": "web"}])
+UTC = dt.UTC
+
+
+def order(n: int, version: int) -> dict:
+    out = {
+        "id": n,
+        "user": f"u{n % 17}",
+        "amount": Decimal(n % 100_000) / 100,
+        "day": dt.date(2026, 1, 1) + dt.timedelta(days=n % 300),
+        "at": dt.datetime(2026, 11, 29, tzinfo=UTC) + dt.timedelta(milliseconds=n),
+        "wall": dt.datetime(2026, 11, 29, 8, 0) + dt.timedelta(microseconds=n),
+        "tags": [f"t{n % 3}"] * (n % 3),
+        "attrs": {"n": n, "half": n // 2},
+        "ship": None if n % 4 == 0 else {"city": f"c{n % 5}", "zip": f"{n % 90000:05d}"},
+    }
+    if version >= 2:
+        out["note"] = None if n % 2 else f"note {n}"
+    if version >= 3:
+        out["channel"] = "app"
+    return out
+
+
+class Orders:
+    """Writes orders to a topic as a producer with Confluent's serializer does."""
+
+    def __init__(self, config: dict, registry: SchemaRegistryClient, topic: str) -> None:
+        self.producer = Producer(config)
+        self.registry = registry
+        self.topic = topic
+        self.partition = 0
+
+    def send(self, values: list[bytes]) -> None:
+        for value in values:
+            self.producer.produce(self.topic, value, partition=self.partition % 4)
+            self.partition += 1
+        assert self.producer.flush(30) == 0
+
+    def write(self, schema: dict, first: int, count: int, version: int) -> None:
+        serializer = AvroSerializer(self.registry, json.dumps(schema))
+        context = SerializationContext(self.topic, MessageField.VALUE)
+        self.send([serializer(order(n, version), context) for n in range(first, first + count)])
+
+
+@pytest.fixture
+def avro_pipeline(kafka_cluster, schema_registry, new_topic: Callable[[int], str], tmp_path: Path):
+    source = new_topic(4)
+    registry = SchemaRegistryClient(schema_registry.config)
+    orders = Orders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "avro_orders",
+            "source": source,
+            "warehouse": str(tmp_path / "warehouse"),
+            "value_format": "avro",
+            "wave_records": "3000",
+            "max_split_records": "1000",
+            "trigger_interval": "200ms",
+            "max_stream_runtime": "5m",
+        }
+    )
+    return settings, orders, registry
+
+
+def test_the_subject_is_read_with_its_versions_and_a_pinned_one(schema_registry):
+    registry = SchemaRegistryClient(schema_registry.config)
+    first = registry.register_schema("read-value", Schema(json.dumps(V1), "AVRO"))
+    second = registry.register_schema("read-value", Schema(json.dumps(V2), "AVRO"))
+    latest = read_subject("read-value", None)
+    assert (latest.version, latest.reader_id) == (2, second)
+    assert {i: v for i, (v, _) in latest.writers.items()} == {first: 1, second: 2}
+    assert json.loads(read_subject("read-value", 1).reader)["fields"] == V1["fields"]
+    with pytest.raises(ConfigError, match="'nowhere-value' is not in the schema registry"):
+        read_subject("nowhere-value", None)
+    with pytest.raises(ConfigError, match=r"3 is not a version .*its versions: 1, 2"):
+        read_subject("read-value", 3)
+    incompatible = dict(V1, fields=[{"name": "id", "type": "string"}])
+    registry.set_compatibility("read-value", "BACKWARD")
+    with pytest.raises(Exception, match=r"(?i)incompatible"):  # the registry's rule
+        registry.register_schema("read-value", Schema(json.dumps(incompatible), "AVRO"))
+
+
+def sink_rows(settings: PipelineSettings) -> dict[int, dict]:
+    table = DeltaTable(settings.sink).to_pyarrow_table()
+    return {row["id"]: row for row in table.to_pylist()}
+
+
+def test_values_before_and_after_a_compatible_change_land_in_one_table(avro_pipeline):
+    settings, orders, registry = avro_pipeline
+    orders.write(V1, 0, 2000, 1)
+    subject = f"{orders.topic}-value"
+    first = registry.get_latest_version(subject).schema_id
+    other = registry.register_schema(
+        "elsewhere-value",
+        Schema(json.dumps({"type": "record", "name": "X", "fields": []}), "AVRO"),
+    )
+    frame = b"\x00" + first.to_bytes(4, "big")
+    orders.send(
+        [b"plain text", b"\x00\x00\x00", b"\x00" + other.to_bytes(4, "big"), frame + b"\x02"]
+    )
+    orders.write(V2, 2000, 2000, 2)
+
+    done = run_pipeline(settings, until="caught-up")  # the batch reads as version 2
+    assert done[0][0].mode == "batch"
+    orders.write(V2, 4000, 500, 2)  # the stream's, through Spark's Kafka source
+    log = open_log(settings.source)
+    target = log.latest_offsets()
+    stream = decide(settings, force_mode="stream")
+    watch = PauseAt(settings, target)
+    with watch:
+        run_job_process("stream", settings, stream.epoch, timeout=600)
+    assert close_epoch(settings, stream.epoch) == ("completed", target)
+    assert_exactly_once(settings)
+
+    table = DeltaTable(settings.sink).to_pyarrow_table()
+    types = {f.name: f.type for f in table.schema}
+    assert types["amount"] == pa.decimal128(10, 2)
+    assert types["day"] == pa.date32()
+    assert types["at"] == pa.timestamp("us", tz="UTC")
+    assert types["wall"] == pa.timestamp("us")
+    assert types["ship"] == pa.struct([("city", pa.string()), ("zip", pa.string())])
+    assert pa.types.is_map(types["attrs"]) and pa.types.is_list(types["tags"])
+    rows = sink_rows(settings)
+    assert sorted(rows) == list(range(4500))
+    for n in (0, 1, 1999, 2000, 2001, 4499):
+        got = {k: v for k, v in rows[n].items() if k in V3_NAMES}
+        want = dict(order(n, 2), note=order(n, 2)["note"] if n >= 2000 else None)
+        got["attrs"] = dict(got["attrs"])
+        assert got == want, n
+    quarantined = DeltaTable(settings.quarantine).to_pyarrow_table().to_pylist()
+    not_framed = (
+        "value is not in the schema registry's wire format (a zero magic byte and a 4-byte "
+        "schema id)"
+    )
+    assert sorted(r["_quarantine_reason"] for r in quarantined) == sorted(
+        [
+            not_framed,
+            not_framed,
+            f"schema id {other} is not a version of subject {subject}",
+            f"value does not decode as Avro with schema id {first} (version 1 of {subject})",
+        ]
+    )
+
+
+V3_NAMES = {f["name"] for f in V3["fields"]}
+
+
+class PauseAt:
+    """Pauses the stream once the sink holds ``target``, which may move while it runs."""
+
+    def __init__(self, settings: PipelineSettings, target: dict[int, int]) -> None:
+        self.settings = settings
+        self.target = target
+        self.reached = threading.Event()
+        self.done = threading.Event()
+
+    def watch(self) -> None:
+        while not self.done.wait(0.3):
+            if committed_offsets(self.settings.sink, self.settings.pipeline) == self.target:
+                self.reached.set()
+                store = StateStore.from_settings(self.settings)
+                store.commands.submit("pause", {"note": "caught up"}, issuer="test")
+                return
+
+    def __enter__(self) -> PauseAt:
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+
+
+def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipeline):
+    settings, orders, _ = avro_pipeline
+    orders.write(V2, 0, 1000, 2)
+    run_pipeline(settings, until="caught-up")
+    log = open_log(settings.source)
+    orders.write(V2, 1000, 300, 2)
+    stream = decide(settings, force_mode="stream")
+    first = log.latest_offsets()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_job_process("stream", settings, stream.epoch, timeout=600)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 300
+        while committed_offsets(settings.sink, settings.pipeline) != first:
+            assert runner.is_alive() and time.monotonic() < deadline, failures
+            time.sleep(0.3)
+        changed = time.monotonic()
+        orders.write(V3, 1300, 300, 3)  # registers version 3 while the stream reads as 2
+        target = log.latest_offsets()
+        with PauseAt(settings, target) as watch:
+            assert watch.reached.wait(300), "the stream never committed version 3's values"
+            took = time.monotonic() - changed
+            print(f"version 3's values committed {took:.1f} s after they were sent")
+    finally:
+        runner.join(timeout=300)
+    assert not failures
+    assert close_epoch(settings, stream.epoch) == ("completed", target)
+    assert_exactly_once(settings)
+    rows = sink_rows(settings)
+    assert sorted(rows) == list(range(1600))
+    assert {rows[n]["channel"] for n in range(1300)} == {None}
+    assert {rows[n]["channel"] for n in range(1300, 1600)} == {"app"}
+    assert {rows[n]["note"] for n in range(1300, 1600, 2)} == {
+        f"note {n}" for n in range(1300, 1600, 2)
+    }
