@@ -14,6 +14,7 @@ from modeswitch.airflow.backfill import require_backfill
 from modeswitch.airflow.lineage import task_lineage
 from modeswitch.airflow.settings import (
     connection_kafka_environment,
+    connection_registry_environment,
     connection_storage_environment,
 )
 from modeswitch.airflow.tasks import require_running_epoch
@@ -277,6 +278,7 @@ class EpochJobOperator(SparkSubmitOperator):
             connection_env={
                 **connection_storage_environment(settings),
                 **connection_kafka_environment(settings),
+                **connection_registry_environment(settings),
             },
             own_env=own_env,
         )
@@ -289,10 +291,10 @@ class EpochJobOperator(SparkSubmitOperator):
         (:func:`~modeswitch.runners.submit.submit_plan`); returns the plan's settings, parsed
         here once for the whole task.
 
-        Storage credentials (the ``storage_connection`` setting's Connection extras) and the
-        Kafka client's configuration go to spark-submit's environment only, never its command
-        line: on YARN and Kubernetes the Spark provider turns environment variables into
-        ``--conf`` arguments, so there those settings are refused.
+        Storage credentials (the ``storage_connection`` setting's Connection extras), the
+        Kafka client's configuration and the schema registry's go to spark-submit's environment
+        only, never its command line: on YARN and Kubernetes the Spark provider turns
+        environment variables into ``--conf`` arguments, so there those settings are refused.
         """
         if self.kind == "backfill":
             require_backfill(plan)
@@ -317,6 +319,13 @@ class EpochJobOperator(SparkSubmitOperator):
                 f"kafka_connection: spark-submit to {spark.host!r} would put the Kafka client "
                 "configuration on its command line (the Spark provider passes environment "
                 "variables there as --conf)"
+            )
+        if on_a_cluster_manager and connection_registry_environment(settings):
+            raise ConfigError(
+                f"schema_registry_connection: spark-submit to {spark.host!r} would put the "
+                "schema registry's client configuration on its command line (the Spark provider "
+                "passes environment variables there as --conf)",
+                setting="schema_registry_connection",
             )
         if "_deployment" not in vars(self):
             self._deployment = (dict(self.conf or {}), dict(self.env_vars or {}))

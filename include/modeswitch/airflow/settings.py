@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from modeswitch.control.pipelines import (
     LEGACY,
@@ -212,6 +213,11 @@ _KAFKA = (
     '(type kafka) with the librdkafka settings as its extras, e.g. {"bootstrap.servers": '
     '"broker:9092"}',
 )
+_REGISTRY = (
+    "schema_registry_connection",
+    "with the registry API's URL as its host (its login and password: basic credentials; its "
+    'extras: more client settings), e.g. {"conn_type": "http", "host": "http://registry:8081"}',
+)
 
 
 def _connection(conn_id: str, what: tuple[str, str]) -> Any:
@@ -298,3 +304,94 @@ def connection_kafka_environment(settings: PipelineSettings) -> dict[str, str]:
     from modeswitch.sources.kafka import kafka_environment
 
     return kafka_environment(connection_kafka_config(settings) or {})
+
+
+def connection_registry_config(settings: PipelineSettings) -> dict[str, str] | None:
+    """The schema registry's client settings for a payload framed by a registry
+    (:func:`registry_config_from_connection` of the Connection named by the
+    ``schema_registry_connection`` setting). None for any other payload, whose jobs never ask a
+    registry: no Connection is looked up then. Never logged."""
+    avro = settings.describe_payload().avro
+    if avro is None or not avro.framed:
+        return None
+    connection = _connection(settings.payload.schema_registry_connection, _REGISTRY)
+    return registry_config_from_connection(connection)
+
+
+_WEB_SCHEMES = ("http", "https")
+
+
+def registry_config_from_connection(connection: Any) -> dict[str, str]:
+    """Confluent's registry client settings from an Airflow Connection: its host (with its
+    schema and port) the ``url``, its login and password basic credentials (``USER_INFO``), its
+    extras further client settings, which win (a ``url`` there too). A ConfigError names the
+    setting and the Connection, never a credential, when it gives no URL."""
+    extras = connection.extra_dejson
+    if not isinstance(extras, dict):
+        raise ConfigError(
+            f"schema_registry_connection: Airflow connection {connection.conn_id!r}: its extras "
+            "are not a JSON object of client settings",
+            setting="schema_registry_connection",
+        )
+    config: dict[str, str] = {}
+    if (connection.host or "").strip():
+        config["url"] = _registry_url(connection)
+    if connection.login or connection.password:
+        config["basic.auth.credentials.source"] = "USER_INFO"
+        config["basic.auth.user.info"] = f"{connection.login or ''}:{connection.password or ''}"
+    config.update({str(key): str(value) for key, value in extras.items()})
+    if not config.get("url"):
+        raise ConfigError(
+            f"schema_registry_connection: Airflow connection {connection.conn_id!r} has no host "
+            "and no url in its extras; its host is the registry API's URL, e.g. "
+            "http://registry:8081",
+            setting="schema_registry_connection",
+        )
+    return config
+
+
+def _registry_url(connection: Any) -> str:
+    """The registry's URL from the Connection's host: as it is when it holds a scheme (``://``),
+    else ``<scheme>://<host>`` with the schema as the scheme when it is http or https (the HTTP
+    provider's way), else the schema as the URL's path (what Airflow makes of a URI's path) and
+    the scheme the connection type's (a URI's own scheme) or http; the port added unless the
+    host names one. Errors never repeat the host, which may hold credentials."""
+    host = connection.host.strip()
+    schema = (connection.schema or "").strip().strip("/")
+    if "://" in host:
+        url = host
+    elif schema.lower() in _WEB_SCHEMES:
+        url = f"{schema.lower()}://{host}"
+    else:
+        kind = (connection.conn_type or "").lower()
+        scheme = kind if kind in _WEB_SCHEMES else "http"
+        url = f"{scheme}://{host}" + (f"/{schema}" if schema else "")
+    if not connection.port:
+        return url
+    parts = urlsplit(url)
+    try:
+        named = parts.port
+    except ValueError as exc:
+        raise ConfigError(
+            f"schema_registry_connection: Airflow connection {connection.conn_id!r}: its host "
+            "names a port that is not a number",
+            setting="schema_registry_connection",
+        ) from exc
+    if named is None:
+        return urlunsplit(parts._replace(netloc=f"{parts.netloc}:{connection.port}"))
+    if named != int(connection.port):
+        raise ConfigError(
+            f"schema_registry_connection: Airflow connection {connection.conn_id!r}: its host "
+            f"names port {named} and its port is {connection.port}; keep one",
+            setting="schema_registry_connection",
+        )
+    return url
+
+
+def connection_registry_environment(settings: PipelineSettings) -> dict[str, str]:
+    """The environment of a child process (spark-submit) that hands it the registry's client
+    settings (:func:`connection_registry_config`) as ``MODESWITCH_SCHEMA_REGISTRY_CONFIG``
+    (``{}`` for a payload not framed by a registry)."""
+    from modeswitch.sources.schema_registry import registry_environment
+
+    return registry_environment(connection_registry_config(settings) or {})

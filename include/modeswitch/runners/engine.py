@@ -36,10 +36,10 @@ epoch paid for, the next does not.
   checkpoint, a batch from the sink's committed offsets; the sink's fencing keeps it exactly
   once. A live process that does not answer is stopped (its process group) and replaced.
 - **Credentials.** The engine keeps the environment it started with (a Kafka source's client
-  configuration, the tables' storage options). Its address file holds a fingerprint of them
-  (:func:`credentials_fingerprint`, a hash); a task whose own differ (a Connection edited,
-  a secret rotated) restarts an idle engine before handing it the epoch, and leaves a busy
-  one to its epoch, with a warning.
+  configuration, the tables' storage options, the schema registry's client configuration). Its
+  address file holds a fingerprint of them (:func:`credentials_fingerprint`, a hash); a task
+  whose own differ (a Connection edited, a secret rotated) restarts an idle engine before
+  handing it the epoch, and leaves a busy one to its epoch, with a warning.
 - **Stopping it.** It runs until stopped: :func:`stop_engine` (SIGTERM to its process group,
   then SIGKILL) by whatever runs the deployment (``make demo`` and the tests stop theirs).
 """

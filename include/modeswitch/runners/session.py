@@ -11,6 +11,7 @@ from pathlib import Path
 from modeswitch.environment import (
     KAFKA_CONFIG,
     PREFIX,
+    SCHEMA_REGISTRY_CONFIG,
     SPARK_MASTER,
     STORAGE_OPTIONS,
     env_text,
@@ -50,12 +51,13 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
-EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS)
+EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS, SCHEMA_REGISTRY_CONFIG)
 """The credentials the jobs read from their environment (a Kafka source's client
-configuration, the tables' storage options). On a cluster the executors, started by the
-workers, do not have the driver's environment: the session hands them these as
-``spark.executorEnv.*``, set in this process (never on a command line), and redacted from the
-UI and the event log (:data:`REDACTION_REGEX`)."""
+configuration, the tables' storage options, the schema registry's client configuration: a
+Python worker asks the registry about a schema id the job did not know). On a cluster the
+executors, started by the workers, do not have the driver's environment: the session hands
+them these as ``spark.executorEnv.*``, set in this process (never on a command line), and
+redacted from the UI and the event log (:data:`REDACTION_REGEX`)."""
 EXECUTOR_ENVIRONMENT = tuple(variable.name for variable in EXECUTOR_VARIABLES)
 """The names of :data:`EXECUTOR_VARIABLES`."""
 WORKER_MEMORY_POOL = "jemalloc"

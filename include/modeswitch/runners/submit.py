@@ -106,7 +106,8 @@ def submit_plan(
       option joins the driver's options.
     - **environment**: spark-submit found on this interpreter's PATH and the job run with this
       Python, then the Connections' environment (``connection_env``: storage credentials, the
-      Kafka client's configuration), then the deployment's own (``own_env``), which wins.
+      Kafka client's configuration, the schema registry's), then the deployment's own
+      (``own_env``), which wins.
     """
     from modeswitch.runners.session import DELTA_SPARK_CONF
 

@@ -3,9 +3,10 @@ name, through Confluent's client (``confluent_kafka.schema_registry``) on the Co
 Registry API (which Apicurio Registry's ``/apis/ccompat/v7`` serves too).
 
 The client's configuration (``url``, ``basic.auth.user.info``, ``bearer.auth.*``, ...: the
-client's own settings) comes from ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` (a JSON object), or from
-:func:`registry_config_scope` (what the Airflow tasks do with the
-``schema_registry_connection`` Connection). Like a Kafka source's, it is never a setting, an
+client's own settings) comes from ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` (a JSON object: under
+Airflow the tasks set it in spark-submit's environment from the ``schema_registry_connection``
+Connection, :func:`modeswitch.airflow.settings.connection_registry_environment`), or from
+:func:`registry_config_scope` in-process. Like a Kafka source's, it is never a setting, an
 option, a command line or a log line; a message names the registry by its URL alone.
 
 :func:`read_subject` asks the registry, when a job starts, for every version of the subject
