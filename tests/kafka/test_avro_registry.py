@@ -196,7 +196,7 @@ def test_values_before_and_after_a_compatible_change_land_in_one_table(avro_pipe
         "value is not in the schema registry's wire format (a zero magic byte and a 4-byte "
         "schema id)"
     )
-    assert sorted(r["_quarantine_reason"] for r in quarantined) == sorted(
+    assert sorted(r["reason"] for r in quarantined) == sorted(
         [
             not_framed,
             not_framed,

@@ -26,6 +26,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
             "file holds what the Airflow Variables hold (pipeline, source, warehouse, "
             "thresholds). Stops on Ctrl-C, or at --until / --for. Credentials come from the "
             "environment: MODESWITCH_KAFKA_CONFIG for a kafka:// source, "
+            "MODESWITCH_SCHEMA_REGISTRY_CONFIG for Avro values framed by a schema registry, "
             "MODESWITCH_STORAGE_OPTIONS for the tables. Several pipelines (--config more than "
             "once, or --pipelines DIR: one settings file per pipeline) run together, on one "
             "warm engine that serves them all (a lane and a scheduler pool each)."

@@ -242,13 +242,14 @@ def _dictionary_columns(sample: pa.RecordBatch) -> list[str]:
     """Columns worth dictionary encoding: those with mostly repeated values in a sample.
 
     Trying a dictionary on a column of unique values (offsets, JSON payloads) costs a third
-    of the write time before Parquet gives up on it.
+    of the write time before Parquet gives up on it. A nested column (a struct, list or map of
+    an Avro payload) is left to Parquet's default: its values cannot be counted as one.
     """
     rows = max(1, sample.num_rows)
     return [
         field.name
         for field, column in zip(sample.schema, sample.columns, strict=True)
-        if pc.count_distinct(column).as_py() <= rows // 2
+        if not pa.types.is_nested(field.type) and pc.count_distinct(column).as_py() <= rows // 2
     ]
 
 

@@ -295,7 +295,11 @@ def avro_decoder(source: AvroSchemaSource) -> AvroDecoder:
 
 def avro_transform(source: AvroSchemaSource) -> Transform:
     """The transform of an Avro payload (module docstring), its schemas read now."""
-    decoder = avro_decoder(source)
+    return avro_transform_of(avro_decoder(source))
+
+
+def avro_transform_of(decoder: AvroDecoder) -> Transform:
+    """The transform that runs ``decoder``, in both forms."""
     return Transform(
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(_decode_spark, decoder=decoder),
@@ -319,4 +323,4 @@ def _decode_spark(df: Any, *, decoder: AvroDecoder) -> Any:
     return df.mapInArrow(form.function, form.schema)
 
 
-__all__ = ["NOT_FRAMED", "AvroDecoder", "avro_decoder", "avro_transform"]
+__all__ = ["NOT_FRAMED", "AvroDecoder", "avro_decoder", "avro_transform", "avro_transform_of"]
