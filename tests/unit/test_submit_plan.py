@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
@@ -94,3 +96,38 @@ def test_the_interpreters_and_the_environment_layers() -> None:
     assert job.env_vars["PATH"] == "/venv/bin:/usr/bin"
     assert job.env_vars["PYSPARK_PYTHON"] == "/venv/bin/python"
     assert job.env_vars["AWS_ACCESS_KEY_ID"] == "from-dag" and job.env_vars["KAFKA"] == "k"
+
+
+def _kafka_plan(config: dict[str, str], **kwargs):
+    given = settings(source="kafka://events")
+    return submit_plan(
+        "stream",
+        given,
+        label="stream",
+        target=["--epoch", "3"],
+        config=given.to_json(),
+        machine=MACHINE,
+        connection_env={"MODESWITCH_KAFKA_CONFIG": json.dumps(config)},
+        **kwargs,
+    )
+
+
+def test_a_kafka_source_logging_in_at_a_token_endpoint_allows_it_in_every_jvm() -> None:
+    """kafka-clients 4 refuses a token endpoint its JVM does not allow; the URL goes on the
+    JVMs' options, the client's secret never does."""
+    oauth = {
+        "bootstrap.servers": "b:9094",
+        "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "reader",
+        "sasl.oauthbearer.client.secret": "submit-s3cr3t",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+    }
+    job = _kafka_plan(oauth, own_conf={"spark.executor.extraJavaOptions": "-Dx=1"})
+    allowed = "-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=https://idp/token"
+    assert job.conf["spark.driver.extraJavaOptions"].split() == [MACHINE.java_options, allowed]
+    assert job.conf["spark.executor.extraJavaOptions"].split() == ["-Dx=1", allowed]
+    assert not any("submit-s3cr3t" in value for value in job.conf.values())
+    # Another way in, or another source: no such option.
+    assert "spark.executor.extraJavaOptions" not in _kafka_plan({"bootstrap.servers": "b"}).conf
+    assert "spark.executor.extraJavaOptions" not in plan("stream").conf

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from modeswitch.devtools.standalone import free_ports
@@ -84,12 +84,30 @@ def _cluster_id() -> str:
 class KafkaBroker:
     """One Apache Kafka node (broker and controller) on loopback, its data under ``directory``.
 
-    ``settings`` are extra ``server.properties`` lines (for example ``log.retention.ms``)."""
+    ``settings`` are extra ``server.properties`` lines (for example ``log.retention.ms``).
+    ``listeners`` adds client listeners beside the plaintext one the broker is administered
+    and waited for on: their names and security protocols (``{"MTLS": "SSL"}``), each on a
+    port of its own (:meth:`address`); ``settings`` configures them
+    (``listener.name.mtls.ssl.client.auth``, ...). ``java_options`` go on the broker's JVM
+    (system properties such as ``org.apache.kafka.sasl.oauthbearer.allowed.urls``)."""
 
-    def __init__(self, directory: str | Path, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        settings: Mapping[str, str] | None = None,
+        *,
+        listeners: Mapping[str, str] | None = None,
+        java_options: Sequence[str] = (),
+    ) -> None:
         self.directory = Path(directory).resolve()
-        self.port, self.controller_port = free_ports(2)
+        extra = dict(listeners or {})
+        self.port, self.controller_port, *ports = free_ports(2 + len(extra))
+        self.listeners = {
+            name: (protocol, port)
+            for (name, protocol), port in zip(extra.items(), ports, strict=True)
+        }
         self.settings = dict(settings or {})
+        self.java_options = tuple(java_options)
         self.process: subprocess.Popen | None = None
         self._formatted = False
 
@@ -102,19 +120,27 @@ class KafkaBroker:
         """The client configuration that reaches this broker."""
         return {"bootstrap.servers": self.bootstrap}
 
+    def address(self, listener: str) -> str:
+        """The ``host:port`` of one of the ``listeners`` the broker was made with."""
+        return f"127.0.0.1:{self.listeners[listener][1]}"
+
     @property
     def log_file(self) -> Path:
         return self.directory / "broker.log"
 
     def _properties(self) -> Path:
+        clients = [f"PLAINTEXT://{self.bootstrap}"]
+        clients += [f"{name}://{self.address(name)}" for name in self.listeners]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        protocols += [f"{name}:{protocol}" for name, (protocol, _) in self.listeners.items()]
         properties = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "listeners": ",".join([*clients, f"CONTROLLER://127.0.0.1:{self.controller_port}"]),
+            "advertised.listeners": ",".join(clients),
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(protocols),
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.directory / "data"),
             "num.partitions": "1",
@@ -148,6 +174,7 @@ class KafkaBroker:
         return [
             str(java_executable() or "java"),
             *JVM_OPTIONS,
+            *self.java_options,
             f"-Djava.io.tmpdir={scratch}",
             f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
             "-cp",

@@ -17,7 +17,8 @@ from modeswitch.environment import (
     env_text,
     env_value,
 )
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ConfigError, ModeswitchError
+from modeswitch.sources.kafka_security import with_java_properties
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,11 @@ freed: a worker reused for wave after wave grew with each. Measured here, five w
 partitions of the 100 M-record scale log (read, the Arrow parse, write) one after the other in
 one process: a peak of 453-476 MB with mimalloc, 429 MB with the system allocator, 297-298 MB
 with jemalloc, in about the same time (docs/BENCHMARKS.md, the scale section)."""
-REDACTION_REGEX = f"(?i)secret|password|token|access[.]?key|{PREFIX}"
-"""Spark's default ``spark.redaction.regex`` and the names of :data:`EXECUTOR_ENVIRONMENT`."""
+REDACTION_REGEX = f"(?i)secret|password|token|access[.]?key|keystore[.]key|{PREFIX}"
+"""Spark's default ``spark.redaction.regex``, the names of :data:`EXECUTOR_ENVIRONMENT`, and
+``keystore.key``: the Kafka source's ``kafka.ssl.keystore.key`` option holds a client's private
+key (mutual TLS with PEM files, :mod:`modeswitch.sources.kafka_security`), under a name and in
+a value Spark's default does not match. Every session of ours sets it."""
 
 
 def spark_jars(existing: str | None = None) -> str:
@@ -98,6 +102,21 @@ def _require_jars(spark) -> None:
             f"spark-submit without modeswitch's jars ({', '.join(missing)} missing from "
             'spark.jars): pass --jars "$(modeswitch jars)"'
         )
+
+
+def _kafka_config_in_force() -> dict[str, str]:
+    """The Kafka client configuration in force, or none where it cannot be read: a session
+    also serves jobs that read no topic, and a Kafka source refuses the malformed variable,
+    naming it, when a job opens its topic."""
+    from modeswitch.sources.kafka import kafka_config
+
+    try:
+        return kafka_config()
+    except ConfigError:
+        log.warning(
+            "%s is not a JSON object: this session sets no Kafka JVM options", KAFKA_CONFIG.name
+        )
+        return {}
 
 
 def create_spark_session(
@@ -134,8 +153,8 @@ def create_spark_session(
     settings = dict(BASE_CONF)
     if local and not submitted:
         settings.update(LOCAL_CONF)
+    settings["spark.redaction.regex"] = REDACTION_REGEX
     if not local or submitted:  # executors may be elsewhere
-        settings["spark.redaction.regex"] = REDACTION_REGEX
         for variable in EXECUTOR_VARIABLES:
             text = env_text(variable)  # handed on as set: the executors parse it
             if text:
@@ -155,6 +174,15 @@ def create_spark_session(
         settings["spark.driver.extraJavaOptions"] = with_java_options(
             settings.get("spark.driver.extraJavaOptions"), options
         )
+    if not submitted:
+        # What the Kafka source's Java client needs of its JVMs (an OAuth token endpoint
+        # allowed). Under spark-submit its conf has them (modeswitch.runners.submit), and a
+        # value set here would replace the deployment's own executor options.
+        kafka = _kafka_config_in_force()
+        for side in ("driver", "executor"):
+            key = f"spark.{side}.extraJavaOptions"
+            if jvm := with_java_properties(settings.get(key), kafka):
+                settings[key] = jvm
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Literal
 
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.environment import KAFKA_CONFIG, env_value
 from modeswitch.runners.jobs import job_script, job_spark_conf
 from modeswitch.runners.jvm import java_options, with_java_options
+from modeswitch.sources import log_type
+from modeswitch.sources.kafka_security import with_java_properties
 
 SubmitKind = Literal["batch", "stream", "backfill", "engine"]
 
@@ -103,7 +106,10 @@ def submit_plan(
       the driver itself, then the deployment's conf, which wins key by key; spark-submit starts
       the driver JVM, so our jars go on ``spark.jars`` after the deployment's own, Delta's
       session settings are added where the deployment set none, and the class archive's JVM
-      option joins the driver's options.
+      option joins the driver's options. For a Kafka source whose client configuration (in
+      the environment below) logs in at an OAuth token endpoint, the driver's and executors'
+      options allow its URL (:func:`~modeswitch.sources.kafka_security.with_java_properties`;
+      a deployment's own list of allowed URLs is left as it is).
     - **environment**: spark-submit found on this interpreter's PATH and the job run with this
       Python, then the Connections' environment (``connection_env``: storage credentials, the
       Kafka client's configuration, the schema registry's), then the deployment's own
@@ -138,6 +144,12 @@ def submit_plan(
         **(connection_env or {}),
         **(own_env or {}),
     }
+    if log_type(settings.source).client_config:  # MODESWITCH_KAFKA_CONFIG is its client's
+        kafka = env_value(KAFKA_CONFIG, env)
+        for side in ("driver", "executor"):
+            key = f"spark.{side}.extraJavaOptions"
+            if jvm := with_java_properties(conf.get(key), kafka):
+                conf[key] = jvm
     return SubmitPlan(
         name=f"modeswitch-{settings.pipeline}-{label}",
         application=str(job_script(kind)),

@@ -23,10 +23,13 @@ for a batch is the same). Spark's offsets log holds ``{"<topic>": {"<partition>"
 
 **Client configuration.** :func:`java_options` turns the librdkafka settings
 (``MODESWITCH_KAFKA_CONFIG``, or the Airflow Connection's extras) into the Java client's
-``kafka.*`` options. They are options of the query, set in-process (never on a command line);
-Spark redacts an option in plans, the UI and the event log when its key or its value matches
-``spark.redaction.regex`` (``password``, ``secret``, ``token``, ...), and the SASL credentials
-travel in ``kafka.sasl.jaas.config``, whose value names ``password``.
+``kafka.*`` options; how the client authenticates (SASL, mutual TLS, OAUTHBEARER) is
+:mod:`modeswitch.sources.kafka_security`'s. They are options of the query, set in-process
+(never on a command line); Spark redacts an option in plans, the UI and the event log when its
+key or its value matches ``spark.redaction.regex`` (``password``, ``secret``, ``token``, ...,
+and ``keystore.key``: ``modeswitch.runners.session.REDACTION_REGEX``), and the SASL
+credentials travel in ``kafka.sasl.jaas.config``, whose value names ``password`` or
+``clientSecret``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 from modeswitch.errors import ConfigError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog, kafka_config
+from modeswitch.sources.kafka_security import SECURITY_SETTINGS, java_security
 
 SPARK_FORMAT = "kafka"
 EARLIEST = -2
@@ -96,67 +100,34 @@ _LIBRDKAFKA_ONLY = frozenset(
 )
 """librdkafka settings the Java consumer of a read does not need: left out."""
 
-_JAAS_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
-
 
 def java_options(config: Mapping[str, Any] | None = None) -> dict[str, str]:
     """The Kafka source's ``kafka.*`` client options for librdkafka's ``config`` (by default
     the configuration in force: :func:`~modeswitch.sources.kafka.kafka_config`).
 
-    Translated: ``security.protocol`` (upper case), ``sasl.mechanism(s)``, ``sasl.username``
-    with ``sasl.password`` (a JAAS login for PLAIN or SCRAM), ``ssl.ca.location`` (a PEM trust
-    store); settings of the same name in both clients pass as they are; librdkafka's own
-    consumer and producer settings are left out. Anything else is refused with a
-    :class:`ConfigError` naming the setting (never its value): a setting silently dropped
-    could be the one that makes the connection secure.
+    Translated: how the client proves who it is (``security.protocol``, SASL PLAIN or SCRAM,
+    mutual TLS with PEM files or a PKCS#12 keystore, OAUTHBEARER at an OIDC token endpoint,
+    ``ssl.ca.location``: :func:`~modeswitch.sources.kafka_security.java_security`); settings
+    of the same name in both clients pass as they are; librdkafka's own consumer and producer
+    settings are left out. Anything else is refused with a :class:`ConfigError` naming the
+    setting (never its value): a setting silently dropped could be the one that makes the
+    connection secure.
     """
     config = dict(kafka_config() if config is None else config)
     options: dict[str, str] = {"kafka.isolation.level": "read_committed"}
-    plural, singular = config.pop("sasl.mechanisms", None), config.pop("sasl.mechanism", None)
-    given = plural or singular  # librdkafka takes either name
-    mechanism = str(given or "PLAIN").upper()
-    username = config.pop("sasl.username", None)
-    password = config.pop("sasl.password", None)
     for key, value in config.items():
-        if key in _LIBRDKAFKA_ONLY or key == "logger":
+        if key in _LIBRDKAFKA_ONLY or key in SECURITY_SETTINGS or key == "logger":
             continue
-        if key == "security.protocol":
-            options["kafka.security.protocol"] = str(value).upper()
-        elif key == "ssl.ca.location":
-            options["kafka.ssl.truststore.location"] = str(value)
-            options["kafka.ssl.truststore.type"] = "PEM"
-        elif key in _SAME_NAME:
-            options[f"kafka.{key}"] = str(value)
-        else:
+        if key not in _SAME_NAME:
             raise ConfigError(
                 f"kafka client setting {key!r}: Spark's Kafka source (the Java client) has no "
                 "setting modeswitch knows to match it; remove it, or use one of "
-                + ", ".join(sorted({*_SAME_NAME, "security.protocol", "ssl.ca.location"}))
-                + ", sasl.mechanism(s), sasl.username, sasl.password"
+                + ", ".join(sorted(_SAME_NAME | SECURITY_SETTINGS)),
+                setting=key,
             )
-    if username is not None or password is not None:
-        module = _JAAS_MODULES.get(mechanism)
-        if module is None:
-            raise ConfigError(
-                f"kafka client setting sasl.mechanism {mechanism!r}: a username and password "
-                f"log in with one of {', '.join(_JAAS_MODULES)}"
-            )
-        options["kafka.sasl.mechanism"] = mechanism
-        options["kafka.sasl.jaas.config"] = (
-            f"{module} required username={_jaas_quote(username or '')} "
-            f"password={_jaas_quote(password or '')};"
-        )
-    elif given is not None:
-        options["kafka.sasl.mechanism"] = mechanism
+        options[f"kafka.{key}"] = str(value)
+    options |= {f"kafka.{key}": value for key, value in java_security(config).items()}
     return options
-
-
-def _jaas_quote(text: str) -> str:
-    return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def topic_offsets_json(topic: str, offsets: OffsetsMap) -> str:
