@@ -51,7 +51,8 @@ def test_a_watch_warns_once_per_epoch_naming_the_pipeline_counts_and_reason() ->
     assert warning == (
         "pipeline 'orders': epoch 7 quarantined 210 of 310 records (67.7%); most common "
         "reason: field id is missing or not an integer so far, more than "
-        "quarantine_warn_fraction = 0.5; does the payload match value_schema (or the transform)?"
+        "quarantine_warn_fraction = 0.5; does the payload match value_format and its schema "
+        "(or the transform)?"
     )
     assert watch.add(0, 500, {"x": 500}) is None  # once per epoch
 
@@ -84,7 +85,7 @@ def test_an_epoch_that_quarantines_most_is_flagged_in_status_and_the_next_decisi
     assert status["warnings"] == [
         f"epoch {plan.epoch} quarantined 100 of 140 records (71.4%); most common reason: "
         "not JSON: more than quarantine_warn_fraction = 0.5; does the payload match "
-        "value_schema (or the transform)?"
+        "value_format and its schema (or the transform)?"
     ]
     out = io.StringIO()
     Console(file=out, width=200, color_system=None).print(render_status(status))

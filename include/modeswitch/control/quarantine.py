@@ -68,7 +68,7 @@ class QuarantineWatch:
             f"pipeline {self.pipeline!r}: "
             + describe_quarantine(self.epoch, self.records, self.quarantined, reason=reason)
             + f" so far, more than quarantine_warn_fraction = {self.fraction:g}; does the "
-            "payload match value_schema (or the transform)?"
+            "payload match value_format and its schema (or the transform)?"
         )
 
 

@@ -92,7 +92,7 @@ def quarantine_warnings(epochs: list[dict[str, Any]], settings: PipelineSettings
     )
     text += (
         f": more than quarantine_warn_fraction = {settings.quarantine_warn_fraction:g}; does "
-        "the payload match value_schema (or the transform)?"
+        "the payload match value_format and its schema (or the transform)?"
     )
     if len(flagged) > 1:
         text += f" ({len(flagged) - 1} older epoch(s) shown quarantined most of theirs too)"
