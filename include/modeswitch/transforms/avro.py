@@ -59,8 +59,6 @@ from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transfo
 NOT_FRAMED = (
     "value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
 )
-_NEWER = object()
-"""A schema id the registry lists under the subject that the job did not know."""
 
 
 class AvroDecoder:
