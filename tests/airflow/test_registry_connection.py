@@ -2,7 +2,7 @@
 ``schema_registry_connection``): the Spark job gets its client settings in spark-submit's
 environment, as a Kafka source's client configuration, never on its command line or in the
 settings; a pipeline of any other payload looks no such Connection up. (The mapping of the
-Connection's fields: tests/unit/test_registry_connection.py.)"""
+Connection's fields: tests/unit/test_registry_client_config.py.)"""
 
 from __future__ import annotations
 
