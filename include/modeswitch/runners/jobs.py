@@ -191,7 +191,9 @@ def schema_change(exc: BaseException) -> str | None:
     while seen is not None:
         if isinstance(seen, SchemaChangedError):
             return str(seen)
-        found = _SCHEMA_CHANGED.findall(str(seen))
+        found = [
+            said for name, said in _TASK_ERROR.findall(str(seen)) if name == "SchemaChangedError"
+        ]
         if found:
             return found[-1].strip()
         seen = seen.__cause__ or seen.__context__
@@ -252,8 +254,7 @@ JOB_RUNS = {"batch": run_batch_job, "stream": run_stream_job, "backfill": run_ba
 """What each kind of job runs, once its settings are resolved."""
 
 
-_TASK_ERROR = re.compile(r"^modeswitch\.errors\.\w+: (.+)$", re.MULTILINE)
-_SCHEMA_CHANGED = re.compile(r"modeswitch\.errors\.SchemaChangedError: (.+)$", re.MULTILINE)
+_TASK_ERROR = re.compile(r"^modeswitch\.errors\.(\w+): (.+)$", re.MULTILINE)
 
 
 def task_failure(exc: BaseException) -> str | None:
@@ -265,7 +266,7 @@ def task_failure(exc: BaseException) -> str | None:
     if not isinstance(exc, PySparkException):
         return None
     found = _TASK_ERROR.findall(str(exc))
-    return found[-1].strip() if found else None
+    return found[-1][1].strip() if found else None
 
 
 def main(

@@ -5,9 +5,9 @@ Registry API (which Apicurio Registry's ``/apis/ccompat/v7`` serves too).
 The client's configuration (``url``, ``basic.auth.user.info``, ``bearer.auth.*``, ...: the
 client's own settings) comes from ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` (a JSON object: under
 Airflow the tasks set it in spark-submit's environment from the ``schema_registry_connection``
-Connection, :func:`modeswitch.airflow.settings.connection_registry_environment`), or from
-:func:`registry_config_scope` in-process. Like a Kafka source's, it is never a setting, an
-option, a command line or a log line; a message names the registry by its URL alone.
+Connection, :func:`modeswitch.airflow.settings.connection_registry_environment`). Like a Kafka
+source's, it is never a setting, an option, a command line or a log line; a message names the
+registry by its URL alone.
 
 :func:`read_subject` asks the registry, when a job starts, for every version of the subject
 (each one's schema id and schema) and picks the one the job reads as: the settings' version, or
@@ -18,11 +18,9 @@ that is not one of the subject's.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,28 +28,11 @@ from urllib.parse import urlsplit
 from modeswitch.environment import SCHEMA_REGISTRY_CONFIG, env_value
 from modeswitch.errors import ConfigError, ModeswitchError
 
-_config_scope: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
-    "modeswitch_schema_registry_config", default=None
-)
-
 
 def registry_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The registry client's settings in force: :func:`registry_config_scope`'s, else
-    ``MODESWITCH_SCHEMA_REGISTRY_CONFIG``'s."""
-    scoped = _config_scope.get()
-    if scoped is not None:
-        return dict(scoped)
+    """The registry client's settings in force: ``MODESWITCH_SCHEMA_REGISTRY_CONFIG``'s (no
+    in-process task reads the registry, so no scope of the Kafka configuration's kind)."""
     return env_value(SCHEMA_REGISTRY_CONFIG, environ)
-
-
-@contextlib.contextmanager
-def registry_config_scope(config: Mapping[str, str] | None) -> Iterator[None]:
-    """Within the block, :func:`registry_config` is ``config`` (None: the environment's)."""
-    token = _config_scope.set(None if config is None else dict(config))
-    try:
-        yield
-    finally:
-        _config_scope.reset(token)
 
 
 def registry_environment(config: Mapping[str, str]) -> dict[str, str]:
@@ -178,7 +159,6 @@ __all__ = [
     "read_subject",
     "registry_client",
     "registry_config",
-    "registry_config_scope",
     "registry_environment",
     "registry_name",
 ]

@@ -93,6 +93,11 @@ class AvroDecoder:
     def framed(self) -> bool:
         return bool(self.writers)
 
+    @functools.cached_property
+    def reader_id(self) -> int | None:
+        """The schema id of the version values are read as (None for a schema file)."""
+        return next((i for i, (v, _) in self.writers.items() if v == self.version), None)
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_parsed": None}
 
@@ -165,7 +170,7 @@ class AvroDecoder:
 
         schemas = self._schemas()
         reader = schemas["reader"]
-        reader_id = next((i for i, (v, _) in self.writers.items() if v == self.version), None)
+        reader_id = self.reader_id
         rows: list[dict | None] = []
         reasons: list[str | None] = []
         texts = values.to_pylist()
