@@ -7,9 +7,9 @@ base64 where the bytes are not UTF-8) in Parquet files, once as JSON and once as
 registry-framed Avro. Each variant is written to Spark's ``noop`` sink (every row and column
 computed, nothing stored), rounds alternating: ``scan`` (the Avro rows, no decode),
 ``json from_json`` (the default transform's Spark form), ``json msgspec`` (its Arrow form in
-``mapInArrow``), ``avro fastavro`` (the Avro transform's form: its decoder in ``mapInArrow``)
-and ``avro from_avro`` (Spark's own Avro reader on the body after the framing: what a Spark
-form of it would run). Reports wall time and the CPU time of the process tree.
+``mapInArrow``), ``avro fastavro`` (the Avro transform's Arrow form, its fastavro decoder, in
+``mapInArrow``) and ``avro from_avro`` (its Spark form: Spark's own Avro reader,
+:mod:`modeswitch.transforms.avro_spark`). Reports wall time and the CPU time of the process tree.
 """
 
 from __future__ import annotations
@@ -26,24 +26,15 @@ from bench_avro import EVENT_AVRO, avro_values, events  # bench/ is on the path
 from bench_sink import cpu_seconds
 
 from modeswitch.runners.session import create_spark_session
-from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms import parse_events
 from modeswitch.transforms.arrow import parse_events_arrow
 from modeswitch.transforms.avro import AvroDecoder, avro_transform_of
 
 
-def from_avro_variant(df):
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
-
-    value = F.col("value")
-    raw = F.when(
-        value.startswith(NOT_UTF8_PREFIX),
-        F.unbase64(F.substring(value, len(NOT_UTF8_PREFIX) + 1, 1 << 30)),
-    ).otherwise(F.encode(value, "UTF-8"))
-    body = F.substring(raw, 6, 1 << 30)
-    decoded = from_avro(body, json.dumps(EVENT_AVRO), {"mode": "PERMISSIVE"}).alias("_a")
-    return df.select(*df.columns, decoded).select(*df.columns, "_a.*")
+def arrow_form_in_spark(transform, df):
+    """The transform's Arrow form (fastavro) run by Spark in ``mapInArrow``."""
+    form = transform.arrow(df.schema)
+    return df.mapInArrow(form.function, form.schema)
 
 
 def table(values: list[str]) -> pa.Table:
@@ -68,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     decoder = AvroDecoder(
         json.dumps(EVENT_AVRO), {1: (1, json.dumps(EVENT_AVRO))}, subject="e", version=1, what="b"
     )
-    fastavro_form = avro_transform_of(decoder)
+    avro_form = avro_transform_of(decoder)
     with tempfile.TemporaryDirectory(prefix="modeswitch-bench-avro-") as work:
         pq.write_table(
             table([json.dumps(r, separators=(",", ":")) for r in records]), f"{work}/j.parquet"
@@ -84,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 "scan": lambda: avro_rows,
                 "json from_json": lambda: parse_events(json_rows),
                 "json msgspec": lambda: parse_events_arrow(json_rows),
-                "avro fastavro": lambda: fastavro_form(avro_rows),
-                "avro from_avro": lambda: from_avro_variant(avro_rows),
+                "avro fastavro": lambda: arrow_form_in_spark(avro_form, avro_rows),
+                "avro from_avro": lambda: avro_form.spark(avro_rows),
             }
             print("| round | variant | wall (s) | CPU (s) |\n|---|---|---|---|")
             for round_ in range(1, args.rounds + 1):

@@ -51,9 +51,17 @@ class SchemaMismatchError(ModeswitchError, ValueError):
 
 
 class SchemaChangedError(ModeswitchError):
-    """A value is written with a version of its schema the job does not read as (registered
-    after the job began): the job stops before committing it (``on_schema_change`` ``evolve``
-    or ``fail``). The message names the subject, the versions and the record."""
+    """A value is written with a version of its schema registered after the job began, and
+    ``on_schema_change = fail``: the job stops, having committed nothing of the wave or
+    micro-batch that holds it. The message names the subject, the versions and the record."""
+
+
+class UnknownSchemaIdError(ModeswitchError):
+    """A registry-framed value names a schema id the job did not know when it began (raised in
+    a Spark task, by either form of the decode): the job stops before committing anything of
+    that wave or micro-batch, and the driver asks the registry what the id is
+    (:func:`modeswitch.transforms.avro.learn_schema_id`). The message names the id, the
+    subject, the record and the version the job reads as."""
 
 
 class OffsetsContinuityError(ModeswitchError):

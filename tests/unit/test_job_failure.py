@@ -99,62 +99,113 @@ def test_a_modeswitch_error_raised_in_a_spark_task_is_the_jobs_failure() -> None
     assert task_failure(ValueError(broker)) is None
 
 
-def _changing(times: int) -> tuple[list[int], object]:
-    """A batch job's run that meets a new schema version ``times`` times, then succeeds."""
-    from modeswitch.errors import SchemaChangedError
+def _unknown_ids(ids: list[int]) -> tuple[list[object], object]:
+    """A batch job's run whose values name each of ``ids`` in turn (in Spark's text for a
+    ``raise_error``, as the Spark form raises it), then succeeds; and the ``seen`` each run
+    was resolved with."""
+    from modeswitch.transforms.avro import AvroDecoder
 
-    runs: list[int] = []
+    decoder = AvroDecoder(
+        '{"type": "record", "name": "R", "fields": []}',
+        {7: (2, "{}")},
+        subject="o-value",
+        version=2,
+        what="x",
+    )
+    runs: list[object] = []
 
     def batch(spark, job, epoch):
-        runs.append(epoch)
-        if len(runs) <= times:
-            raise SchemaChangedError(f"subject 's': version {len(runs) + 1} registered")
+        runs.append(job)
+        if len(runs) <= len(ids):
+            said = decoder.unknown_id_template.format(
+                schema_id=ids[len(runs) - 1], bucket=0, offset=5
+            )
+            raise RuntimeError(
+                f"[USER_RAISED_EXCEPTION] \nmodeswitch.errors.UnknownSchemaIdError: {said}\n"
+                " SQLSTATE: P0001\n=== Streaming Query ===\n+- Project [CASE WHEN ... raise_error"
+                "(concat(\nmodeswitch.errors.UnknownSchemaIdError: , unknown schema id , cast("
+                "conv(...))))"
+            )
 
     return runs, batch
 
 
-def test_a_job_whose_schema_changes_is_resolved_and_run_again_under_evolve(
+def _avro_job(monkeypatch: pytest.MonkeyPatch, on_change: str, registered: dict) -> list:
+    """resolve_job and the registry stood in for: what each resolve was given."""
+    from types import SimpleNamespace
+
+    from modeswitch.control.payload_settings import AvroSchemaSource
+
+    source = AvroSchemaSource(subject="o-value", on_schema_change=on_change)
+    resolved: list = []
+    monkeypatch.setattr(
+        "modeswitch.modes.job.resolve_job",
+        lambda s, k, seen=None: (
+            resolved.append(seen) or SimpleNamespace(payload=SimpleNamespace(avro=source))
+        ),
+    )
+    monkeypatch.setattr(
+        "modeswitch.sources.schema_registry.find_schema_id",
+        lambda schema_id, subject: registered.get(schema_id),
+    )
+    return resolved
+
+
+def test_a_job_meeting_unknown_schema_ids_learns_them_and_runs_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from modeswitch.runners import jobs
+    from modeswitch.transforms.avro import SchemaIdsSeen
 
     settings = PipelineSettings.from_mapping({"pipeline": "p", "source": str(tmp_path / "s")})
-    resolved: list[str] = []
-    real = __import__("modeswitch.modes.job", fromlist=["resolve_job"]).resolve_job
-    monkeypatch.setattr(
-        "modeswitch.modes.job.resolve_job", lambda s, k: resolved.append(k) or real(s, k)
-    )
-    runs, batch = _changing(2)
+    resolved = _avro_job(monkeypatch, "evolve", {9: (3, "{}")})
+    runs, batch = _unknown_ids([8, 9])  # 8 foreign to the subject, 9 its version 3
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
     jobs.run("batch", None, settings, epoch=4)
-    assert runs == [4, 4, 4] and resolved == ["batch"] * 3  # resolved anew each time
+    assert len(runs) == 3
+    assert resolved == [None, SchemaIdsSeen(frozenset({8})), SchemaIdsSeen(frozenset({8}))]
 
-    runs, batch = _changing(jobs.SCHEMA_ATTEMPTS)
+    resolved = _avro_job(monkeypatch, "quarantine", {9: (3, "{}")})
+    runs, batch = _unknown_ids([9])
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
-    with pytest.raises(ModeswitchError, match="version"):
+    jobs.run("batch", None, settings, epoch=4)
+    assert resolved == [None, SchemaIdsSeen(read_as=2)]  # goes on reading as version 2
+
+    resolved = _avro_job(monkeypatch, "evolve", {})
+    runs, batch = _unknown_ids(list(range(100, 100 + jobs.SCHEMA_ATTEMPTS)))
+    monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
+    with pytest.raises(RuntimeError, match="unknown schema id 107"):
         jobs.run("batch", None, settings, epoch=4)
     assert len(runs) == jobs.SCHEMA_ATTEMPTS
 
-    failing = PipelineSettings.from_mapping(
-        {"pipeline": "p", "source": str(tmp_path / "s"), "on_schema_change": "fail"}
-    )
-    runs, batch = _changing(1)
+    _avro_job(monkeypatch, "fail", {9: (3, "{}")})
+    runs, batch = _unknown_ids([9])
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
-    with pytest.raises(ModeswitchError, match="version 2 registered"):
-        jobs.run("batch", None, failing, epoch=4)
-    assert runs == [4]
+    with pytest.raises(ModeswitchError, match=r"version 3 of 'o-value'.*on_schema_change = fail"):
+        jobs.run("batch", None, settings, epoch=4)
+    assert len(runs) == 1
 
 
-def test_a_schema_change_raised_in_a_python_worker_is_found_in_sparks_error() -> None:
-    from modeswitch.runners.jobs import schema_change
+def test_a_modeswitch_error_is_found_in_a_python_workers_and_in_sparks_text() -> None:
+    from modeswitch.errors import FencedError, UnknownSchemaIdError
+    from modeswitch.runners.jobs import modeswitch_errors
 
     worker = RuntimeError(
         "An exception was thrown from the Python worker.\nTraceback (most recent call last):\n"
         '  File "avro.py", line 1, in decode\n'
-        "modeswitch.errors.SchemaChangedError: subject 'o-value': version 3 registered\n"
+        "modeswitch.errors.UnknownSchemaIdError: unknown schema id 3 in a value\n"
     )
     wrapped = ModeswitchError("stream epoch 3: the query failed")
     wrapped.__cause__ = worker
-    assert schema_change(wrapped) == "subject 'o-value': version 3 registered"
-    assert schema_change(RuntimeError("modeswitch.errors.FencedError: no")) is None
+    assert modeswitch_errors(wrapped, UnknownSchemaIdError) == ["unknown schema id 3 in a value"]
+    assert modeswitch_errors(UnknownSchemaIdError("raised here"), UnknownSchemaIdError) == [
+        "raised here"
+    ]
+    assert modeswitch_errors(RuntimeError("modeswitch.errors.FencedError: no"), FencedError) == [
+        "no"
+    ]
+    assert (
+        modeswitch_errors(RuntimeError("modeswitch.errors.FencedError: no"), UnknownSchemaIdError)
+        == []
+    )
     assert task_failure(ValueError("x")) is None

@@ -14,7 +14,11 @@ import pytest
 from modeswitch.airflow.settings import registry_config_from_connection
 from modeswitch.errors import ConfigError
 from modeswitch.runners.engine import credentials_fingerprint
-from modeswitch.runners.session import EXECUTOR_ENVIRONMENT, REDACTION_REGEX
+from modeswitch.runners.session import (
+    CREDENTIAL_ENVIRONMENT,
+    EXECUTOR_ENVIRONMENT,
+    REDACTION_REGEX,
+)
 from modeswitch.sources.schema_registry import registry_environment
 
 pytestmark = pytest.mark.unit
@@ -106,15 +110,15 @@ def test_a_connection_without_a_url_is_refused_naming_the_setting(fields, messag
 
 
 def test_an_engine_started_with_other_registry_credentials_is_not_shared() -> None:
-    """The registry's configuration is among the variables the session hands its executors,
-    redacted there, and among the credentials a warm engine is started with."""
+    """The registry's configuration is not handed to the executors (only the driver asks the
+    registry), is redacted, and is among the credentials a warm engine is started with."""
 
     def environment(password: str) -> dict[str, str]:
         config = {"url": "http://registry:8081", "basic.auth.user.info": f"reader:{password}"}
         return {"HOME": "/a", **registry_environment(config)}
 
     name = next(iter(registry_environment({"url": "http://registry:8081"})))
-    assert name in EXECUTOR_ENVIRONMENT
+    assert name not in EXECUTOR_ENVIRONMENT and name in CREDENTIAL_ENVIRONMENT
     assert re.search(REDACTION_REGEX, f"spark.executorEnv.{name}")
     old, new = (credentials_fingerprint(environment(p)) for p in ("old", "new"))
     assert old != new

@@ -31,6 +31,7 @@ from modeswitch.transforms import ArrowForm, Transform, payload_transform
 if TYPE_CHECKING:
     from modeswitch.control.settings import PipelineSettings
     from modeswitch.sources.base import BucketedLog, LogCapabilities
+    from modeswitch.transforms.avro import SchemaIdsSeen
 
 JobKind = Literal["batch", "stream", "backfill"]
 
@@ -81,15 +82,18 @@ class JobPlan:
         )
 
 
-def resolve_job(settings: PipelineSettings, kind: JobKind) -> JobPlan:
+def resolve_job(
+    settings: PipelineSettings, kind: JobKind, seen: SchemaIdsSeen | None = None
+) -> JobPlan:
     """The :class:`JobPlan` of a ``kind`` job on ``settings``: the payload described and the
-    transform built once, and the seam that job kind uses chosen. Raises
+    transform built once (an Avro payload's with what the job's earlier runs learned of its
+    schema ids, ``seen``), and the seam that job kind uses chosen. Raises
     :class:`~modeswitch.errors.ConfigError` naming the setting for a transform that cannot be
     loaded or a path that cannot run (``batch_reader = arrow`` with a transform without an Arrow
     form, an unknown reader or writer)."""
     log = log_type(settings.source)
     payload = settings.describe_payload()
-    transform = payload_transform(payload)
+    transform = payload_transform(payload, seen)
     stream = (
         JobPlan(kind, settings, log, payload, transform).stream_path_on(log)
         if kind == "stream"

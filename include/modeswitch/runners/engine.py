@@ -122,12 +122,12 @@ class EngineAddress:
 
 
 def credentials_fingerprint(environ: Mapping[str, str]) -> str:
-    """A hash of the credentials an engine started with ``environ`` would use (the variables
-    the session hands its executors, :data:`modeswitch.runners.session.EXECUTOR_ENVIRONMENT`): equal
+    """A hash of the credentials an engine started with ``environ`` would use (its driver's and
+    its executors', :data:`modeswitch.runners.session.CREDENTIAL_ENVIRONMENT`): equal
     fingerprints, same credentials. The values themselves never leave the process."""
-    from modeswitch.runners.session import EXECUTOR_ENVIRONMENT
+    from modeswitch.runners.session import CREDENTIAL_ENVIRONMENT
 
-    chosen = {name: environ.get(name, "") for name in EXECUTOR_ENVIRONMENT}
+    chosen = {name: environ.get(name, "") for name in CREDENTIAL_ENVIRONMENT}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import load_job_settings
-from modeswitch.errors import ModeswitchError, SchemaChangedError
+from modeswitch.errors import ModeswitchError, UnknownSchemaIdError
 
 if TYPE_CHECKING:  # the modes import pyspark: only where a job runs
     from modeswitch.modes.job import JobKind
@@ -165,45 +165,46 @@ def run(
     assert target is not None, (
         f"a {kind} job needs its {'command' if kind == 'backfill' else 'epoch'}"
     )
+    seen = None
     for attempt in range(1, SCHEMA_ATTEMPTS + 1):
-        job = resolve_job(settings, kind)
+        job = resolve_job(settings, kind, seen)
         try:
             JOB_RUNS[kind](spark, job, target)
             return
         except Exception as exc:
-            if attempt == SCHEMA_ATTEMPTS or not evolves(exc, settings):
+            from modeswitch.transforms.avro import SchemaIdsSeen, learn_schema_id, unknown_id
+
+            # The Spark form's message is in a failed query's plan too, without its values.
+            said = [m for m in modeswitch_errors(exc, UnknownSchemaIdError) if unknown_id(m)]
+            if not said or job.payload.avro is None or attempt == SCHEMA_ATTEMPTS:
                 raise
-            # Nothing of the wave or micro-batch that met the new version was committed: the
-            # job resolved again reads it, and its commit adds the new columns.
-            log.warning("%s job: %s; resolving the job again", kind, schema_change(exc))
+            # Nothing of the wave or micro-batch that met the id was committed: the registry,
+            # asked, says what it is, and the job resolved again reads it (or stops, ``fail``).
+            seen = learn_schema_id(said[-1], job.payload.avro, seen or SchemaIdsSeen())
+            log.warning("%s job: %s; resolving the job again", kind, said[-1])
 
 
-SCHEMA_ATTEMPTS = 4
-"""How many times a job is resolved and run when its payload's schema keeps changing under it
-(``on_schema_change = evolve``): each new version registered while it runs costs one."""
+SCHEMA_ATTEMPTS = 8
+"""How many times a job is resolved and run when its values name schema ids it did not know:
+each version registered while it runs, and each id foreign to its subject, costs one."""
 
 
-def schema_change(exc: BaseException) -> str | None:
-    """The message of the :class:`~modeswitch.errors.SchemaChangedError` behind ``exc``:
-    raised on the driver, or in a Spark task's Python worker and carried in the error Spark
-    gave the driver (its text); None when there is none."""
+def modeswitch_errors(exc: BaseException, kind: type[ModeswitchError]) -> list[str]:
+    """The messages of the ``kind`` errors behind ``exc``: raised on the driver, or in a Spark
+    task (a Python worker's, or a Spark expression's ``raise_error``) and carried in the error
+    Spark gave the driver (its text, where each is a line of its own); empty when there is
+    none. The first error in the chain that holds one gives them, in the order of its text."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, SchemaChangedError):
-            return str(seen)
+        if isinstance(seen, kind):
+            return [str(seen)]
         found = [
-            said for name, said in _TASK_ERROR.findall(str(seen)) if name == "SchemaChangedError"
+            said.strip() for name, said in _TASK_ERROR.findall(str(seen)) if name == kind.__name__
         ]
         if found:
-            return found[-1].strip()
+            return found
         seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def evolves(exc: BaseException, settings: PipelineSettings) -> bool:
-    """Whether a job that failed with ``exc`` runs again: its payload's schema changed under it
-    and ``on_schema_change`` is ``evolve``."""
-    return settings.payload.on_schema_change == "evolve" and schema_change(exc) is not None
+    return []
 
 
 def run_backfill_job(spark, job, command: int) -> None:

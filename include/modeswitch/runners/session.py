@@ -52,15 +52,18 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
-EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS, SCHEMA_REGISTRY_CONFIG)
-"""The credentials the jobs read from their environment (a Kafka source's client
-configuration, the tables' storage options, the schema registry's client configuration: a
-Python worker asks the registry about a schema id the job did not know). On a cluster the
+EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS)
+"""The credentials the jobs' tasks read from their environment (a Kafka source's client
+configuration, the tables' storage options; not the schema registry's, which only the driver
+asks: :func:`modeswitch.transforms.avro.learn_schema_id`). On a cluster the
 executors, started by the workers, do not have the driver's environment: the session hands
 them these as ``spark.executorEnv.*``, set in this process (never on a command line), and
 redacted from the UI and the event log (:data:`REDACTION_REGEX`)."""
 EXECUTOR_ENVIRONMENT = tuple(variable.name for variable in EXECUTOR_VARIABLES)
 """The names of :data:`EXECUTOR_VARIABLES`."""
+CREDENTIAL_ENVIRONMENT = (*EXECUTOR_ENVIRONMENT, SCHEMA_REGISTRY_CONFIG.name)
+"""The names of every credential a job reads from its environment: its tasks' and the
+driver's own (the schema registry's client configuration)."""
 WORKER_MEMORY_POOL = "jemalloc"
 """pyarrow's allocator in the Python workers (``ARROW_DEFAULT_MEMORY_POOL``, handed to them as
 ``spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL``; the driver's environment, or the session's

@@ -11,9 +11,10 @@ registry by its URL alone.
 
 :func:`read_subject` asks the registry, when a job starts, for every version of the subject
 (each one's schema id and schema) and picks the one the job reads as: the settings' version, or
-the newest. :func:`find_schema_id` asks it, from a Python worker, about a schema id a value names
-that the job did not know: a version of the subject registered since the job began, or a schema
-that is not one of the subject's.
+the newest. :func:`find_schema_id` asks it, on the driver, about a schema id a value names that
+the job did not know (:func:`modeswitch.transforms.avro.learn_schema_id`): a version of the
+subject registered since the job began, or a schema that is not one of the subject's. No Spark
+task asks the registry.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The transform of an Avro payload (``value_format = avro``): each value decoded into the
-top-level fields of the Avro reader schema, in both forms, by one decoder.
+top-level fields of the Avro reader schema, in two forms that give the same rows and reasons.
 
-The decoder (:class:`AvroDecoder`, fastavro) runs where the records are: in the Python workers
-of batch waves and of the ``bucketlog`` reader (the Arrow form), and, for Spark's Kafka source,
-in ``mapInArrow`` (the Spark form). Both forms so give the same rows and reasons by
-construction. Its schemas are read once, when the job starts (:func:`avro_transform`): from
-``value_schema_file``, or from the registry's subject (every version by schema id, and the
-version to read as), and travel with the pickled decoder; a worker asks the registry only about
-a schema id the job did not know.
+The Spark form is Spark's own Avro reader, ``from_avro``, one expression per schema id the job
+knows (:mod:`modeswitch.transforms.avro_spark`): the stream's query and the batch paths that
+read with Spark run it. The Arrow form is :class:`AvroDecoder` (fastavro) in the Python workers
+of the Arrow waves and of the ``bucketlog`` reader. ``from_avro`` spends about a third of
+fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads"); the same cases and a property test hold
+the two alike (tests/spark/test_avro_forms.py). The schemas are read once, when the job starts
+(:func:`avro_transform`): from ``value_schema_file``, or from the registry's subject (every
+version by schema id, and the version to read as), and travel with the job; no task asks the
+registry.
 
 A source keeps a value's bytes as text (:data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and
-base64 where they are not UTF-8, the text's UTF-8 otherwise); the decoder takes them back. The
+base64 where they are not UTF-8, the text's UTF-8 otherwise); both forms take them back. The
 ``value`` column stays as the source gave it (lineage). Column types:
 :mod:`modeswitch.transforms.avro_types`.
 
@@ -20,22 +22,26 @@ Reasons, record by record (the typed columns are null on a row with one):
 - ``value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema
   id)`` (framed values only);
 - ``schema id N is not a version of subject S``: the registry, asked, does not list it;
-- ``value does not decode as Avro with schema id N (version V of S)`` (or ``with the schema of
-  value_schema_file``): the body ends early or holds what its schema cannot (an enum index, a
-  union branch out of range, a length below zero);
-- ``value written with schema id N (version W of S) cannot be read as version V: <why>``: the
-  two versions are not compatible for this value (a field without a default, a type Avro does
-  not promote);
-- ``value does not fit its columns: <why>``: decoded, but a decimal holds more digits than its
-  precision.
+- ``value does not decode as Avro with schema id N (version W of S)``, with `` read as version
+  V`` when the job reads as another version (or ``with the schema of value_schema_file ...``):
+  the body ends early, holds what its schema cannot (an enum index, a union branch out of
+  range, a length below zero), cannot be read as the job's version (a field without a default,
+  a type Avro does not promote, a symbol the reader lacks), or holds a decimal wider than its
+  column's precision. Spark's reader tells these apart from none of the others, so neither
+  form does.
 
-A value written with a version registered after the job began (its id was unknown, the registry
-lists it under the subject) stops the job's run before it commits anything of its wave or
-micro-batch (:class:`~modeswitch.errors.SchemaChangedError`), under ``on_schema_change = evolve``
-or ``fail``; with ``evolve`` the job is resolved again at once and reads the new version
-(:func:`modeswitch.runners.jobs.run`), with ``fail`` it stops. Under ``quarantine`` the value is
-read as the job's version like an older one (its ``value`` keeps everything), or quarantined
-with the reason above when it cannot be.
+Where they differ (a deliberate choice, not a bug): a string field whose bytes are not UTF-8 is
+kept by Spark's reader as those bytes and quarantined by fastavro.
+
+A value naming a schema id the job did not know, and not one already found foreign to the
+subject, stops the job's run before it commits anything of its wave or micro-batch
+(:class:`~modeswitch.errors.UnknownSchemaIdError`, raised in the task by either form). The
+driver asks the registry what the id is (:func:`learn_schema_id`) and the job is resolved again
+(:func:`modeswitch.runners.jobs.run`): a foreign id's values are then quarantined with their
+reason; a version registered since the job began is read under ``on_schema_change = evolve``
+(the job reads the newest version, or the pinned one, and its commit adds the new columns),
+read as the job's version under ``quarantine`` (quarantined where it cannot be), and stops the
+job under ``fail`` (:class:`~modeswitch.errors.SchemaChangedError`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +59,9 @@ import pyarrow as pa
 
 from modeswitch.control.payload_settings import AvroSchemaSource
 from modeswitch.control.value_schema import RESERVED_NAMES, SCHEMA_TRANSFORM
-from modeswitch.errors import ConfigError, SchemaChangedError
+from modeswitch.errors import ConfigError, SchemaChangedError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.transforms.avro_spark import decode_with_spark
 from modeswitch.transforms.avro_types import columns_of, decoding_schema
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
 
@@ -76,14 +85,14 @@ class AvroDecoder:
         *,
         subject: str = "",
         version: int = 0,
-        on_schema_change: str = "evolve",
+        foreign: frozenset[int] = frozenset(),
         what: str,
     ) -> None:
         self.reader = reader
         self.writers = dict(writers)
+        self.foreign = frozenset(foreign)
         self.subject = subject
         self.version = version
-        self.on_schema_change = on_schema_change
         self.what = what
         self.columns = columns_of(decoding_schema(reader), what=what)
         self._check_names()
@@ -130,107 +139,96 @@ class AvroDecoder:
         return self._parsed
 
     def _writer(self, schema_id: int, where: tuple[int, int]) -> Any:
-        """The parsed writer schema of ``schema_id``: known, newer (asked of the registry), or
-        None when it is not one of the subject's."""
+        """The parsed writer schema of ``schema_id``, or None for an id found foreign to the
+        subject; raises :class:`UnknownSchemaIdError` for an id the job does not know."""
         schemas = self._schemas()
         if schema_id in schemas:
             return schemas[schema_id]
-        from modeswitch.sources.schema_registry import find_schema_id
-
-        found = find_schema_id(schema_id, self.subject)
-        if found is None:
-            schemas[schema_id] = None
+        if schema_id in self.foreign:
             return None
-        version, text = found
-        if self.on_schema_change != "quarantine":
-            raise SchemaChangedError(
-                f"subject {self.subject!r}: the value at bucket {where[0]} offset {where[1]} is "
-                f"written with version {version} (schema id {schema_id}), registered after this "
-                f"job began reading as version {self.version}; on_schema_change = "
-                f"{self.on_schema_change}: nothing of this wave or micro-batch is committed, "
-                + (
-                    f"and the job, resolved again, reads version {version} and adds its new "
-                    "columns to the sink"
-                    if self.on_schema_change == "evolve"
-                    else "and the job stops until the settings say what to read as "
-                    "(value_schema_version, or on_schema_change = evolve or quarantine)"
-                )
-            )
-        self.writers[schema_id] = (version, text)
-        schemas[schema_id] = decoding_schema(text)
-        return schemas[schema_id]
+        raise UnknownSchemaIdError(
+            self.unknown_id_template.format(schema_id=schema_id, bucket=where[0], offset=where[1])
+        )
+
+    @property
+    def unknown_id_template(self) -> str:
+        """The message of a value naming an id the job does not know (``{schema_id}``,
+        ``{bucket}`` and ``{offset}`` to fill), in both forms; :func:`unknown_schema_id` reads
+        it back."""
+        subject = repr(self.subject).replace("{", "{{").replace("}", "}}")
+        return (
+            f"unknown schema id {{schema_id}} in a value of subject {subject} at bucket "
+            f"{{bucket}} offset {{offset}}: this job reads as version {self.version}"
+        )
+
+    @property
+    def not_framed(self) -> str:
+        return NOT_FRAMED
+
+    def undecodable(self, schema_id: int | None) -> str:
+        """The reason of a value that does not decode, or not as the job's version."""
+        if schema_id is None:
+            return f"value does not decode as Avro with the schema of {self.what}"
+        version = self.writers[schema_id][0]
+        read_as = "" if version == self.version else f" read as version {self.version}"
+        return (
+            f"value does not decode as Avro with schema id {schema_id} (version {version} of "
+            f"{self.subject}){read_as}"
+        )
 
     def decode(
         self, values: pa.Array, buckets: pa.Array, offsets: pa.Array
     ) -> tuple[list[pa.Array], pa.Array]:
         """The columns (null on a quarantined row) and the reasons (null when good) of
         ``values``; ``buckets``/``offsets`` name a record in an error."""
-        from fastavro import schemaless_reader
-        from fastavro.read import SchemaResolutionError
-
         schemas = self._schemas()
         reader = schemas["reader"]
         reader_id = self.reader_id
         rows: list[dict | None] = []
         reasons: list[str | None] = []
-        texts = values.to_pylist()
-        for index, text in enumerate(texts):
+        ids: list[int | None] = []  # each row's schema id (None for a schema file)
+        for index, text in enumerate(values.to_pylist()):
+            row, reason, schema_id = None, None, None
             if text is None:
-                rows.append(None)
-                reasons.append("value is null")
-                continue
-            raw = (
-                base64.b64decode(text[len(NOT_UTF8_PREFIX) :])
-                if text.startswith(NOT_UTF8_PREFIX)
-                else text.encode("utf-8")
-            )
-            schema_id = None
-            writer = reader
-            if self.framed:
-                if len(raw) < 5 or raw[0] != 0:
-                    rows.append(None)
-                    reasons.append(NOT_FRAMED)
-                    continue
-                schema_id = int.from_bytes(raw[1:5], "big")
-                writer = self._writer(schema_id, (buckets[index].as_py(), offsets[index].as_py()))
-                if writer is None:
-                    rows.append(None)
-                    reasons.append(
-                        f"schema id {schema_id} is not a version of subject {self.subject}"
-                    )
-                    continue
-                raw = raw[5:]
-            try:
-                row = schemaless_reader(
-                    io.BytesIO(raw),
-                    writer,
-                    None if schema_id == reader_id or not self.framed else reader,
+                reason = "value is null"
+            else:
+                raw = (
+                    base64.b64decode(text[len(NOT_UTF8_PREFIX) :])
+                    if text.startswith(NOT_UTF8_PREFIX)
+                    else text.encode("utf-8")
                 )
-            except SchemaResolutionError as exc:
-                rows.append(None)
-                reasons.append(
-                    f"value written with schema id {schema_id} ({self._version_of(schema_id)}) "
-                    f"cannot be read as version {self.version}: {exc}"
-                )
-                continue
-            except Exception:  # the body ends early or holds what its schema cannot
-                rows.append(None)
-                reasons.append(f"value does not decode as Avro {self._named(schema_id)}")
-                continue
+                if self.framed and (len(raw) < 5 or raw[0] != 0):
+                    reason = NOT_FRAMED
+                elif self.framed:
+                    schema_id = int.from_bytes(raw[1:5], "big")
+                    where = (buckets[index].as_py(), offsets[index].as_py())
+                    writer = self._writer(schema_id, where)
+                    if writer is None:
+                        reason = f"schema id {schema_id} is not a version of subject {self.subject}"
+                    else:
+                        row, reason = self._read(raw[5:], writer, schema_id, reader_id, reader)
+                else:
+                    row, reason = self._read(raw, reader, None, None, None)
             rows.append(row)
-            reasons.append(None)
-        return self._columns(rows, reasons), pa.array(reasons, pa.string())
+            reasons.append(reason)
+            ids.append(schema_id)
+        return self._columns(rows, reasons, ids), pa.array(reasons, pa.string())
 
-    def _version_of(self, schema_id: int | None) -> str:
-        version = self.writers.get(schema_id, (None,))[0] if schema_id is not None else None
-        return f"version {version} of {self.subject}"
+    def _read(
+        self, body: bytes, writer: Any, schema_id: int | None, reader_id: int | None, reader: Any
+    ) -> tuple[dict | None, str | None]:
+        from fastavro import schemaless_reader
 
-    def _named(self, schema_id: int | None) -> str:
-        if schema_id is None:
-            return f"with the schema of {self.what}"
-        return f"with schema id {schema_id} ({self._version_of(schema_id)})"
+        try:
+            return schemaless_reader(
+                io.BytesIO(body), writer, None if schema_id == reader_id else reader
+            ), None
+        except Exception:  # ends early, holds what its schema cannot, does not resolve
+            return None, self.undecodable(schema_id)
 
-    def _columns(self, rows: list[dict | None], reasons: list[str | None]) -> list[pa.Array]:
+    def _columns(
+        self, rows: list[dict | None], reasons: list[str | None], ids: list[int | None]
+    ) -> list[pa.Array]:
         struct = self.struct
         try:
             array = pa.array(rows, struct)
@@ -240,9 +238,9 @@ class AvroDecoder:
                     continue
                 try:
                     pa.array([row], struct)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
-                    rows[index] = None
-                    reasons[index] = f"value does not fit its columns: {exc}"
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):
+                    rows[index] = None  # a decimal wider than its precision: Spark's too
+                    reasons[index] = self.undecodable(ids[index])
             array = pa.array(rows, struct)
         return array.flatten()
 
@@ -261,9 +259,10 @@ class AvroDecoder:
             )
 
 
-def avro_decoder(source: AvroSchemaSource) -> AvroDecoder:
+def avro_decoder(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) -> AvroDecoder:
     """The decoder of ``source``'s schemas, read now: the file's, or the registry subject's
-    versions (:func:`~modeswitch.sources.schema_registry.read_subject`). Raises
+    versions (:func:`~modeswitch.sources.schema_registry.read_subject`), with what the job's earlier
+    runs learned (``seen``). Raises
     :class:`ConfigError` naming the setting for a file that cannot be read, or a schema whose
     fields have no column."""
     if not source.framed:
@@ -285,27 +284,78 @@ def avro_decoder(source: AvroSchemaSource) -> AvroDecoder:
             ) from exc
     from modeswitch.sources.schema_registry import read_subject
 
-    subject = read_subject(source.subject, source.version)
+    seen = seen or SchemaIdsSeen()
+    version = source.version if seen.read_as is None else seen.read_as
+    subject = read_subject(source.subject, version)
     return AvroDecoder(
         subject.reader,
         subject.writers,
         subject=subject.subject,
         version=subject.version,
-        on_schema_change=source.on_schema_change,
+        foreign=seen.foreign,
         what=f"version {subject.version} of subject {subject.subject!r} at {subject.registry}",
     )
 
 
-def avro_transform(source: AvroSchemaSource) -> Transform:
+@dataclass(frozen=True)
+class SchemaIdsSeen:
+    """What a job's earlier runs learned of the schema ids its values name
+    (:func:`learn_schema_id`): ids the registry does not list under the subject (their values
+    are quarantined), and the version to go on reading as (``on_schema_change = quarantine``;
+    None: the settings' version)."""
+
+    foreign: frozenset[int] = frozenset()
+    read_as: int | None = None
+
+
+_UNKNOWN = re.compile(r"unknown schema id (\d+) in a value of subject .*reads as version (\d+)")
+
+
+def unknown_id(message: str) -> tuple[int, int] | None:
+    """The schema id and the job's version an :class:`UnknownSchemaIdError`'s ``message``
+    (:attr:`AvroDecoder.unknown_id_template`) names, or None for another text."""
+    found = _UNKNOWN.search(message)
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
+def learn_schema_id(message: str, source: AvroSchemaSource, seen: SchemaIdsSeen) -> SchemaIdsSeen:
+    """What the job run again knows after a value named a schema id it did not
+    (``message``: an :class:`UnknownSchemaIdError`'s, from either form), asked of the registry
+    on the driver: an id foreign to the subject is remembered (its values quarantined with that
+    reason); a version registered since the job began is read as it is (``evolve``: the job
+    resolved again reads the newest version, or the pinned one, and its commit adds the new
+    columns), read as the job's version (``quarantine``), or stops the job
+    (``fail``: :class:`SchemaChangedError`)."""
+    from modeswitch.sources.schema_registry import find_schema_id
+
+    found = unknown_id(message)
+    if found is None:
+        raise ValueError(f"not an unknown schema id's message: {message!r}")
+    schema_id, read_as = found
+    registered = find_schema_id(schema_id, source.subject)
+    if registered is None:
+        return replace(seen, foreign=seen.foreign | {schema_id})
+    if source.on_schema_change == "fail":
+        raise SchemaChangedError(
+            f"{message}: it is version {registered[0]} of {source.subject!r}, registered after "
+            "this job began; on_schema_change = fail: nothing of this wave or micro-batch is "
+            "committed, and the job stops until the settings say what to read as "
+            "(value_schema_version, or on_schema_change = evolve or quarantine)"
+        )
+    return replace(seen, read_as=read_as) if source.on_schema_change == "quarantine" else seen
+
+
+def avro_transform(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform of an Avro payload (module docstring), its schemas read now."""
-    return avro_transform_of(avro_decoder(source))
+    return avro_transform_of(avro_decoder(source, seen))
 
 
 def avro_transform_of(decoder: AvroDecoder) -> Transform:
-    """The transform that runs ``decoder``, in both forms."""
+    """The transform that runs ``decoder``: Spark's ``from_avro``
+    (:mod:`modeswitch.transforms.avro_spark`) in its Spark form, fastavro in its Arrow form."""
     return Transform(
         name=SCHEMA_TRANSFORM,
-        spark=functools.partial(_decode_spark, decoder=decoder),
+        spark=functools.partial(decode_with_spark, decoder=decoder),
         arrow=functools.partial(_decode_form, decoder=decoder),
     )
 
@@ -321,9 +371,13 @@ def _decode_form(input_schema: Any, *, decoder: AvroDecoder) -> ArrowForm:
     return ArrowForm(functools.partial(decoder.batches, keep=list(input_schema.names)), out)
 
 
-def _decode_spark(df: Any, *, decoder: AvroDecoder) -> Any:
-    form = _decode_form(df.schema, decoder=decoder)
-    return df.mapInArrow(form.function, form.schema)
-
-
-__all__ = ["NOT_FRAMED", "AvroDecoder", "avro_decoder", "avro_transform", "avro_transform_of"]
+__all__ = [
+    "NOT_FRAMED",
+    "AvroDecoder",
+    "SchemaIdsSeen",
+    "avro_decoder",
+    "avro_transform",
+    "avro_transform_of",
+    "learn_schema_id",
+    "unknown_id",
+]

@@ -150,6 +150,11 @@ def decoding_schema(text: str) -> Any:
     return fastavro.parse_schema(_plain_logical(json.loads(text)))
 
 
+def plain_schema_text(text: str) -> str:
+    """:func:`decoding_schema`'s schema as JSON text, for Spark's ``from_avro``."""
+    return json.dumps(_plain_logical(json.loads(text)))
+
+
 def _plain_logical(node: Any) -> Any:
     if isinstance(node, list):
         return [_plain_logical(member) for member in node]
@@ -174,4 +179,4 @@ def _short(node: Any) -> str:
     return json.dumps(node) if not isinstance(node, str) else node
 
 
-__all__ = ["columns_of", "decoding_schema"]
+__all__ = ["columns_of", "decoding_schema", "plain_schema_text"]

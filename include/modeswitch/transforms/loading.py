@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import TYPE_CHECKING
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import Payload, describe_payload
 from modeswitch.errors import ConfigError
 from modeswitch.transforms.contract import DEFAULT_TRANSFORM, Transform
 from modeswitch.transforms.payload import schema_transform
+
+if TYPE_CHECKING:  # the Avro decoder's module imports pyarrow: only for an Avro payload
+    from modeswitch.transforms.avro import SchemaIdsSeen
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +44,14 @@ def pipeline_transform(settings: PipelineSettings) -> Transform:
     return payload_transform(settings.describe_payload())
 
 
-def payload_transform(payload: Payload) -> Transform:
+def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform ``payload`` describes.
 
     ``value_schema`` (:data:`~modeswitch.transforms.contract.DEFAULT_TRANSFORM`) is the
     transform built from the payload's fields
     (:func:`modeswitch.transforms.payload.schema_transform`), or for an Avro payload its
-    decoder, whose schemas are read now (:func:`modeswitch.transforms.avro.avro_transform`).
+    decoder, whose schemas are read now (:func:`modeswitch.transforms.avro.avro_transform`,
+    with what the job's earlier runs learned of its schema ids, ``seen``).
     Any other spec is ``module:function``; ``function`` may be a dotted path inside the module
     (``pkg.mod:Parsers.orders``). A :class:`Transform` is used as is; a plain function becomes
     a Transform named ``spec`` with no Arrow form. A module that moved (:data:`MOVED_MODULES`)
@@ -59,7 +64,7 @@ def payload_transform(payload: Payload) -> Transform:
     if payload.avro is not None:
         from modeswitch.transforms.avro import avro_transform
 
-        return avro_transform(payload.avro)
+        return avro_transform(payload.avro, seen)
     if payload.from_schema:
         return schema_transform(payload.fields, event_time=payload.event_time)
     if not isinstance(spec, str) or spec.count(":") != 1:
