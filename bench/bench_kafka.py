@@ -307,19 +307,30 @@ def warm_reads(source: str, records: int, kind: str) -> list[modes.Run]:
     return [modes.Run(label, records, wall, 0, cpu) for wall, cpu in reads[1:]]
 
 
-def run_batch(scratch: Path, source: str, batch_reader: str) -> modes.Run:
-    """(k2): :func:`bench_modes.run_batch` with ``batch_reader`` set."""
+def run_batch(
+    scratch: Path, source: str, batch_reader: str, name: str = "", **extra: str
+) -> modes.Run:
+    """(k2): :func:`bench_modes.run_batch` with ``batch_reader`` (and ``extra``) set."""
     settings = modes.settings_for(
-        scratch, f"kafka_batch_{batch_reader}", source, batch_reader=batch_reader
+        scratch,
+        f"kafka_batch_{batch_reader}{name.strip().lower()}",
+        source,
+        batch_reader=batch_reader,
+        **extra,
     )
     plan = decide(settings, force_mode="batch", decided_by="bench")
     began = time.perf_counter()
     process = modes.start(job_command("batch", settings, plan.epoch))
     memory = modes.PeakMemory(process.pid)
     code = modes.finish(process)
-    label = {"arrow": "the default; KafkaLog.read in the workers", "native": "Spark's Kafka source"}
+    label = {
+        "arrow": "KafkaLog.read in the workers",
+        "native": "Spark's Kafka source",
+        "bucketlog": "KafkaLog.read in Spark's Python data source",
+    }
     run = memory.result(
-        f"(k2) batch path, batch_reader = {batch_reader} ({label[batch_reader]})",
+        f"(k2) batch path{name and ' ' + name.strip()}, batch_reader = {batch_reader} "
+        f"({label[batch_reader]})",
         sum(plan.boundary.values()),
         time.perf_counter() - began,
     )
@@ -351,14 +362,22 @@ def catch_up(scratch: Path, source: str, live_trigger: bool = False) -> modes.Ru
     )
 
 
-def run_latency(broker: KafkaBroker, scratch: Path, seconds: float) -> dict:
+def run_latency(
+    broker: KafkaBroker,
+    scratch: Path,
+    seconds: float,
+    topic: str = "live",
+    wrap: Callable[[KafkaLog], Any] = lambda log: log,
+    **extra: str,
+) -> dict:
     """The stream job live on a topic of its own at 5 000 records/s after a short batch
-    epoch."""
-    broker.create_topic("live", PARTITIONS, **KEEP_EVERYTHING)
-    source = f"{SCHEME}live"
+    epoch; ``wrap`` gives what the events are written through (the log itself by default),
+    ``extra`` more settings."""
+    broker.create_topic(topic, PARTITIONS, **KEEP_EVERYTHING)
+    source = f"{SCHEME}{topic}"
     with contextlib.closing(KafkaLog(source)) as log:
         generator = EventGenerator(seed=2, buckets=PARTITIONS, skew=SKEW)
-        produce_backlog(log, generator, records=200_000)
+        produce_backlog(wrap(log), generator, records=200_000)
         settings = modes.settings_for(
             scratch,
             "kafka_live",
@@ -368,8 +387,9 @@ def run_latency(broker: KafkaBroker, scratch: Path, seconds: float) -> dict:
             max_stream_runtime="1h",
             wave_records="100000",
             max_split_records="50000",
+            **extra,
         )
-        measure_from, batch, stream = live_epochs(settings, seconds)
+        measure_from, batch, stream = live_epochs(settings, seconds, wrap)
         commits = sorted(
             sink_commits(settings.sink, settings.pipeline), key=lambda c: c.table_version
         )
@@ -406,14 +426,16 @@ def record_latencies(log: KafkaLog, commits: list, measure_from: float) -> list[
     return sorted(latencies)
 
 
-def live_epochs(settings: PipelineSettings, seconds: float) -> tuple[float, int, int]:
+def live_epochs(
+    settings: PipelineSettings, seconds: float, wrap: Callable[[KafkaLog], Any] = lambda log: log
+) -> tuple[float, int, int]:
     """A batch epoch, then the stream epoch live for the warm-up and ``seconds``, beside a
     producer of 5 000 records/s: when the measure starts (epoch seconds), the two epochs."""
     stop = threading.Event()
     live = KafkaLog(settings.source)
     producer = threading.Thread(
         target=produce_live,
-        args=(live, EventGenerator(seed=3, buckets=PARTITIONS, skew=SKEW)),
+        args=(wrap(live), EventGenerator(seed=3, buckets=PARTITIONS, skew=SKEW)),
         kwargs={
             "rate": 5000.0,
             "duration": timedelta(hours=1),
@@ -435,15 +457,20 @@ def live_epochs(settings: PipelineSettings, seconds: float) -> tuple[float, int,
     return run.measure_from, run.batch, run.stream
 
 
-def produce_topic(broker: KafkaBroker, topic: str, records: int) -> str:
+def produce_topic(
+    broker: KafkaBroker,
+    topic: str,
+    records: int,
+    wrap: Callable[[KafkaLog], Any] = lambda log: log,
+) -> str:
     """The topic, created to keep everything, with ``records`` of the demo's events (an hour
-    of event time) from one producer with its normal settings; raises if any record is
-    missing. Returns its source setting."""
+    of event time) from one producer with its normal settings, written through ``wrap`` of
+    its log; raises if any record is missing. Returns its source setting."""
     broker.create_topic(topic, PARTITIONS, **KEEP_EVERYTHING)
     source = f"{SCHEME}{topic}"
     generator = EventGenerator(seed=1, buckets=PARTITIONS, skew=SKEW)
     with contextlib.closing(KafkaLog(source)) as log:
-        report = produce_backlog(log, generator, records=records, span=timedelta(hours=1))
+        report = produce_backlog(wrap(log), generator, records=records, span=timedelta(hours=1))
         earliest, latest = log.earliest_offsets(), log.latest_offsets()
     if any(earliest.values()) or sum(latest.values()) != records:
         raise RuntimeError(

@@ -277,9 +277,15 @@ def test_the_driver_learns_what_an_unknown_schema_id_is(
     )
     message = framed_decoder(2).unknown_id_template.format(schema_id=41, bucket=3, offset=9)
     source = AvroSchemaSource(subject="orders-value", on_schema_change=on_change)
-    seen = learn_schema_id(message, source, SchemaIdsSeen(foreign=frozenset({40})))
+    learned = learn_schema_id(message, source, SchemaIdsSeen(foreign=frozenset({40})))
     assert asked == [(41, "orders-value")]
-    assert seen == SchemaIdsSeen(foreign=frozenset(foreign), read_as=read_as)
+    assert learned.seen == SchemaIdsSeen(foreign=frozenset(foreign), read_as=read_as)
+    assert learned.schema_id == 41 and learned.version == (registered or (None,))[0]
+    assert learned.said.startswith(
+        "schema id 41 is not a version of subject 'orders-value'"
+        if registered is None
+        else "schema id 41 is version 4 of 'orders-value', registered after the job began: "
+    )
 
 
 def test_a_new_version_stops_the_job_under_fail(monkeypatch: pytest.MonkeyPatch):
@@ -288,5 +294,5 @@ def test_a_new_version_stops_the_job_under_fail(monkeypatch: pytest.MonkeyPatch)
     )
     message = framed_decoder(2).unknown_id_template.format(schema_id=41, bucket=3, offset=9)
     source = AvroSchemaSource(subject="orders-value", on_schema_change="fail")
-    with pytest.raises(SchemaChangedError, match=r"schema id 41 .* it is version 4 of 'orders-"):
+    with pytest.raises(SchemaChangedError, match=r"schema id 41 is version 4 of 'orders-value'"):
         learn_schema_id(message, source, SchemaIdsSeen())

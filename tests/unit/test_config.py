@@ -192,15 +192,17 @@ def test_layered_settings_name_the_layer_of_a_bad_value() -> None:
         layer_settings(("Airflow Variable", {"enter_threshold": "0s"}))
 
 
-def test_batch_reader_defaults_to_arrow_and_refuses_an_unknown_reader() -> None:
+def test_batch_reader_defaults_to_auto_and_refuses_an_unknown_reader() -> None:
     from modeswitch.control.settings import PipelineSettings
 
-    assert PipelineSettings().batch_reader == "arrow"
+    assert PipelineSettings().batch_reader == "auto"
     assert PipelineSettings().transform == "value_schema"  # built from value_schema
     assert PipelineSettings.from_mapping({"batch_reader": " BucketLog "}).batch_reader == (
         "bucketlog"
     )
-    with pytest.raises(ConfigError, match=r"batch_reader: 'kafka' is not one of arrow, bucketlog"):
+    with pytest.raises(
+        ConfigError, match=r"batch_reader: 'kafka' is not one of auto, arrow, bucketlog"
+    ):
         PipelineSettings.from_mapping({"batch_reader": "kafka"})
 
 

@@ -155,15 +155,25 @@ def test_a_job_meeting_unknown_schema_ids_learns_them_and_runs_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from modeswitch.runners import jobs
+    from modeswitch.state import StateStore
     from modeswitch.transforms.avro import SchemaIdsSeen
 
-    settings = PipelineSettings.from_mapping({"pipeline": "p", "source": str(tmp_path / "s")})
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": str(tmp_path / "s"), "warehouse": str(tmp_path / "w")}
+    )
     resolved = _avro_job(monkeypatch, "evolve", {9: (3, "{}")})
     runs, batch = _unknown_ids([8, 9])  # 8 foreign to the subject, 9 its version 3
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
     jobs.run("batch", None, settings, epoch=4)
     assert len(runs) == 3
     assert resolved == [None, SchemaIdsSeen(frozenset({8})), SchemaIdsSeen(frozenset({8}))]
+    # Each is in the decision log, newest first.
+    decisions = StateStore.from_settings(settings).decisions.list()
+    assert [(d.decided_by, d.inputs["schema"]["schema_id"]) for d in decisions] == [
+        ("schema", 9),
+        ("schema", 8),
+    ]
+    assert decisions[0].reason.startswith("schema id 9 is version 3 of 'o-value'")
 
     resolved = _avro_job(monkeypatch, "quarantine", {9: (3, "{}")})
     runs, batch = _unknown_ids([9])

@@ -49,7 +49,7 @@ def test_the_table_has_one_row_per_setting_with_its_variable_type_and_default() 
         "duration or `none`",
         "`5m`",
     ]
-    assert by_name["batch_reader"][1:3] == ["`arrow`, `bucketlog`, `native`", "`arrow`"]
+    assert by_name["batch_reader"][1:3] == ["`auto`, `arrow`, `bucketlog`, `native`", "`auto`"]
     assert by_name["sink"][2] == "`<warehouse>/<pipeline>`"  # derived, so shown as such
     assert by_name["value_schema"][2] == "(none)"
     assert by_name["stream_standby"][1:3] == ["`true` or `false`", "`true`"]

@@ -37,6 +37,7 @@ from modeswitch.sinks.delta import (
     vacuum,
     write_files,
 )
+from modeswitch.sinks.schema import SCHEMA_CHANGE_METADATA_KEY
 
 SCHEMA = pa.schema(
     [
@@ -282,6 +283,12 @@ def test_new_columns_need_merge_schema_and_type_changes_are_refused(tmp_path: Pa
     table = DeltaTable(str(sink)).to_pyarrow_table()
     assert "score" in table.column_names
     assert table.num_rows == 10
+    # The change is recorded on the commit that adds the column and on the one that first
+    # holds it (the pipeline's, with its offsets).
+    history = DeltaTable(str(sink)).history(2)  # newest first
+    change = {"pipeline": "orders", "epoch": 1, "added": {"score": "double"}}
+    assert [json.loads(h[SCHEMA_CHANGE_METADATA_KEY]) for h in history] == [change, change]
+    assert history[1]["operation"] == "ADD COLUMN" and "modeswitch" in history[0]
     retyped = pa.schema([*SCHEMA, pa.field("score", pa.string())])
     with pytest.raises(SchemaMismatchError, match=r"score \(double -> string\)"):
         write_wave(sink, 1, 2, {0: (10, 12)}, schema=retyped, mergeSchema="true")

@@ -3,6 +3,8 @@ tables, on the log classes' own capabilities (modeswitch.sources.log_type)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from modeswitch.errors import ConfigError
@@ -75,6 +77,35 @@ def test_native_read_on_kafka_is_sparks_kafka_source_with_the_writer_asked(write
     assert "Spark's Kafka source" in found.reason and "source='kafka://events'" in found.reason
 
 
+SPARK_FASTER = dataclasses.replace(ARROW, faster="spark")  # as an Avro payload's is
+
+
+@pytest.mark.parametrize(
+    ("log", "transform", "expected"),
+    [
+        (SEGMENTS, ARROW, ("arrow", "arrow", "arrow", True)),
+        (KAFKA, ARROW, ("arrow", "arrow", "arrow", False)),
+        (SEGMENTS, SPARK_FASTER, ("native", "native", "spark", True)),
+        (KAFKA, SPARK_FASTER, ("kafka", "native", "spark", False)),
+        (SEGMENTS, SPARK_ONLY, ("native", "native", "spark", True)),
+        (KAFKA, SPARK_ONLY, ("kafka", "native", "spark", False)),
+    ],
+)
+def test_auto_runs_the_transforms_faster_form(log, transform, expected) -> None:
+    found = path(log, "auto", transform=transform)
+    assert shape(found) == expected
+    assert found.reason.startswith(
+        f"batch_reader='auto' chose {expected[0].replace('kafka', 'native')!r}"
+    )
+
+
+def test_auto_without_a_native_reader_falls_back_to_the_arrow_form_or_bucketlog() -> None:
+    assert shape(path(_NoSparkSource, "auto", transform=SPARK_FASTER))[0] == "arrow"
+    assert shape(path(_NoSparkSource, "auto", transform=SPARK_ONLY))[0] == "bucketlog"
+    backfill = path(SEGMENTS, "auto", transform=ARROW, job="backfill")
+    assert shape(backfill) == ("bucketlog", "replace_where", "arrow", False)
+
+
 class _NoSparkSource:
     contiguous, parquet_files, spark_source = False, False, "bucketlog"
 
@@ -95,7 +126,7 @@ def test_bucketlog_reads_run_the_spark_form_and_expect_no_count(capabilities, wr
 @pytest.mark.parametrize(
     ("reader", "writer", "message"),
     [
-        ("jvm", "native", "batch_reader: 'jvm' is not one of arrow, bucketlog, native"),
+        ("jvm", "native", "batch_reader: 'jvm' is not one of auto, arrow, bucketlog, native"),
         ("arrow", "spark", "batch_writer: 'spark' is not one of native, python"),
     ],
 )

@@ -77,7 +77,7 @@ __all__ = [
 StreamTrigger = Literal["processing_time", "available_now"]
 BatchWriter = Literal["native", "python"]
 StreamWriter = Literal["python", "delta_spark"]
-BatchReader = Literal["arrow", "bucketlog", "native"]
+BatchReader = Literal["auto", "arrow", "bucketlog", "native"]
 StartFrom = Literal["earliest", "latest"]
 Engine = Literal["auto", "submit", "warm"]
 STREAM_TRIGGERS: tuple[str, ...] = get_args(StreamTrigger)
@@ -262,11 +262,16 @@ class PipelineSettings(FlatSettings):
     )
     # The readers: modeswitch.sinks.arrow_wave (arrow), modeswitch.modes.wave_path.
     batch_reader: BatchReader = setting(
-        "arrow",
+        "auto",
         parse=parse_choice,
-        doc="`arrow`: each task of a batch wave reads its ranges, runs the transform's Arrow "
+        doc="`auto`: the faster path for the transform, as measured "
+        "([BENCHMARKS.md](BENCHMARKS.md)): `arrow` for one whose Arrow form is the faster "
+        "(JSON's `value_schema`), `native` where the log has Spark's own reader for one whose "
+        "Spark form is (an Avro payload: Spark's `from_avro`) or that has no Arrow form (else "
+        "`bucketlog`); "
+        "`arrow`: each task of a batch wave reads its ranges, runs the transform's Arrow "
         "form and writes the files with pyarrow in one Python worker, no row in the JVM, on any "
-        "log (needs a transform with an Arrow form, as the default; another is refused before "
+        "log (needs a transform with an Arrow form; another is refused before "
         "anything is read); `native`: Spark's Parquet reader reads the wave's segment files of "
         "the embedded log (with `batch_writer = native`; a bucket's newest segment, which may "
         "still grow, from a snapshot: a hard link, or a copy of the range the wave needs where "

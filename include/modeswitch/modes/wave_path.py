@@ -6,6 +6,12 @@ settings and the transform's forms (:class:`~modeswitch.transforms.Transform`). 
 (:mod:`modeswitch.modes.batch`) and backfills (:mod:`modeswitch.modes.backfill_job`) both ask
 it, and do what the :class:`WavePath` says.
 
+``batch_reader = auto`` (the default) is first resolved by :func:`auto_reader` to the reader
+below that runs the transform's faster form: ``arrow`` for a transform whose Arrow form is
+the faster (the JSON parse), ``native`` where the log has Spark's own reader (Parquet files, a
+Kafka topic) for one whose Spark form is (an Avro payload's ``from_avro``) or that has none,
+``bucketlog`` for one without an Arrow form on another log.
+
 Batch waves (``job = "batch"``):
 
 ============  ======================  ============  ==========  =========  ===========  =====
@@ -42,7 +48,7 @@ any other     any                     Spark only  bucketlog  Spark form on the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from modeswitch.control.settings import BATCH_READERS, BATCH_WRITERS
@@ -112,6 +118,19 @@ def choose_wave_path(
         raise ConfigError(
             f"batch_writer: {batch_writer!r} is not one of " + ", ".join(BATCH_WRITERS)
         )
+    if batch_reader == "auto":
+        chosen = auto_reader(capabilities, transform)
+        found = choose_wave_path(
+            capabilities,
+            batch_reader=chosen,
+            batch_writer=batch_writer,
+            transform=transform,
+            job=job,
+            source=source,
+        )
+        faster = "no Arrow form" if transform.arrow is None else f"its {transform.faster} form"
+        why = f"batch_reader='auto' chose {chosen!r} (transform {transform.name!r}: {faster})"
+        return replace(found, reason=f"{why}; {found.reason}")
     on = f"source={source!r}" if source else "this source"
     native = batch_reader == "native" and capabilities.parquet_files
     no_files = (
@@ -173,11 +192,23 @@ def choose_wave_path(
     return WavePath("bucketlog", writer, "spark", False, why)
 
 
+def auto_reader(capabilities: LogCapabilities, transform: Transform) -> str:
+    """The reader ``batch_reader = auto`` stands for (module docstring): the one that runs
+    ``transform``'s faster form (:attr:`~modeswitch.transforms.Transform.faster`) on a log with
+    ``capabilities``."""
+    if transform.arrow is not None and transform.faster == "arrow":
+        return "arrow"
+    if capabilities.parquet_files or capabilities.spark_source == "kafka":
+        return "native"
+    return "arrow" if transform.arrow is not None else "bucketlog"
+
+
 __all__ = [
     "TransformForm",
     "WaveJob",
     "WavePath",
     "WaveReader",
     "WaveWriter",
+    "auto_reader",
     "choose_wave_path",
 ]

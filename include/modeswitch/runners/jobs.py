@@ -25,6 +25,7 @@ from modeswitch.errors import ModeswitchError, UnknownSchemaIdError
 
 if TYPE_CHECKING:  # the modes import pyspark: only where a job runs
     from modeswitch.modes.job import JobKind
+    from modeswitch.transforms.avro import SchemaIdLearned
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -180,13 +181,43 @@ def run(
                 raise
             # Nothing of the wave or micro-batch that met the id was committed: the registry,
             # asked, says what it is, and the job resolved again reads it (or stops, ``fail``).
-            seen = learn_schema_id(said[-1], job.payload.avro, seen or SchemaIdsSeen())
-            log.warning("%s job: %s; resolving the job again", kind, said[-1])
+            learned = learn_schema_id(said[-1], job.payload.avro, seen or SchemaIdsSeen())
+            seen = learned.seen
+            log.warning("%s job: %s; %s", kind, said[-1], learned.said)
+            record_schema_change(settings, kind, epoch, learned)
 
 
 SCHEMA_ATTEMPTS = 8
 """How many times a job is resolved and run when its values name schema ids it did not know:
 each version registered while it runs, and each id foreign to its subject, costs one."""
+
+
+def record_schema_change(
+    settings: PipelineSettings, kind: JobKind, epoch: int | None, learned: SchemaIdLearned
+) -> None:
+    """``learned`` in the decision log (``decided_by = schema``), as a lag alert is recorded
+    (:func:`modeswitch.airflow.alerts`): under the newest decision's mode and with its inputs
+    (the policy's memory and a pause are read from the newest row, and this changes neither),
+    the job and the schema id added; no epoch (an epoch's end reason is its own decisions')."""
+    from modeswitch.state import StateStore
+
+    store = StateStore.from_settings(settings)
+    latest = store.decisions.latest()
+    inputs = {
+        **(latest.inputs if latest else {}),
+        "schema": {
+            "job": kind,
+            "epoch": epoch,
+            "schema_id": learned.schema_id,
+            "version": learned.version,
+        },
+    }
+    store.decisions.record(
+        latest.mode if latest else ("stream" if kind == "stream" else "batch"),
+        learned.said,
+        inputs,
+        decided_by="schema",
+    )
 
 
 def modeswitch_errors(exc: BaseException, kind: type[ModeswitchError]) -> list[str]:

@@ -132,11 +132,16 @@ def commit_files(
             elif not actions:
                 return CommitOutcome("empty", table.version() if table else None, None)
             pause_point("sink.between_check_and_commit")
+            schema, change = (
+                (data_schema, {}) if table is None else merge_schema(table, data_schema, options)
+            )
+            if change and commit is not None:
+                properties["custom_metadata"].update(change)
             _create_or_append(
                 table,
                 options.path,
                 actions,
-                schema=data_schema if table is None else merge_schema(table, data_schema, options),
+                schema=schema,
                 partition_by=list(options.partition_by) or None,
                 storage_options=options.storage_options,
                 properties=CommitProperties(**properties),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -20,18 +21,42 @@ def delta_schema(schema: pa.Schema) -> Any:
     return Schema.from_arrow(schema)
 
 
-def merge_schema(table: Any, incoming: pa.Schema, options: DeltaSinkOptions) -> pa.Schema:
-    """The schema to commit with: the table's, plus new columns when mergeSchema is set."""
-    from deltalake import Field
+SCHEMA_CHANGE_METADATA_KEY = "modeswitch_schema_change"
+"""The ``commitInfo`` key of a schema change: on the commit that adds the columns and on the
+pipeline's commit that first holds them, the pipeline, the epoch and each added column with
+its type (:func:`schema_change_metadata`)."""
+
+
+def merge_schema(
+    table: Any, incoming: pa.Schema, options: DeltaSinkOptions
+) -> tuple[pa.Schema, dict[str, str]]:
+    """The schema to commit with: the table's, plus new columns when mergeSchema is set, which
+    are added now, in a commit of their own; and the commit metadata that records the change
+    (empty for none)."""
+    from deltalake import CommitProperties, Field
 
     current = pa.schema(table.schema().to_arrow())
     added = check_additive(current, incoming, options)
-    if added:
-        fields = [incoming.field(n) for n in added]
-        table.alter.add_columns([Field.from_arrow(f) for f in fields])
-        log.info("sink %s: added columns %s", options.path, ", ".join(added))
-        current = pa.schema(list(current) + fields)
-    return current
+    if not added:
+        return current, {}
+    fields = [incoming.field(n) for n in added]
+    change = schema_change_metadata(options, fields)
+    table.alter.add_columns(
+        [Field.from_arrow(f) for f in fields],
+        commit_properties=CommitProperties(custom_metadata=change, max_commit_retries=0),
+    )
+    log.info("sink %s: added columns %s", options.path, ", ".join(added))
+    return pa.schema(list(current) + fields), change
+
+
+def schema_change_metadata(options: DeltaSinkOptions, added: list[pa.Field]) -> dict[str, str]:
+    """The commit metadata of columns ``added`` to the sink (:data:`SCHEMA_CHANGE_METADATA_KEY`)."""
+    body = {
+        "pipeline": options.pipeline,
+        "epoch": options.epoch,
+        "added": {field.name: str(field.type) for field in added},
+    }
+    return {SCHEMA_CHANGE_METADATA_KEY: json.dumps(body, separators=(",", ":"))}
 
 
 def check_additive(current: pa.Schema, incoming: pa.Schema, options: DeltaSinkOptions) -> list[str]:

@@ -318,7 +318,20 @@ def unknown_id(message: str) -> tuple[int, int] | None:
     return None if found is None else (int(found[1]), int(found[2]))
 
 
-def learn_schema_id(message: str, source: AvroSchemaSource, seen: SchemaIdsSeen) -> SchemaIdsSeen:
+@dataclass(frozen=True)
+class SchemaIdLearned:
+    """What :func:`learn_schema_id` found: what the job run again knows, and in words."""
+
+    seen: SchemaIdsSeen
+    said: str
+    """A sentence for the job's log and the decision log: the id, what it is, what the job
+    does with it."""
+    schema_id: int
+    version: int | None
+    """The subject's version the id is (None: foreign to the subject)."""
+
+
+def learn_schema_id(message: str, source: AvroSchemaSource, seen: SchemaIdsSeen) -> SchemaIdLearned:
     """What the job run again knows after a value named a schema id it did not
     (``message``: an :class:`UnknownSchemaIdError`'s, from either form), asked of the registry
     on the driver: an id foreign to the subject is remembered (its values quarantined with that
@@ -333,16 +346,39 @@ def learn_schema_id(message: str, source: AvroSchemaSource, seen: SchemaIdsSeen)
         raise ValueError(f"not an unknown schema id's message: {message!r}")
     schema_id, read_as = found
     registered = find_schema_id(schema_id, source.subject)
+    subject = repr(source.subject)
     if registered is None:
-        return replace(seen, foreign=seen.foreign | {schema_id})
+        return SchemaIdLearned(
+            replace(seen, foreign=seen.foreign | {schema_id}),
+            f"schema id {schema_id} is not a version of subject {subject}: its values are "
+            "quarantined",
+            schema_id,
+            None,
+        )
+    version = registered[0]
+    what = (
+        f"schema id {schema_id} is version {version} of {subject}, registered after the job began"
+    )
     if source.on_schema_change == "fail":
         raise SchemaChangedError(
-            f"{message}: it is version {registered[0]} of {source.subject!r}, registered after "
-            "this job began; on_schema_change = fail: nothing of this wave or micro-batch is "
-            "committed, and the job stops until the settings say what to read as "
+            f"{message}: {what}; on_schema_change = fail: nothing of this wave or micro-batch "
+            "is committed, and the job stops until the settings say what to read as "
             "(value_schema_version, or on_schema_change = evolve or quarantine)"
         )
-    return replace(seen, read_as=read_as) if source.on_schema_change == "quarantine" else seen
+    if source.on_schema_change == "quarantine":
+        return SchemaIdLearned(
+            replace(seen, read_as=read_as),
+            f"{what}: its values are read as version {read_as} (on_schema_change = quarantine)",
+            schema_id,
+            version,
+        )
+    return SchemaIdLearned(
+        seen,
+        f"{what}: the job reads the subject again and adds the new columns "
+        "(on_schema_change = evolve)",
+        schema_id,
+        version,
+    )
 
 
 def avro_transform(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
@@ -357,6 +393,7 @@ def avro_transform_of(decoder: AvroDecoder) -> Transform:
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(decode_with_spark, decoder=decoder),
         arrow=functools.partial(_decode_form, decoder=decoder),
+        faster="spark",  # about a third of fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads")
     )
 
 
@@ -374,6 +411,7 @@ def _decode_form(input_schema: Any, *, decoder: AvroDecoder) -> ArrowForm:
 __all__ = [
     "NOT_FRAMED",
     "AvroDecoder",
+    "SchemaIdLearned",
     "SchemaIdsSeen",
     "avro_decoder",
     "avro_transform",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
@@ -64,6 +64,9 @@ class Transform:
     - ``arrow`` (optional): a function of the input's Spark schema that returns the same
       work's :class:`ArrowForm`; called on the driver (or in the reader's Python worker), its
       :attr:`ArrowForm.function` must be picklable. Both forms must give the same rows.
+    - ``faster``: which form does the work on less CPU, for the paths chosen with
+      ``batch_reader = auto`` (:func:`modeswitch.modes.wave_path.auto_reader`): ``arrow`` (the
+      JSON parse's msgspec form), or ``spark`` (an Avro payload's ``from_avro``).
 
     Build one at module level and name it in the setting (``pkg.mod:my_transform``) to give
     a transform of your own an Arrow form.
@@ -72,6 +75,7 @@ class Transform:
     name: str
     spark: Callable[[DataFrame], DataFrame]
     arrow: Callable[[StructType], ArrowForm] | None = None
+    faster: Literal["arrow", "spark"] = "arrow"
 
     def __call__(self, df: DataFrame) -> DataFrame:
         """The Spark form on ``df``."""

@@ -1,0 +1,153 @@
+"""Benchmark: Avro values framed by a schema registry on Kafka against the same records as JSON.
+
+    .venv/bin/python bench/bench_kafka_avro.py [--records 10000000] [--only batch,latency]
+        [--latency-seconds 60] [--logs FOLDER]
+
+An Apache Kafka broker (one KRaft node) and an Apicurio Registry on loopback, both started and
+stopped here. Two topics of 16 partitions hold the same events (bench_kafka.py's: the demo's
+events and skew, an hour of event time): one as JSON text, one as Avro (``EVENT_AVRO``
+registered under ``<topic>-value``, each value the framing and the body, as Confluent's
+serializer writes them; the events that are malformed JSON stay as their text, which the Avro
+pipeline quarantines as not framed). Every pipeline is a user's: the default transform,
+``value_schema`` (the demo's events' DDL) for JSON, ``value_format = avro`` for Avro.
+
+``batch``: the batch path over each topic as a job (bench_kafka.run_batch): JSON and Avro with
+``batch_reader = arrow`` (the default: the Python workers read and decode, msgspec and
+fastavro), and Avro with ``native`` (Spark's Kafka source and the Spark form, ``from_avro``:
+what ``batch_reader = auto`` runs for Avro) and ``bucketlog`` (the Python reader in Spark's
+data source, the Spark form).
+Records per second of wall time and per CPU-second of the job's process tree; the issue's
+target: Avro >= JSON by records per CPU-second. ``latency``: bench_kafka's live latency (a
+batch epoch, then the stream at 5 000 records/s, 100 ms trigger) on an Avro topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import bench_kafka as kafka
+import bench_modes as modes
+import fastavro
+import msgspec
+import pyarrow as pa
+from bench_avro import EVENT_AVRO  # bench/ is on the path
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from modeswitch.devtools.kafka_broker import KafkaBroker
+from modeswitch.devtools.schema_registry import SchemaRegistry
+from modeswitch.sources.kafka import KafkaLog, kafka_environment
+from modeswitch.sources.schema_registry import registry_environment
+from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
+
+JSON = {"transform": "value_schema", "value_schema": EVENT_VALUE_SCHEMA}
+AVRO = {"transform": "value_schema", "value_format": "avro"}
+
+
+class AvroTopic:
+    """A Kafka log written through as Avro: each event's JSON value becomes the registry's
+    framing (schema id ``schema_id``) and the Avro body; a value that is not an event stays
+    as its text."""
+
+    def __init__(self, log: KafkaLog, schema_id: int) -> None:
+        self.log = log
+        self.frame = b"\x00" + schema_id.to_bytes(4, "big")
+        self.schema = fastavro.parse_schema(EVENT_AVRO)
+        self.decoder = msgspec.json.Decoder()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.log, name)
+
+    def _encode(self, text: str) -> bytes:
+        try:
+            record = self.decoder.decode(text)
+            body = io.BytesIO()
+            fastavro.schemaless_writer(body, self.schema, record)
+            return self.frame + body.getvalue()
+        except Exception:  # malformed JSON, or not an event: its text, as produced
+            return text.encode("utf-8")
+
+    def write_events(self, events: pa.Table) -> dict[int, int]:
+        values = [self._encode(v) for v in events.column("value").to_pylist()]
+        index = events.schema.get_field_index("value")
+        return self.log.write_events(events.set_column(index, "value", pa.array(values)))
+
+
+def register(registry: SchemaRegistry, topic: str) -> int:
+    """``EVENT_AVRO`` registered under ``<topic>-value``: its schema id."""
+    client = SchemaRegistryClient(registry.config)
+    return client.register_schema(f"{topic}-value", Schema(json.dumps(EVENT_AVRO), "AVRO"))
+
+
+def avro_topic(broker: KafkaBroker, registry: SchemaRegistry, topic: str, records: int) -> str:
+    schema_id = register(registry, topic)
+    return kafka.produce_topic(broker, topic, records, lambda log: AvroTopic(log, schema_id))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--only", default="batch,latency", help="among: batch, latency")
+    parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--logs", help="keep the job processes' output in this folder")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    modes.LOGS = Path(args.logs) if args.logs else None
+    scratch = Path(tempfile.mkdtemp(prefix="bench-kafka-avro-"))
+    try:
+        with (
+            KafkaBroker(scratch / "broker") as broker,
+            SchemaRegistry(scratch / "registry") as registry,
+        ):
+            os.environ.update(kafka_environment(broker.config))  # the jobs inherit them
+            os.environ.update(registry_environment(registry.config))
+            print(f"broker at {broker.bootstrap}, registry at {registry.url}", flush=True)
+            if "batch" in only:
+                json_source = kafka.produce_topic(broker, "events_json", args.records)
+                avro_source = avro_topic(broker, registry, "events_avro", args.records)
+                rows: list[tuple[modes.Run, float]] = []
+                for source, reader, name, extra in (
+                    (json_source, "arrow", " JSON", JSON),
+                    (avro_source, "arrow", " Avro", AVRO),
+                    (avro_source, "native", " Avro", AVRO),
+                    (avro_source, "bucketlog", " Avro", AVRO),
+                ):
+                    before = kafka.broker_cpu(broker)
+                    run = kafka.run_batch(scratch, source, reader, name, **extra)
+                    rows.append((run, kafka.broker_cpu(broker) - before))
+                    print(f"{run.name}: {run.rate:,.0f} records/s", flush=True)
+                kafka.print_table(rows)
+            if "latency" in only:
+                schema_id = register(registry, "live_avro")
+                result = kafka.run_latency(
+                    broker,
+                    scratch,
+                    args.latency_seconds,
+                    "live_avro",
+                    lambda log: AvroTopic(log, schema_id),
+                    **AVRO,
+                )
+                print(
+                    f"Avro, live at 5 000 records/s, 100 ms trigger, {result['records']:,} "
+                    f"records: p50 {result['p50'] * 1000:.0f} ms, p95 {result['p95'] * 1000:.0f} "
+                    f"ms, p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms "
+                    "(targets: p50 <= 300 ms, p99 <= 600 ms); handoff, the batch's last commit "
+                    f"-> the stream's first: {result['handoff']:.1f} s",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
