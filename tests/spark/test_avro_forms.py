@@ -148,3 +148,29 @@ def test_records_cut_short_or_with_bytes_after_alike_in_both_forms(spark, cases)
         values.append(as_text(raw[: min(cut, len(raw))] if cut < 30 else raw + extra))
     spark_rows, arrow_rows = both(spark, decoder, values)
     assert spark_rows == arrow_rows
+
+
+def test_a_value_whose_fields_are_all_null_is_told_from_one_that_does_not_decode(spark) -> None:
+    """Where the job's version has no field that is never null, the Spark form tells a value it
+    could not read from one whose fields are all null by a field only its default fills."""
+    nullable = {
+        "type": "record",
+        "name": "Loose",
+        "fields": [
+            {"name": "a", "type": ["null", "string"], "default": None},
+            {"name": "b", "type": ["null", "long"], "default": None},
+        ],
+    }
+    decoder = AvroDecoder(json.dumps(nullable), {}, what="value_schema_file 'loose.avsc'")
+    whole = body(nullable, {"a": None, "b": None})
+    values = [
+        as_text(whole),
+        as_text(whole[:1]),
+        as_text(b"\x02"),
+        as_text(body(nullable, {"b": 4})),
+    ]
+    spark_rows, arrow_rows = both(spark, decoder, values)
+    assert spark_rows == arrow_rows
+    undecodable = "value does not decode as Avro with the schema of value_schema_file 'loose.avsc'"
+    assert [r[QUARANTINE_REASON] for r in spark_rows] == [None, undecodable, undecodable, None]
+    assert spark_rows[3]["b"] == 4

@@ -6,11 +6,13 @@ in the Python workers), and spends a sixth of its CPU (docs/BENCHMARKS.md, "Avro
 
 Per value, in Spark SQL, no Python: the bytes back from the source's text (the
 ``NOT_UTF8_PREFIX`` and base64, or the text's UTF-8), the framing checked (a zero byte, then the
-schema id's four bytes), the body read by ``from_avro`` with the writer schema of its id and
-``avroSchema`` set to the job's version (Avro's resolution, as fastavro's), in ``PERMISSIVE``
-mode (a value that does not decode or resolve is null: one reason, as in the Arrow form), cast
-to the payload's all-nullable columns. Both forms read the schemas with
-:func:`~modeswitch.transforms.avro_types.plain_schema_text`.
+schema id's four bytes), the body read by ``from_avro`` with the writer schema of its id (and,
+for another version than the job's, ``avroSchema`` set to the job's: Avro's resolution, as
+fastavro's), in ``PERMISSIVE`` mode, cast to the payload's all-nullable columns. A value that
+does not decode or resolve is then a row of nulls: a field of the job's version that is never
+null tells it apart (one reason, as in the Arrow form); a version without one gets one more
+field that only its default fills, and every value is resolved against it. Both forms read
+the schemas with :func:`~modeswitch.transforms.avro_types.plain_schema_text`.
 
 A schema id the job does not know, and that is not among the ids already found foreign to the
 subject, raises :class:`~modeswitch.errors.UnknownSchemaIdError` in the task (``raise_error``,
@@ -35,73 +37,125 @@ from modeswitch.transforms.contract import QUARANTINE_REASON
 UNKNOWN_SCHEMA_ID_ERROR = f"{UnknownSchemaIdError.__module__}.{UnknownSchemaIdError.__name__}"
 """How a Python worker's traceback names the error, which the Spark form's message starts with."""
 _DECODED = "_modeswitch_decoded"
-"""The field that is true where ``from_avro`` read the value (:func:`_flagged`)."""
+"""The field only its default fills, where the job's version has no field that is never null
+(:class:`_Found`)."""
+_RAW, _ID, _PAYLOAD = "_modeswitch_raw", "_modeswitch_schema_id", "_modeswitch_payload"
+"""The staged columns of :func:`decode_with_spark`: the bytes, the schema id, the struct."""
 _REST = 1 << 30
 """A substring's length that reaches the end of any value."""
 
 
 def decode_with_spark(df: Any, *, decoder: Any) -> Any:
     """``df`` with the payload's columns and the reason added (module docstring), by
-    ``decoder``'s schemas and words (an :class:`~modeswitch.transforms.avro.AvroDecoder`)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
-    from pyspark.sql.pandas.types import from_arrow_schema
+    ``decoder``'s schemas and words (an :class:`~modeswitch.transforms.avro.AvroDecoder`).
 
-    columns = from_arrow_schema(pa.schema([*decoder.columns, pa.field(_DECODED, pa.bool_())]))
+    In three projections, so that Spark computes each step once per row (its optimizer keeps
+    apart projections whose merge would repeat an expression that is not cheap): the bytes and
+    the schema id, then the decoded struct, then the reason."""
+    from pyspark.sql import functions as F
+
+    kept = [f"`{name}`" for name in df.columns]
     value = F.col("value")
     raw = F.when(
         value.startswith(NOT_UTF8_PREFIX),
         F.unbase64(F.substring(value, len(NOT_UTF8_PREFIX) + 1, _REST)),
     ).otherwise(F.encode(value, "UTF-8"))
-    reader = {"mode": "PERMISSIVE", "avroSchema": _flagged(decoder.reader)}
-    if not decoder.framed:
-        decoded = F.when(
-            value.isNotNull(), from_avro(raw, plain_schema_text(decoder.reader), reader)
-        ).cast(columns)
-        reason = F.when(value.isNull(), F.lit("value is null")).when(
-            decoded[_DECODED].isNull(), F.lit(decoder.undecodable(None))
-        )
-        return _with_payload(df, decoded, reason, decoder)
-    framed = (F.length(raw) >= 5) & (F.hex(F.substring(raw, 1, 1)) == F.lit("00"))
-    schema_id = F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long")
-    body = F.substring(raw, 6, _REST)
-    foreign = sorted(decoder.foreign)
-    decoded = F.when(value.isNull() | ~framed, F.lit(None).cast(columns))
-    for known, (_, text) in decoder.writers.items():
-        decoded = decoded.when(
-            schema_id == known, from_avro(body, plain_schema_text(text), reader).cast(columns)
-        )
-    decoded = decoded.when(schema_id.isin(foreign), F.lit(None).cast(columns)).otherwise(
-        F.raise_error(_unknown_message(decoder, schema_id))
+    schema_id = F.conv(F.hex(F.substring(F.col(_RAW), 2, 4)), 16, 10).cast("long")
+    staged = df.select(*kept, raw.alias(_RAW)).select(*kept, _RAW, schema_id.alias(_ID))
+    found = _Found(decoder)
+    decoded = staged.select(*kept, _RAW, _ID, found.decoded().alias(_PAYLOAD))
+    return decoded.select(
+        *kept,
+        *(f"`{_PAYLOAD}`.`{column.name}`" for column in decoder.columns),
+        found.reason().alias(QUARANTINE_REASON),
     )
-    reason = (
-        F.when(value.isNull(), F.lit("value is null"))
-        .when(~framed, F.lit(decoder.not_framed))
-        .when(
-            schema_id.isin(foreign),
+
+
+class _Found:
+    """The decoded struct and the reason of a value, as Spark expressions on the staged
+    columns (:func:`decode_with_spark`)."""
+
+    def __init__(self, decoder: Any) -> None:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        self.decoder = decoder
+        reader = json.loads(plain_schema_text(decoder.reader))
+        required = [f["name"] for f in reader["fields"] if _required(f["type"])]
+        # A value from_avro cannot read is a row of nulls (PERMISSIVE): a field that is never
+        # null tells it apart, else one more field that only its default fills.
+        self.marker = required[0] if required else _DECODED
+        fields = [*decoder.columns, *([] if required else [pa.field(_DECODED, pa.bool_())])]
+        self.columns = from_arrow_schema(pa.schema(fields))
+        if not required:
+            reader["fields"] = [
+                *reader["fields"],
+                {"name": _DECODED, "type": "boolean", "default": True},
+            ]
+        self.reader = json.dumps(reader)
+        self.resolve_all = not required
+
+    def _read(self, body: Any, text: str, version: int | None) -> Any:
+        """``body`` read by ``from_avro`` with the writer schema ``text`` (of ``version``),
+        as the job's version."""
+        from pyspark.sql.avro.functions import from_avro
+
+        options = {"mode": "PERMISSIVE"}
+        if self.resolve_all or version != self.decoder.version:
+            options["avroSchema"] = self.reader
+        return from_avro(body, plain_schema_text(text), options).cast(self.columns)
+
+    def decoded(self) -> Any:
+        from pyspark.sql import functions as F
+
+        raw, schema_id = F.col(_RAW), F.col(_ID)
+        if not self.decoder.framed:
+            return F.when(
+                raw.isNotNull(), self._read(raw, self.decoder.reader, self.decoder.version)
+            )
+        body = F.substring(raw, 6, _REST)
+        decoded = F.when(raw.isNull() | ~_framed(raw), F.lit(None).cast(self.columns))
+        for known, (version, text) in self.decoder.writers.items():
+            decoded = decoded.when(schema_id == known, self._read(body, text, version))
+        foreign = sorted(self.decoder.foreign)
+        return decoded.when(schema_id.isin(foreign), F.lit(None).cast(self.columns)).otherwise(
+            F.raise_error(_unknown_message(self.decoder, schema_id))
+        )
+
+    def reason(self) -> Any:
+        from pyspark.sql import functions as F
+
+        failed = F.col(_PAYLOAD)[self.marker].isNull()
+        reason = F.when(F.col("value").isNull(), F.lit("value is null"))
+        if not self.decoder.framed:
+            return reason.when(failed, F.lit(self.decoder.undecodable(None)))
+        schema_id = F.col(_ID)
+        reason = reason.when(~_framed(F.col(_RAW)), F.lit(self.decoder.not_framed)).when(
+            schema_id.isin(sorted(self.decoder.foreign)),
             F.concat(
                 F.lit("schema id "),
                 schema_id.cast("string"),
-                F.lit(f" is not a version of subject {decoder.subject}"),
+                F.lit(f" is not a version of subject {self.decoder.subject}"),
             ),
         )
-    )
-    for known in decoder.writers:
-        reason = reason.when(
-            (schema_id == known) & decoded[_DECODED].isNull(), F.lit(decoder.undecodable(known))
-        )
-    return _with_payload(df, decoded, reason, decoder)
+        for known in self.decoder.writers:
+            reason = reason.when(
+                (schema_id == known) & failed, F.lit(self.decoder.undecodable(known))
+            )
+        return reason
 
 
-def _flagged(schema: str) -> str:
-    """The job's version of the schema (``schema``'s text, read as
-    :func:`~modeswitch.transforms.avro_types.plain_schema_text` reads it) with one more field,
-    :data:`_DECODED`, which only its default fills: ``from_avro`` in ``PERMISSIVE`` mode gives a
-    row of nulls for a value it cannot read, and so tells it apart from one whose fields are all
-    null."""
-    node = json.loads(plain_schema_text(schema))
-    node["fields"] = [*node["fields"], {"name": _DECODED, "type": "boolean", "default": True}]
-    return json.dumps(node)
+def _framed(raw: Any) -> Any:
+    """Whether the bytes ``raw`` hold the registry's framing: a zero byte, then an id."""
+    from pyspark.sql import functions as F
+
+    return (F.length(raw) >= 5) & (F.hex(F.substring(raw, 1, 1)) == F.lit("00"))
+
+
+def _required(avro_type: Any) -> bool:
+    """Whether a field of ``avro_type`` is never null in a value that decodes."""
+    if isinstance(avro_type, list):
+        return "null" not in avro_type
+    return avro_type != "null"
 
 
 def _unknown_message(decoder: Any, schema_id: Any) -> Any:
@@ -120,16 +174,6 @@ def _unknown_message(decoder: Any, schema_id: Any) -> Any:
         if field:
             parts.append(fields[field])
     return F.concat(*parts, F.lit("\n"))
-
-
-def _with_payload(df: Any, decoded: Any, reason: Any, decoder: Any) -> Any:
-    payload = "_modeswitch_avro"
-    kept = [f"`{name}`" for name in df.columns]
-    return df.select(*kept, decoded.alias(payload), reason.alias(QUARANTINE_REASON)).select(
-        *kept,
-        *(f"`{payload}`.`{column.name}`" for column in decoder.columns),
-        QUARANTINE_REASON,
-    )
 
 
 __all__ = ["decode_with_spark"]
