@@ -76,23 +76,20 @@ def load_notifiers(setting: str) -> list[Callable[[Mapping[str, Any]], Any]]:
 
 
 def _record_alert(store: StateStore, alert: Mapping[str, Any], at: Any) -> None:
-    """The alert as a row of the decisions, under the newest decision's mode and with its inputs
-    (and the alert's): the policy reads its memory (time in mode, backlog dwell) and the page a
-    pause from the newest row, and an alert changes nothing of either. No epoch: an epoch's end
-    reason is its own decisions'."""
-    latest = store.decisions.latest()
-    inputs: dict[str, Any] = {**(latest.inputs if latest else {}), "alert": dict(alert)}
-    if latest is not None:
-        mode = latest.mode
-    else:
+    """The alert as a row of the decisions, beside the newest one
+    (:meth:`~modeswitch.state.decisions.DecisionTable.record_beside_newest`): an alert changes
+    nothing of the policy's memory or a pause. Before any decision, the newest epoch's mode."""
+
+    def first_mode() -> Any:
         epochs = store.epochs.list()
-        mode = epochs[-1].mode if epochs else "batch"
-    store.decisions.record(
-        mode,
+        return epochs[-1].mode if epochs else "batch"
+
+    store.decisions.record_beside_newest(
         f"lag alert {alert['event']}: {alert['reason']}",
-        inputs,
-        at=at,
+        {"alert": dict(alert)},
         decided_by="alerts",
+        first_mode=first_mode,
+        at=at,
     )
 
 

@@ -195,28 +195,22 @@ each version registered while it runs, and each id foreign to its subject, costs
 def record_schema_change(
     settings: PipelineSettings, kind: JobKind, epoch: int | None, learned: SchemaIdLearned
 ) -> None:
-    """``learned`` in the decision log (``decided_by = schema``), as a lag alert is recorded
-    (:func:`modeswitch.airflow.alerts`): under the newest decision's mode and with its inputs
-    (the policy's memory and a pause are read from the newest row, and this changes neither),
-    the job and the schema id added; no epoch (an epoch's end reason is its own decisions')."""
+    """``learned`` in the decision log (``decided_by = schema``), beside the newest decision
+    as a lag alert is (:meth:`~modeswitch.state.decisions.DecisionTable.record_beside_newest`),
+    with the job and the schema id."""
     from modeswitch.state import StateStore
 
-    store = StateStore.from_settings(settings)
-    latest = store.decisions.latest()
-    inputs = {
-        **(latest.inputs if latest else {}),
-        "schema": {
-            "job": kind,
-            "epoch": epoch,
-            "schema_id": learned.schema_id,
-            "version": learned.version,
-        },
+    schema = {
+        "job": kind,
+        "epoch": epoch,
+        "schema_id": learned.schema_id,
+        "version": learned.version,
     }
-    store.decisions.record(
-        latest.mode if latest else ("stream" if kind == "stream" else "batch"),
+    StateStore.from_settings(settings).decisions.record_beside_newest(
         learned.said,
-        inputs,
+        {"schema": schema},
         decided_by="schema",
+        first_mode=lambda: "stream" if kind == "stream" else "batch",
     )
 
 

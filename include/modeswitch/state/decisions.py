@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -73,6 +73,28 @@ class DecisionTable:
             f"record_decision {decision.mode}", lambda _: Change(None, insert(rows))
         )
         return decision
+
+    def record_beside_newest(
+        self,
+        reason: str,
+        added: Mapping[str, Any],
+        *,
+        decided_by: str,
+        first_mode: Callable[[], Mode],
+        at: datetime | None = None,
+    ) -> RecordedDecision:
+        """A row that is not a policy evaluation (a lag alert, a schema change): under the
+        newest decision's mode and with its inputs, ``added`` to them, so that what is read from
+        the newest row (the policy's memory, a pause) stays as it was; ``first_mode()`` before
+        any decision. No epoch: an epoch's end reason is its own decisions'."""
+        latest = self.latest()
+        return self.record(
+            latest.mode if latest else first_mode(),
+            reason,
+            {**(latest.inputs if latest else {}), **added},
+            at=at,
+            decided_by=decided_by,
+        )
 
     def list(
         self,
