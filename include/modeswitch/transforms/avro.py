@@ -138,22 +138,25 @@ class AvroDecoder:
             self._parsed = parsed
         return self._parsed
 
-    def _writer(self, schema_id: int, where: tuple[int, int]) -> Any:
+    def _writer(self, schema_id: int, buckets: pa.Array, offsets: pa.Array, index: int) -> Any:
         """The parsed writer schema of ``schema_id``, or None for an id found foreign to the
-        subject; raises :class:`UnknownSchemaIdError` for an id the job does not know."""
+        subject; raises :class:`UnknownSchemaIdError` for an id the job does not know, naming
+        the record at ``index`` of ``buckets``/``offsets`` (read only then)."""
         schemas = self._schemas()
         if schema_id in schemas:
             return schemas[schema_id]
         if schema_id in self.foreign:
             return None
         raise UnknownSchemaIdError(
-            self.unknown_id_template.format(schema_id=schema_id, bucket=where[0], offset=where[1])
+            self.unknown_id_template.format(
+                schema_id=schema_id, bucket=buckets[index].as_py(), offset=offsets[index].as_py()
+            )
         )
 
     @property
     def unknown_id_template(self) -> str:
         """The message of a value naming an id the job does not know (``{schema_id}``,
-        ``{bucket}`` and ``{offset}`` to fill), in both forms; :func:`unknown_schema_id` reads
+        ``{bucket}`` and ``{offset}`` to fill), in both forms; :func:`unknown_id` reads
         it back."""
         subject = repr(self.subject).replace("{", "{{").replace("}", "}}")
         return (
@@ -201,8 +204,7 @@ class AvroDecoder:
                     reason = NOT_FRAMED
                 elif self.framed:
                     schema_id = int.from_bytes(raw[1:5], "big")
-                    where = (buckets[index].as_py(), offsets[index].as_py())
-                    writer = self._writer(schema_id, where)
+                    writer = self._writer(schema_id, buckets, offsets, index)
                     if writer is None:
                         reason = f"schema id {schema_id} is not a version of subject {self.subject}"
                     else:
