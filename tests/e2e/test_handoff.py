@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -98,6 +99,24 @@ class BurstOnceCaughtUp:
         self.thread.join(timeout=60)
 
 
+def scaled_to_this_hour(settings: PipelineSettings, batch_seconds: float) -> PipelineSettings:
+    """The thresholds, raised when this machine is slower than usual this hour. The batch
+    epoch's lag at its end is about its own length (the live records it leaves behind) plus
+    the gap since the quietest bucket's last event; the exit threshold (25 s) leaves that
+    room for an epoch of up to ~12 s. ci63 took 22 s (a machine three times slower than
+    usual: the lag was 25.3 s and the policy rightly chose batch again). So the thresholds are
+    at least twice the epoch's length; the burst holds a slower stream back longer too."""
+    exit_seconds = max(25, round(2 * batch_seconds))
+    return PipelineSettings.from_mapping(
+        {
+            **settings.to_mapping(),
+            "exit_threshold": f"{exit_seconds}s",
+            "enter_threshold": f"{exit_seconds + 5}s",
+            "watermark_lag_threshold": f"{exit_seconds + 5}s",
+        }
+    )
+
+
 def run_epoch(
     runner: LocalRunner, settings: PipelineSettings, expected_mode: str
 ) -> tuple[int, dict, dict]:
@@ -122,7 +141,9 @@ def test_batch_stream_burst_batch_stream_hands_off_exactly(settings: PipelineSet
     runner = LocalRunner(log_dir=Path(settings.warehouse).parent / "logs", timeout=600)
     producer = LiveProducer(log, EventGenerator(seed=6, buckets=BUCKETS, skew="zipf:1.1"), 250)
     with producer, runner:
+        began = time.monotonic()
         epochs.append(run_epoch(runner, settings, "batch"))  # the 1 M backlog, an hour of events
+        settings = scaled_to_this_hour(settings, time.monotonic() - began)
         with BurstOnceCaughtUp(settings, log) as burst:
             # stops when the burst holds it back
             epochs.append(run_epoch(runner, settings, "stream"))

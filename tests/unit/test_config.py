@@ -3,7 +3,7 @@ setting and the bad value."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -165,6 +165,31 @@ def test_pipeline_settings_round_trip_and_stream_trigger() -> None:
         PipelineSettings.from_mapping({"stream_trigger": "sometimes"})
     with pytest.raises(ConfigError, match="unknown pipeline setting"):
         PipelineSettings.from_mapping({"wave_size": "10"})
+
+
+def test_stream_ends_by_is_a_time_with_its_offset_and_ends_a_stream_before_its_runtime() -> None:
+    from modeswitch.control.settings import PipelineSettings
+    from modeswitch.modes.stream import stream_deadline
+
+    start = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    settings = PipelineSettings.from_mapping(
+        {"max_stream_runtime": "10m", "stream_ends_by": "2026-11-29T13:05:00+01:00"}
+    )
+    assert settings.stream_ends_by == start + timedelta(minutes=5)  # read in UTC
+    assert PipelineSettings.from_json(settings.to_json()) == settings
+    assert stream_deadline(settings, start) == (
+        start + timedelta(minutes=5),
+        "stream_ends_by 2026-11-29T12:05:00+00:00 reached",
+    )
+    # The runtime when it ends first; no end by default.
+    assert stream_deadline(settings, start - timedelta(minutes=8))[1] == (
+        "max_stream_runtime 0:10:00 reached"
+    )
+    assert PipelineSettings().stream_ends_by is None
+    with pytest.raises(ConfigError, match="stream_ends_by: '2026-11-29T12:05:00' is not a time"):
+        PipelineSettings.from_mapping({"stream_ends_by": "2026-11-29T12:05:00"})  # no offset
+    with pytest.raises(ConfigError, match="stream_ends_by: 'noon' is not a time with its offset"):
+        PipelineSettings.from_mapping({"stream_ends_by": "noon"})
 
 
 def test_batch_writer_defaults_to_native_and_refuses_an_unknown_writer() -> None:

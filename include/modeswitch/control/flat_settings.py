@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self
 
 from modeswitch.control.values import declared_settings, parse_settings, refuse_unknown
@@ -76,6 +76,8 @@ def _raw_value(value: Any) -> str:
         return "none"
     if isinstance(value, timedelta):
         return f"{value.total_seconds():g}s"
+    if isinstance(value, datetime):
+        return value.isoformat()
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

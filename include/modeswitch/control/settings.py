@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar, Literal, get_args
 
 from modeswitch.control.flat_settings import FlatSettings
@@ -45,6 +45,7 @@ from modeswitch.control.values import (
     parse_choice,
     parse_duration,
     parse_fraction,
+    parse_instant,
     parse_jvm_memory,
     parse_positive_int,
     parse_rate,
@@ -216,6 +217,11 @@ class PipelineSettings(FlatSettings):
         parse=parse_duration,
         rule=greater_than_zero,
         doc="a stream epoch ends after this at the latest",
+    )
+    stream_ends_by: datetime | None = setting(  # an end: the engine may start a stream late
+        None,
+        parse=parse_instant,
+        doc="a stream epoch also ends at this time; `modeswitch run --for` sets it",
     )
     # A Kafka broker restarting answers again in ~15 s here (tests/kafka/test_broker_faults.py).
     source_outage_grace: timedelta = setting(
@@ -453,10 +459,8 @@ class PipelineSettings(FlatSettings):
             object.__setattr__(self, name, value)
 
     def _check_event_time_field(self) -> None:
-        """The payload settings together (``describe_payload``, where their rules are written:
-        ``value_schema`` and ``event_time_field`` only with the transform built from them,
-        ``event_time_field`` a time field of ``value_schema``), and a Kafka source that does
-        not take its event time from a field as well."""
+        """The payload settings together (``describe_payload`` writes their rules), and a
+        Kafka source that does not take its event time from a field as well."""
         self.describe_payload()
         name = self.event_time_field
         kafka = is_kafka_source(self.source)

@@ -16,7 +16,7 @@ import re
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import pendulum
@@ -162,6 +162,24 @@ def parse_threshold_duration(
             setting=setting,
         )
     return duration
+
+
+def parse_instant(value: str | datetime | None, *, setting: str) -> datetime | None:
+    """A moment, in UTC: ISO 8601 with its offset (``2026-11-29T12:00:00Z``); ``None`` (or
+    ``"none"``, ``"null"``, ``"off"``) for none. A time without an offset is refused: the
+    driver, the engine and Airflow's workers may each read it in another zone."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
+        return None
+    try:
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(value.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ConfigError(
+            f"{setting}: {value!r} is not a time with its offset (e.g. '2026-11-29T12:00:00Z')",
+            setting=setting,
+        )
+    return moment.astimezone(UTC)
 
 
 def parse_threshold_count(value: str | int | None, *, setting: str) -> int | None:
@@ -355,6 +373,7 @@ class DeclaredSetting:
 
 _TYPE_NAMES = {
     timedelta: "duration",
+    datetime: "time (ISO 8601, with its offset)",
     bool: "`true` or `false`",
     int: "whole number",
     float: "number",
@@ -362,6 +381,7 @@ _TYPE_NAMES = {
 }
 _TYPE_WORDS = {
     timedelta: "a duration (timedelta)",
+    datetime: "a time with its offset (datetime)",
     bool: "true or false",
     int: "a whole number",
     float: "a number",

@@ -289,6 +289,18 @@ def resume_point(store: StateStore, settings: PipelineSettings, epoch: Epoch) ->
     return plan_resume(epoch.id, epoch.start, commits, read_checkpoints(root), root)
 
 
+def stream_deadline(settings: PipelineSettings, started_at: datetime) -> tuple[datetime, str]:
+    """When a stream epoch whose query started at ``started_at`` ends at the latest, and the
+    reason it then gives: ``max_stream_runtime`` after its start, or ``stream_ends_by`` if
+    sooner (a run's end: a stream the engine starts at a batch's end has less time left than
+    the batch had)."""
+    runtime_end = started_at + settings.max_stream_runtime
+    ends_by = settings.stream_ends_by
+    if ends_by is not None and ends_by < runtime_end:
+        return ends_by, f"stream_ends_by {ends_by.isoformat()} reached"
+    return runtime_end, f"max_stream_runtime {settings.max_stream_runtime} reached"
+
+
 def run_stream_epoch(
     spark,
     job: JobPlan,
@@ -351,7 +363,7 @@ def run_stream_epoch(
     reason, next_mode, command_id, command_action = "", "stream", None, None
     commands_checked: datetime | None = None
     try:
-        deadline = started_at + settings.max_stream_runtime
+        deadline, reached = stream_deadline(settings, started_at)
         # Each turn follows the sink's commits, one poll apart. No StreamingQueryListener:
         # PySpark's turns each progress event into Python with dozens of Py4J calls, some
         # resolving names through every jar on the class path, 0.26 CPU-s a second of
@@ -380,7 +392,7 @@ def run_stream_epoch(
                 # Nothing read yet: the lag still measures the previous epoch and the
                 # start-up, not whether this stream keeps up.
                 if clock() >= deadline:
-                    reason = f"max_stream_runtime {settings.max_stream_runtime} reached"
+                    reason = reached
                     break
                 continue
             decision = supervisor.evaluate()
@@ -389,7 +401,7 @@ def run_stream_epoch(
                 reason, next_mode = f"policy: {decision.reason}", decision.mode
                 break
             if clock() >= deadline:
-                reason = f"max_stream_runtime {settings.max_stream_runtime} reached"
+                reason = reached
                 break
         else:
             error = query.exception()

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +139,8 @@ def run_pipeline(
     - ``until="caught-up"``: stream epochs read what the log holds when they start and then
       end (``stream_trigger = available_now``); the run stops once one has closed having
       committed up to those offsets.
-    - ``duration``: the run stops when it has lasted that long; a stream epoch's
-      ``max_stream_runtime`` is cut to the time left, a batch epoch runs to its boundary.
+    - ``duration``: the run stops when it has lasted that long; a stream epoch ends then at
+      the latest (``stream_ends_by``), a batch epoch runs to its boundary.
     - ``max_epochs``: the run stops after that many epochs.
     - none of these: until ``should_stop()`` (Ctrl-C).
 
@@ -150,17 +150,13 @@ def run_pipeline(
         raise ConfigError(f"--until {until!r}: expected {UNTIL_CAUGHT_UP!r}")
     deadline = None if duration is None else time.monotonic() + duration.total_seconds()
     # Every epoch's job gets the stream's settings: a batch handed over to its stream inside
-    # the warm engine starts that stream with them.
-    job_settings = settings
-    if until == UNTIL_CAUGHT_UP:
-        job_settings = _with(settings, stream_trigger="available_now")
-
-    def run_settings(plan: EpochPlan) -> PipelineSettings:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is None:
-            return job_settings
-        runtime = min(job_settings.max_stream_runtime, timedelta(seconds=max(1.0, left)))
-        return _with(job_settings, max_stream_runtime=f"{runtime.total_seconds():g}s")
+    # the warm engine starts that stream with them. The run's end is a time, not a runtime:
+    # that stream starts when the batch ends (ci63: cut to the time left at the batch's start,
+    # it ran past the end by the batch's length).
+    changes = {"stream_trigger": "available_now"} if until == UNTIL_CAUGHT_UP else {}
+    if duration is not None:
+        changes["stream_ends_by"] = (datetime.now(UTC) + duration).isoformat()
+    job_settings = _with(settings, **changes)
 
     done: list[EpochDone] = []
     with contextlib.ExitStack() as stack:
@@ -170,7 +166,9 @@ def run_pipeline(
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
-            ran = run_one_epoch(settings, runner, decided_by=decided_by, run_settings=run_settings)
+            ran = run_one_epoch(
+                settings, runner, decided_by=decided_by, run_settings=lambda _: job_settings
+            )
             if ran is None:
                 time.sleep(idle_wait if left is None else min(idle_wait, left))
                 continue
