@@ -56,7 +56,7 @@ FILE_SECONDS = {
     "e2e/test_run_fleet.py": 50,
     "e2e/test_rewind_pipeline.py": 47,
     "kafka/test_kafka_cli.py": 47,
-    "spark/test_arrow_parse.py": 47,
+    "spark/test_arrow_parse.py": 62,
     "spark/test_maintenance_beside_stream.py": 37,
     "kafka/test_kafka_auth.py": 36,
     "kafka/test_avro_registry.py": 80,

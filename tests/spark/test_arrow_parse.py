@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from payload_cases import SPARK_DECIMAL_5_2
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 from test_transforms import CASES
@@ -340,7 +342,12 @@ def test_value_schema_is_read_as_spark_reads_the_same_ddl(spark) -> None:
     from modeswitch.control.value_schema import parse_value_schema
     from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA, payload_struct
 
-    for ddl in (USER_SCHEMA, EVENT_VALUE_SCHEMA, "`a b` LONG COMMENT 'x, y', c REAL, d SHORT"):
+    for ddl in (
+        USER_SCHEMA,
+        EVENT_VALUE_SCHEMA,
+        TYPED_SCHEMA,
+        "`a b` LONG COMMENT 'x, y', c REAL, d NUMERIC, e dec(3)",
+    ):
         fields = parse_value_schema(ddl)
         spark_schema = _parse_datatype_string(ddl)
         assert payload_struct(fields).fieldNames() == spark_schema.fieldNames()
@@ -494,3 +501,79 @@ def test_generated_records_with_times_parse_alike_in_both_forms(spark, values) -
     for field in ("at", "ms"):
         expected, got = both_forms(spark, TIMED_SCHEMA, values, field)
         assert_same(values, expected, got)
+
+
+# --- DATE and DECIMAL fields --------------------------------------------------------------
+
+TYPED_SCHEMA = (
+    "id BIGINT NOT NULL, due DATE NOT NULL, price DECIMAL(5,2) NOT NULL, big DECIMAL(38,10), "
+    "day DATE, ratio DECIMAL(4,4)"
+)
+DATES = st.one_of(
+    st.dates(min_value=date(1, 1, 1)).map(lambda d: json.dumps(d.isoformat())),
+    st.builds(  # a little out of range, sometimes
+        '"{:04d}-{:02d}-{:02d}{}"'.format,
+        st.sampled_from([0, 1, 2024, 2026, 9999]),
+        st.integers(0, 13),
+        st.integers(0, 32),
+        st.sampled_from(["", "", "T00:00:00Z", " ", "Z"]),
+    ),
+    st.sampled_from(['"2026-1-05"', '" 2026-01-05"', '"\\uff12026-01-05"', "20260105"]),
+    SCALARS,
+)
+DECIMAL_TEXT = st.builds(
+    "{}{}{}{}".format,
+    st.sampled_from(["", "-", "+", "--"]),
+    st.sampled_from(["", "0", "1", "12", "999", "1,0", "\u0661", "1_0", " 1"]),
+    st.sampled_from(["", ".", ".5", ".005", ".995", ".12345"]),
+    st.sampled_from(["", "e2", "E-3", "e", "e+1", "e-400"]),
+).map(json.dumps)
+DECIMALS = st.one_of(INTEGERS, FLOATS, DECIMAL_TEXT, DECIMAL_TEXT, SCALARS)
+TYPED_GOOD = {
+    "id": INTEGERS,
+    "due": DATES,
+    "price": DECIMALS,
+    "big": DECIMALS,
+    "day": DATES,
+    "ratio": DECIMALS,
+}
+
+
+@st.composite
+def typed_records(draw) -> str:
+    """Objects over :data:`TYPED_SCHEMA`'s fields, each good, of another type, null, missing
+    or there twice."""
+    pairs = []
+    for name, good in TYPED_GOOD.items():
+        choice = draw(st.sampled_from(["good"] * 6 + ["other", "null", "missing", "twice"]))
+        if choice == "missing":
+            continue
+        value = {"good": good, "twice": good, "other": NESTED, "null": st.just("null")}
+        pairs.append((name, draw(value[choice])))
+        if choice == "twice":
+            pairs.append((name, draw(DECIMALS if "DECIMAL" in name else good)))
+    pairs = draw(st.permutations(pairs))
+    return "{" + ", ".join(f'"{k}": {v}' for k, v in pairs) + "}"
+
+
+def test_date_and_decimal_fields_parse_as_from_json_parses_them(spark) -> None:
+    values = [
+        *(f'{{"id": 1, "due": "2026-03-01", "price": {raw}}}' for raw in SPARK_DECIMAL_5_2),
+        '{"id": 2, "due": "2026-02-29", "price": 1}',
+        '{"id": 3, "due": "0001-01-01", "price": 1, "big": 123456789012345678.0123456789}',
+        '{"id": 4, "due": "9999-12-31", "price": 1, "day": "2024-02-29", "ratio": 0.99995}',
+    ]
+    expected, got = both_forms(spark, TYPED_SCHEMA, values)
+    assert_same(values, expected, got)
+    prices = [row[4] for row in got[: len(SPARK_DECIMAL_5_2)]]  # offset, event_time, value, ...
+    assert prices == [None if v is None else Decimal(v) for v in SPARK_DECIMAL_5_2.values()]
+    assert got[-3][-1] == "field due is missing or not a date"
+    assert got[-2][5] == Decimal("123456789012345678.0123456789")
+    assert got[-1][3:] == (date(9999, 12, 31), Decimal("1.00"), None, date(2024, 2, 29), None, None)
+
+
+@MANY_RECORDS_AN_EXAMPLE
+@given(values=st.lists(typed_records(), min_size=30, max_size=120))
+def test_generated_records_with_dates_and_decimals_parse_alike_in_both_forms(spark, values) -> None:
+    expected, got = both_forms(spark, TYPED_SCHEMA, values)
+    assert_same(values, expected, got)

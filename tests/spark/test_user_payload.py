@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,15 +31,24 @@ USER_SCHEMA = "id BIGINT NOT NULL, user STRING, amount DOUBLE"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def user_payload(i: int) -> dict[str, object]:
+    # A price with more places than its column: rounded half up (0.125 -> 0.13).
+    price = f"{i}.125" if i % 2 else i + 0.125
+    return {
+        "id": i,
+        "user": f"u{i % 7}",
+        "amount": i / 4,
+        "due": f"2026-03-{i % 28 + 1:02d}",
+        "price": price,
+    }
+
+
 def user_log(root: Path) -> SegmentLog:
     """Two buckets of the user's records; every hundredth is not JSON."""
     log = SegmentLog.create(str(root / "log"), buckets=2)
     for bucket in (0, 1):
         ids = range(bucket, RECORDS, 2)
-        values = [
-            "{cut" if i % 100 == 99 else json.dumps({"id": i, "user": f"u{i % 7}", "amount": i / 4})
-            for i in ids
-        ]
+        values = ["{cut" if i % 100 == 99 else json.dumps(user_payload(i)) for i in ids]
         log.append(
             bucket,
             pa.table(
@@ -78,13 +88,19 @@ def test_with_value_schema_the_records_land_in_its_columns(
     spark, tmp_path: Path, batch_reader: str
 ) -> None:
     user_log(tmp_path)
-    settings = drained(spark, tmp_path, value_schema=USER_SCHEMA, batch_reader=batch_reader)
+    schema = f"{USER_SCHEMA}, due DATE, price DECIMAL(10,2)"
+    settings = drained(spark, tmp_path, value_schema=schema, batch_reader=batch_reader)
     sink = table(settings.sink)
     assert sink is not None and sink.num_rows == RECORDS - 10
-    assert sink.schema.names[-3:] == ["id", "user", "amount"]
+    assert sink.schema.names[-5:] == ["id", "user", "amount", "due", "price"]
     assert str(sink.schema.field("id").type) == "int64"
-    row = sink.filter(pa.compute.equal(sink.column("id"), 42)).to_pylist()[0]
-    assert (row["user"], row["amount"]) == ("u0", 10.5)
+    assert sink.schema.field("due").type == pa.date32()
+    assert sink.schema.field("price").type == pa.decimal128(10, 2)
+    rows = sink.filter(pa.compute.is_in(sink.column("id"), pa.array([42, 43]))).to_pylist()
+    assert [(r["user"], r["amount"], r["due"], r["price"]) for r in rows] == [
+        ("u0", 10.5, date(2026, 3, 15), Decimal("42.13")),
+        ("u1", 10.75, date(2026, 3, 16), Decimal("43.13")),
+    ]
     bad = table(settings.quarantine)
     assert bad is not None and set(bad.column("reason").to_pylist()) == {"value is not valid JSON"}
     assert bad.num_rows == 10

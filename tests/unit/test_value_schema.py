@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import pickle
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
+import msgspec
 import pyarrow as pa
 import pytest
+from payload_cases import SPARK_DECIMAL_5_2
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from modeswitch.control.field_types import date_text_days, timestamp_text_micros
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import layer_settings
 from modeswitch.control.value_schema import (
@@ -19,7 +23,6 @@ from modeswitch.control.value_schema import (
     PayloadField,
     find_event_time_field,
     parse_value_schema,
-    timestamp_text_micros,
 )
 from modeswitch.errors import ConfigError
 from modeswitch.modes.warmup import warm_up_payload
@@ -32,6 +35,7 @@ from modeswitch.transforms import (
     load_transform,
 )
 from modeswitch.transforms.arrow import payload_event_times
+from modeswitch.transforms.jackson import MISTYPED
 from modeswitch.transforms.payload import (
     EVENT_VALUE_SCHEMA,
     payload_struct,
@@ -67,7 +71,8 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
     assert parse_value_schema("") == parse_value_schema("   ") == ()
     fields = parse_value_schema(
         " `user-id` int not null comment 'who, really' ,`a``b` SmallInt,c SMALLINT ,d LONG, "
-        "e Float, f REAL, g boolean NOT NULL, h INTEGER, j SHORT"
+        "e Float, f REAL, g boolean NOT NULL, h INTEGER, j SHORT, k date, l DECIMAL(7, 2), "
+        "m dec, n Numeric(38) NOT NULL"
     )
     assert [(f.name, f.type, f.required) for f in fields] == [
         ("user-id", "integer", True),
@@ -79,6 +84,10 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
         ("g", "boolean", True),
         ("h", "integer", False),
         ("j", "short", False),
+        ("k", "date", False),
+        ("l", "decimal(7,2)", False),
+        ("m", "decimal(10,0)", False),  # Spark's defaults
+        ("n", "decimal(38,0)", True),
     ]
 
 
@@ -86,10 +95,13 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
     ("ddl", "what"),
     [
         ("id BIGINT, at TIMESTAMP_NTZ", r"field 'at' has type 'TIMESTAMP_NTZ', which value_sch"),
-        ("price DECIMAL(10,2), id INT", r"field 'price' has type 'DECIMAL\(10,2\)'"),
+        ("price DECIMAL(39,2), id INT", r"field 'price': DECIMAL\(39,2\) is not a decimal Sp"),
+        ("price DECIMAL(3,4)", r"DECIMAL\(3,4\) is not a decimal Spark and Delta hold"),
+        ("price NUMERIC(3,)", r"field 'price': a decimal's size is \(precision\[, scale\]\)"),
+        ("price DEC<3>", r"field 'price' has type 'DEC<3>'"),
         ("tags ARRAY<STRING>", r"field 'tags' has type 'ARRAY<STRING>'"),
         ("name VARCHAR(10)", r"field 'name' has type 'VARCHAR\(10\)'"),
-        ("day DATE", r"field 'day' has type 'DATE'"),
+        ("day DATE(3)", r"field 'day' has type 'DATE\(3\)'"),
         ("n TINYINT", r"field 'n' has type 'TINYINT': Spark's from_json reads 128 to 255"),
         ("id", r"field 'id' has no type"),
         ("id BIGINT,", r"expected a field name, found 'the end'"),
@@ -114,8 +126,8 @@ def test_the_setting_is_checked_where_the_settings_are_built_naming_its_layer() 
     assert settings.value_schema == USER
     assert settings.transform == "value_schema"
     assert PipelineSettings.from_mapping(settings.to_mapping()) == settings
-    with pytest.raises(ConfigError, match=r"^Airflow Variable value_schema: 'at DATE'"):
-        layer_settings(("Airflow Variable", {"value_schema": "at DATE"}))
+    with pytest.raises(ConfigError, match=r"^Airflow Variable value_schema: 'at DATE_TIME'"):
+        layer_settings(("Airflow Variable", {"value_schema": "at DATE_TIME"}))
 
 
 def test_an_explicit_transform_and_a_value_schema_are_not_both_set() -> None:
@@ -193,7 +205,8 @@ def test_with_no_schema_the_records_land_raw_but_what_is_not_utf8() -> None:
 def test_a_warm_up_payload_fits_the_pipeline_schema() -> None:
     ddl = "a BIGINT NOT NULL, b INT NOT NULL, c SMALLINT NOT NULL, "
     ddl += "e DOUBLE NOT NULL, f FLOAT NOT NULL, g STRING NOT NULL, h BOOLEAN NOT NULL, "
-    ddl += "t TIMESTAMP NOT NULL"
+    ddl += "t TIMESTAMP NOT NULL, d DATE NOT NULL, m DECIMAL(1,0) NOT NULL, n DECIMAL(38,37) "
+    ddl += "NOT NULL"
     fields = parse_value_schema(ddl)
     form = load_transform("value_schema", value_schema=ddl).arrow_form(INPUT)
     assert form is not None
@@ -251,6 +264,68 @@ def test_a_timestamp_field_takes_rfc_3339_text_with_its_offset(text, moment) -> 
     micros = timestamp_text_micros(text)
     expected = None if moment is None else (moment - datetime(1970, 1, 1, tzinfo=UTC))
     assert micros == (None if expected is None else expected // timedelta(microseconds=1))
+
+
+@pytest.mark.parametrize(("raw", "expected"), SPARK_DECIMAL_5_2.items())
+def test_a_decimal_field_reads_a_json_value_as_spark_does(raw, expected) -> None:
+    from modeswitch.transforms.jackson import STRICT_JSON, field_converter, raw_decimal_converter
+
+    wanted = MISTYPED if expected is None else Decimal(expected)
+    assert field_converter("decimal(5,2)")(STRICT_JSON.decode(raw)) == wanted
+    converter = raw_decimal_converter("decimal(5,2)")
+    assert converter is not None
+    assert converter(msgspec.Raw(raw.encode())) == wanted
+    assert raw_decimal_converter("double") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "day"),
+    [
+        ("2026-03-01", date(2026, 3, 1)),
+        ("0001-01-01", date(1, 1, 1)),
+        ("9999-12-31", date(9999, 12, 31)),
+        ("1970-01-01", date(1970, 1, 1)),
+        ("2024-02-29", date(2024, 2, 29)),
+        ("2026-02-29", None),  # not a day of that year
+        ("0000-01-01", None),
+        ("2026-1-05", None),
+        ("2026-01-05T00:00:00Z", None),
+        (" 2026-01-05", None),
+        ("2026-01-05 ", None),
+        ("20260105", None),
+        ("\uff12026-01-05", None),  # a digit that is not ASCII
+        ("", None),
+    ],
+)
+def test_a_date_field_takes_yyyy_mm_dd_text_of_a_day_that_exists(text, day) -> None:
+    expected = None if day is None else (day - date(1970, 1, 1)).days
+    assert date_text_days(text) == expected
+
+
+def test_date_and_decimal_fields_parse_into_their_columns_and_quarantine_when_required() -> None:
+    ddl = "id BIGINT NOT NULL, due DATE NOT NULL, price DECIMAL(5,2) NOT NULL, tax DECIMAL(4,4)"
+    form = load_transform("value_schema", value_schema=ddl).arrow_form(INPUT)
+    assert form is not None
+    values = [
+        '{"id": 1, "due": "2026-03-01", "price": 12.345, "tax": 0.19}',
+        '{"id": 2, "due": "2026-03-01", "price": "1,0.5", "tax": 1}',  # tax too wide: null
+        '{"id": 3, "due": "2026-02-30", "price": 1}',
+        '{"id": 4, "due": "2026-03-01", "price": 1000}',
+        '{"id": 5, "due": "2026-03-01", "price": 1, "price": "x"}',  # the last that converts
+        '{"id": 6, "due": 20260301, "price": 1}',
+    ]
+    (out,) = list(form.function(iter([records(values)])))
+    assert out.schema.field("due").type == pa.date32()
+    assert out.schema.field("price").type == pa.decimal128(5, 2)
+    rows = out.select(["id", "due", "price", "tax", QUARANTINE_REASON]).to_pylist()
+    assert [tuple(r.values()) for r in rows] == [
+        (1, date(2026, 3, 1), Decimal("12.35"), Decimal("0.1900"), None),
+        (2, date(2026, 3, 1), Decimal("10.50"), None, None),
+        (None, None, None, None, "field due is missing or not a date"),
+        (None, None, None, None, "field price is missing or not a number of DECIMAL(5,2)"),
+        (5, date(2026, 3, 1), Decimal("1.00"), None, None),
+        (None, None, None, None, "field due is missing or not a date"),
+    ]
 
 
 def test_event_time_field_names_a_time_field_of_value_schema() -> None:

@@ -315,18 +315,19 @@ class PipelineSettings(FlatSettings):
         "`modeswitch.transforms:parse_events` (`from_json` only: set `batch_reader` to "
         "`native` or `bucketlog`) parse the demo's events",
     )
-    # The types and what NOT NULL means: modeswitch.control.value_schema, checked here, with
-    # no JVM.
+    # The types and what NOT NULL means: modeswitch.control.value_schema (checked, no JVM).
     value_schema: str = setting(
         "",
         parse=parse_text,
         rule=_ddl_schema,
         doc="the records' JSON `value` as a Spark DDL schema, e.g. `id BIGINT NOT NULL, user "
         "STRING, amount DOUBLE`: `name TYPE [NOT NULL] [COMMENT '...']`, types `BIGINT`/`LONG`, "
-        "`INT`/`INTEGER`, `SMALLINT`/`SHORT`, `DOUBLE`, `FLOAT`/`REAL`, `STRING`, `BOOLEAN`, "
-        "`TIMESTAMP` (RFC 3339 text with its offset, `2026-05-01T12:00:00.250+02:00`; others, "
-        "such as `DATE`, `DECIMAL`, `TINYINT` or nested types, are refused when the settings "
-        "are built: read them as `STRING`). A `NOT NULL` field must be present and of its "
+        "`INT`/`INTEGER`, `SMALLINT`/`SHORT`, `DOUBLE`, `FLOAT`/`REAL`, `DECIMAL(p,s)` (a JSON "
+        "number's exact digits, or a string; half up), `STRING`, `BOOLEAN`, `DATE` "
+        "(`2026-05-01`), `TIMESTAMP` (RFC 3339 text with its offset, "
+        "`2026-05-01T12:00:00.250+02:00`; others, such as `TIMESTAMP_NTZ`, `TINYINT` or nested "
+        "types, are refused when the settings are built: read them as `STRING`). A `NOT NULL` "
+        "field must be present and of its "
         "type, or the record is quarantined (`field id is missing or not an integer`); another "
         "is null when missing or mistyped. Used by the default `transform`; `make demo` sets "
         "the demo's events (`modeswitch.transforms.payload.EVENT_VALUE_SCHEMA`)",

@@ -13,19 +13,13 @@ separated by commas; a name is an identifier (letters, digits, ``_``, not starti
 digit) or any text between backquotes (`` `user-id` ``, a backquote doubled inside); keywords
 in any case. The types (:data:`DDL_TYPES`) are those the Arrow parse reads exactly as the Spark
 form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SHORT``),
-``DOUBLE``, ``FLOAT``/``REAL``, ``STRING``, ``BOOLEAN`` and ``TIMESTAMP``/``TIMESTAMP_LTZ``.
-Dates, decimals, binary, ``TIMESTAMP_NTZ``, ``VARCHAR``/``CHAR`` and nested types are refused:
-read such a field as ``STRING`` and convert it in a transform of your own. So is
-``TINYINT``/``BYTE``: ``from_json`` reads 128 to 255 into one as negative numbers (Jackson's
-byte), where the Arrow parse quarantines them; use ``SMALLINT``.
-
-**A TIMESTAMP field** takes a JSON string in RFC 3339's form, with its offset:
-``YYYY-MM-DDThh:mm:ss[.fraction]Z`` or ``...±hh:mm`` (``T`` may be ``t`` or a space, ``Z`` may be
-``z``; the fraction has 1 to 9 digits, kept to the microsecond, the rest dropped), between the
-years 0001 and 9999 in UTC (:func:`timestamp_text_micros`). Anything else (a number, a text
-without an offset, a 30 February) is a value not of its type. Both forms read it by this rule,
-not by Spark's own timestamp parsing, whose result depends on the session's time zone and on
-its fallback formats.
+``DOUBLE``, ``FLOAT``/``REAL``, ``DECIMAL(p,s)`` (``DEC``, ``NUMERIC``), ``STRING``,
+``BOOLEAN``, ``DATE`` and ``TIMESTAMP``/``TIMESTAMP_LTZ``: how a JSON value becomes a
+DECIMAL, a DATE or a TIMESTAMP is :mod:`modeswitch.control.field_types`. Binary,
+``TIMESTAMP_NTZ``, ``VARCHAR``/``CHAR`` and nested types are refused: read such a field as
+``STRING`` and convert it in a transform of your own. So is ``TINYINT``/``BYTE``:
+``from_json`` reads 128 to 255 into one as negative numbers (Jackson's byte), where the Arrow
+parse quarantines them; use ``SMALLINT``.
 
 ``NOT NULL`` means what it means in Spark: the field must be there, non-null and of its type,
 or the record goes to quarantine (``field F is missing or not <type>``); a field without it is
@@ -36,7 +30,7 @@ a JSON object is quarantined whatever the schema.
 empty (the default), the sink's ``event_time`` is the log's record timestamp (Kafka's record
 timestamp, the embedded log's ``event_time``). Set, it names a field of ``value_schema`` (any
 case) of type ``TIMESTAMP``, or ``BIGINT`` read as epoch milliseconds (a BIGINT event-time
-field takes the integers of the years 0001 to 9999, :func:`epoch_millis_micros`; another is a
+field takes the integers of the years 0001 to 9999; another is a
 value not of its type, ``field F is missing or not a time in epoch milliseconds``). Then every
 row's ``event_time``, in the sink and in the quarantine, is that field's time when the record
 is a JSON object whose field holds a time, and the log's timestamp otherwise: a ``NOT NULL``
@@ -52,8 +46,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
 
+from modeswitch.control.field_types import MAX_DECIMAL_PRECISION, decimal_type
 from modeswitch.control.payload_settings import AvroSchemaSource, PayloadSettings, describe_format
 from modeswitch.errors import ConfigError
 
@@ -71,9 +65,14 @@ DDL_TYPES: dict[str, str] = {
     "boolean": "boolean",
     "timestamp": "timestamp",
     "timestamp_ltz": "timestamp",
+    "date": "date",
+    "decimal": "decimal(10,0)",
+    "dec": "decimal(10,0)",
+    "numeric": "decimal(10,0)",
 }
 """The DDL type names ``value_schema`` takes (any case), and the Spark type each stands for
-(its ``DataType.typeName()``)."""
+(its ``DataType.typeName()``); a decimal's may give its precision and scale,
+``DECIMAL(p[,s])``."""
 
 RESERVED_NAMES = ("bucket", "offset", "event_time", "key", "value", "_quarantine_reason")
 """Columns every transform's output has already (the source's and the quarantine reason): a
@@ -139,58 +138,6 @@ EVENT_TIME_TYPES: dict[str, str] = {
 """The types an ``event_time_field`` may have (Spark type names), and how a quarantine reason
 names each (``field F is missing or not <word>``)."""
 
-MIN_MICROS = -62_135_596_800_000_000
-"""0001-01-01T00:00:00Z in microseconds since the Unix epoch: the earliest time a TIMESTAMP
-field or an event time takes."""
-MAX_MICROS = 253_402_300_799_999_999
-"""9999-12-31T23:59:59.999999Z in microseconds since the Unix epoch: the latest."""
-MIN_MILLIS = MIN_MICROS // 1000
-MAX_MILLIS = MAX_MICROS // 1000
-"""The epoch milliseconds a BIGINT event-time field takes (the same years)."""
-
-TIMESTAMP_PATTERN = (
-    r"(?!0000)([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]"
-    r"([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,9}))?"
-    r"(?:[Zz]|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))"
-)
-"""The text of a TIMESTAMP field (module docstring), as a regular expression both Java's and
-Python's engines read alike: ASCII digits only, and no text after the offset (the Spark form
-checks that the match is the whole value, the Arrow form uses ``fullmatch``). The date is
-checked for existence apart (no 30 February)."""
-
-_TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
-_UNIX_EPOCH_DAY = date(1970, 1, 1).toordinal()
-
-
-def timestamp_text_micros(text: str) -> int | None:
-    """A TIMESTAMP field's time (microseconds since the Unix epoch, UTC) from its JSON text, or
-    None when the text is not of its type (module docstring). The fraction is cut to the
-    microsecond (not rounded); the offset is subtracted; a result outside years 0001-9999 UTC is
-    None. The Spark form (:func:`modeswitch.transforms.timestamp_from_text`) computes the
-    same."""
-    match = _TIMESTAMP.fullmatch(text)
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction, sign, off_hour, off_minute = match.groups()
-    try:
-        days = date(int(year), int(month), int(day)).toordinal() - _UNIX_EPOCH_DAY
-    except ValueError:  # a day its month does not have
-        return None
-    micros = (
-        days * 86_400_000_000
-        + (int(hour) * 3600 + int(minute) * 60 + int(second)) * 1_000_000
-        + int((fraction or "")[:6].ljust(6, "0"))
-    )
-    if sign is not None:
-        offset = (int(off_hour) * 3600 + int(off_minute) * 60) * 1_000_000
-        micros += -offset if sign == "+" else offset
-    return micros if MIN_MICROS <= micros <= MAX_MICROS else None
-
-
-def epoch_millis_micros(millis: int) -> int | None:
-    """A BIGINT event-time field's time in microseconds, or None outside years 0001-9999."""
-    return millis * 1000 if MIN_MILLIS <= millis <= MAX_MILLIS else None
-
 
 def find_event_time_field(
     fields: Sequence[PayloadField], name: str, *, setting: str = "event_time_field"
@@ -221,7 +168,7 @@ def find_event_time_field(
     field = found[0]
     if field.type not in EVENT_TIME_TYPES:
         raise ConfigError(
-            f"{setting}: {name!r} is a field of type {_DDL_NAMES[field.type]} in value_schema; "
+            f"{setting}: {name!r} is a field of type {ddl_name(field.type)} in value_schema; "
             "an event time is a TIMESTAMP field (RFC 3339 text) or a BIGINT field (epoch "
             "milliseconds)",
             setting=setting,
@@ -238,7 +185,13 @@ _DDL_NAMES = {
     "string": "STRING",
     "boolean": "BOOLEAN",
     "timestamp": "TIMESTAMP",
+    "date": "DATE",
 }
+
+
+def ddl_name(type_name: str) -> str:
+    """How ``value_schema`` writes a Spark type name (``decimal(7,2)`` -> ``DECIMAL(7,2)``)."""
+    return _DDL_NAMES.get(type_name, type_name.upper())
 
 
 class _Reader:
@@ -315,6 +268,8 @@ class _Reader:
             found = self.text[self.at : self.at + 12] or "the end"
             raise self.fail(f"field {name!r} has no type (found {found!r})")
         spark_type = DDL_TYPES.get(kind.lower())
+        if decimal_type(spark_type or "") is not None:
+            spark_type = self.decimal_size(name)
         if spark_type is None or self.text.startswith(("(", "<"), self.at):
             self.at = start
             shown = self.type_text()
@@ -325,8 +280,8 @@ class _Reader:
                 )
             raise self.fail(
                 f"field {name!r} has type {shown!r}, which value_schema does not take; it takes "
-                f"{', '.join(t.upper() for t in DDL_TYPES)} (read a date or decimal as STRING "
-                " and convert it in a transform of your own)"
+                f"{', '.join(t.upper() for t in DDL_TYPES)} (read another as STRING and convert "
+                "it in a transform of your own)"
             )
         required = False
         self.space()
@@ -346,6 +301,24 @@ class _Reader:
             found = self.text[self.at : self.at + 12]
             raise self.fail(f"field {name!r}: unexpected {found!r} after its type")
         return PayloadField(name, spark_type, required)
+
+    def decimal_size(self, name: str) -> str:
+        """A decimal's Spark type name from its optional ``(precision[, scale])``, after the
+        type's word (Spark's defaults: 10 and 0)."""
+        self.space()
+        if not self.text.startswith("(", self.at):
+            return "decimal(10,0)"
+        size = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)").match(self.text, self.at)
+        if size is None:
+            raise self.fail(f"field {name!r}: a decimal's size is (precision[, scale])")
+        precision, scale = int(size.group(1)), int(size.group(2) or 0)
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION or scale > precision:
+            raise self.fail(
+                f"field {name!r}: DECIMAL({precision},{scale}) is not a decimal Spark and Delta "
+                f"hold (precision 1 to {MAX_DECIMAL_PRECISION}, scale 0 to the precision)"
+            )
+        self.at = size.end()
+        return f"decimal({precision},{scale})"
 
     def type_text(self) -> str:
         """The type written from here to the next top-level comma (for a message)."""
@@ -454,16 +427,12 @@ def describe_payload(
 __all__ = [
     "DDL_TYPES",
     "EVENT_TIME_TYPES",
-    "MAX_MICROS",
-    "MIN_MICROS",
     "RESERVED_NAMES",
     "SCHEMA_TRANSFORM",
-    "TIMESTAMP_PATTERN",
     "Payload",
     "PayloadField",
+    "ddl_name",
     "describe_payload",
-    "epoch_millis_micros",
     "find_event_time_field",
     "parse_value_schema",
-    "timestamp_text_micros",
 ]

@@ -96,6 +96,7 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
     "string": lambda i: f"warm-up-{i % 97}",
     "boolean": lambda i: i % 2 == 0,
     "timestamp": lambda i: f"2026-01-01T00:00:{i % 60:02d}Z",
+    "date": lambda i: f"2026-01-{i % 28 + 1:02d}",
 }
 
 
@@ -117,7 +118,11 @@ def kafka_tail(source: str, records: int) -> OffsetsMap | None:
 def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any]:
     """A well-formed payload of ``value_schema``'s ``fields`` (every field set, of its type):
     what a warm-up's good records hold, so that they take the parse's path to the table."""
-    return {f.name: _SAMPLES[f.type](index) for f in fields}
+    return {f.name: _SAMPLES.get(f.type, _decimal_sample)(index) for f in fields}
+
+
+def _decimal_sample(index: int) -> int:
+    return 0  # fits any DECIMAL(p,s), DECIMAL(3,3) too
 
 
 class WarmingUp:

@@ -53,12 +53,14 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from modeswitch.control.value_schema import (
-    EVENT_TIME_TYPES,
+from modeswitch.control.field_types import (
     MAX_MILLIS,
     MIN_MILLIS,
+    date_text_days,
+    decimal_type,
     timestamp_text_micros,
 )
+from modeswitch.control.value_schema import EVENT_TIME_TYPES
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
@@ -70,8 +72,14 @@ from modeswitch.transforms.jackson import (
     field_converter,
     integer_range,
     not_an_object_reason,
+    raw_decimal_converter,
 )
-from modeswitch.transforms.spark_json import EVENT_SCHEMA, TYPE_WORDS, check_parse_inputs
+from modeswitch.transforms.spark_json import (
+    EVENT_SCHEMA,
+    check_parse_inputs,
+    type_name,
+    type_word,
+)
 
 ARROW_TRANSFORM = "modeswitch.transforms.arrow:parse_events_arrow"
 """The ``transform`` setting's value for the demo's events with this parse."""
@@ -86,7 +94,13 @@ _ARROW_TYPES = {
     "string": pa.string(),
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
 }
+
+
+def _arrow_type(spark_type: str) -> pa.DataType | None:
+    size = decimal_type(spark_type)
+    return _ARROW_TYPES.get(spark_type) if size is None else pa.decimal128(*size)
 
 
 class ParsedValues(NamedTuple):
@@ -117,10 +131,11 @@ class PayloadParser:
         required: Sequence[str],
         event_time: str | None = None,
     ) -> None:
-        unsupported = [f"{n} ({t})" for n, t in fields if t not in _ARROW_TYPES]
+        unsupported = [f"{n} ({t})" for n, t in fields if _arrow_type(t) is None]
         if unsupported:
             raise ConfigError(
-                f"transform: the Arrow parse takes fields of types {sorted(_ARROW_TYPES)}; "
+                f"transform: the Arrow parse takes fields of types {sorted(_ARROW_TYPES)} and "
+                f"decimal(p,s); "
                 f"{', '.join(unsupported)} need modeswitch.transforms:parse_json_values"
             )
         types = dict(fields)
@@ -134,17 +149,23 @@ class PayloadParser:
         self.names = [n for n, _ in fields]
         self.required = [n for n in self.names if n in set(required)]
         self.event_time = event_time
-        self.schema = pa.schema([(n, _ARROW_TYPES[t]) for n, t in fields])
+        self.schema = pa.schema([(n, _arrow_type(t)) for n, t in fields])
 
         def word(name: str, kind: str) -> str:
             if name == event_time:
                 return EVENT_TIME_TYPES[kind]
-            return TYPE_WORDS.get(kind, f"a {kind}")
+            return type_word(kind)
 
         self._reasons = {
             n: f"field {n} is missing or not {word(n, t)}" for n, t in fields if n in required
         }
         self._timestamps = [i for i, (_, t) in enumerate(fields) if t == "timestamp"]
+        self._dates = [i for i, (_, t) in enumerate(fields) if t == "date"]
+        self._decimals = [
+            (i, converter)
+            for i, (_, t) in enumerate(fields)
+            if (converter := raw_decimal_converter(t)) is not None
+        ]
         self._event_position = None if event_time is None else self.names.index(event_time)
         self._required_positions = [self.names.index(n) for n in self.required]
         # Positional attribute names, renamed to the payload's: a JSON name need not be a
@@ -193,18 +214,27 @@ class PayloadParser:
                 append(None)
                 refused.append(index)
         lists = [[None if r is None else getattr(r, a) for r in records] for a in self._attributes]
+        for position, convert in self._decimals:  # its raw JSON: a decimal's exact digits
+            column = lists[position]
+            for index, raw in enumerate(column):
+                if raw is not None:
+                    column[index] = convert(raw)
+                    if column[index] is MISTYPED:
+                        refused.append(index)  # read again, as Spark reads a repeated name
+        refused = sorted(set(refused))
         reasons: list[str | None] = [None] * len(records)
         for index in refused:
             reason, row = self._refused(texts[index])
             if reason is not None:
                 reasons[index] = reason
-            elif row is not None:
-                for column, parsed in zip(lists, row, strict=True):
-                    column[index] = parsed
+            for column, parsed in zip(lists, row or [None] * len(lists), strict=True):
+                column[index] = parsed
         for position in self._timestamps:
             lists[position] = [
                 None if v is None else timestamp_text_micros(v) for v in lists[position]
             ]
+        for position in self._dates:
+            lists[position] = [None if v is None else date_text_days(v) for v in lists[position]]
         event: list[Any] = []
         if self._event_position is not None:
             times = lists[self._event_position]
@@ -287,8 +317,10 @@ def _python_type(spark_type: str) -> Any:
     bounds = integer_range(spark_type)
     if bounds is not None:
         return Annotated[int, msgspec.Meta(ge=bounds[0], le=bounds[1])]
-    types = {"double": float, "float": float, "string": str, "timestamp": str, "boolean": bool}
-    return types[spark_type]
+    if decimal_type(spark_type) is not None:
+        return msgspec.Raw  # converted by raw_decimal_converter: msgspec's own reads "NaN"
+    types = {"double": float, "float": float, "string": str, "boolean": bool}
+    return types.get(spark_type, str)  # a timestamp's or a date's text
 
 
 def parse_json_values_arrow(
@@ -321,7 +353,7 @@ def json_values_form(
 
     required = check_parse_inputs(input_schema.names, schema, required, event_time=event_time)
     parser = PayloadParser(
-        [(f.name, f.dataType.typeName()) for f in schema.fields], required, event_time
+        [(f.name, type_name(f.dataType)) for f in schema.fields], required, event_time
     )
     out = StructType(
         [*input_schema.fields, *schema.fields, StructField(QUARANTINE_REASON, StringType())]

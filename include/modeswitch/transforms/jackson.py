@@ -6,7 +6,9 @@ its typed msgspec decode refuses.
   :class:`JsonObject` (duplicate names kept), without and with raw control characters in
   strings; :func:`not_an_object_reason` the reason for a first value that is not an object.
 - :func:`field_converter`: one field's value of a Spark simple type from a parsed JSON value,
-  as Spark converts it (integers within their type's range, :func:`integer_range`; a string
+  as Spark converts it (integers within their type's range, :func:`integer_range`; a decimal
+  by :func:`~modeswitch.control.field_types.decimal_value`, also from the typed decode's raw
+  JSON, :func:`raw_decimal_converter`; a string
   field's text from any JSON value, written as Jackson writes it, numbers as Java's
   ``Double.toString``: :func:`java_double`).
 """
@@ -19,6 +21,10 @@ import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
+
+import msgspec
+
+from modeswitch.control.field_types import decimal_type, decimal_value
 
 _INTEGER_BITS = {"long": 64, "integer": 32, "short": 16, "byte": 8}
 
@@ -62,6 +68,16 @@ def field_converter(spark_type: str) -> Callable[[Any], Any]:
     """Converts one field's parsed JSON value as Spark's JSON reader does: None for null,
     ``MISTYPED`` for a value of the wrong JSON type (which leaves an earlier value of a
     repeated name in place; a null replaces it)."""
+    size = decimal_type(spark_type)
+    if size is not None:
+
+        def exact(value: Any) -> Any:
+            if value is None:
+                return None
+            converted = decimal_value(value, *size)
+            return MISTYPED if converted is None else converted
+
+        return exact
     bounds = integer_range(spark_type)
     if bounds is not None:
         low, high = bounds
@@ -93,6 +109,31 @@ def field_converter(spark_type: str) -> Callable[[Any], Any]:
     # A string field takes any JSON value as its text; a timestamp is read as a string, then
     # converted (parse_values), as the Spark form reads it.
     return lambda value: None if value is None else _as_text(value)
+
+
+def raw_decimal_converter(spark_type: str) -> Callable[[msgspec.Raw], Any] | None:
+    """For a decimal type (None for another): its field's value from the raw JSON the typed
+    decode kept (a number's exact digits), as :func:`field_converter` gives it from a parsed
+    value: None for null, ``MISTYPED`` for a value that is not of the type."""
+    size = decimal_type(spark_type)
+    if size is None:
+        return None
+
+    def convert(raw: msgspec.Raw) -> Any:
+        text = bytes(raw)
+        if text == b"null":
+            return None
+        converted = None
+        if text[:1] == b'"':
+            try:
+                converted = decimal_value(msgspec.json.decode(text), *size)
+            except msgspec.DecodeError:  # a lone surrogate: not a number Java reads either
+                converted = None
+        elif text[:1] in b"-0123456789":
+            converted = decimal_value(text.decode(), *size)
+        return MISTYPED if converted is None else converted
+
+    return convert
 
 
 def _as_text(value: Any) -> str:
@@ -189,4 +230,5 @@ __all__ = [
     "integer_range",
     "java_double",
     "not_an_object_reason",
+    "raw_decimal_converter",
 ]

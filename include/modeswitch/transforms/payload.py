@@ -36,6 +36,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
     DataType,
+    DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -47,6 +49,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from modeswitch.control.field_types import decimal_type
 from modeswitch.control.value_schema import SCHEMA_TRANSFORM, PayloadField
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.arrow import json_values_form
@@ -71,12 +74,19 @@ _SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
     "boolean": BooleanType(),
     "timestamp": TimestampType(),
+    "date": DateType(),
 }
 
 
 def payload_struct(fields: tuple[PayloadField, ...]) -> StructType:
     """The Spark schema of ``value_schema``'s fields (nullable: a quarantined row's are null)."""
-    return StructType([StructField(f.name, _SPARK_TYPES[f.type]) for f in fields])
+    return StructType([StructField(f.name, spark_type(f.type)) for f in fields])
+
+
+def spark_type(type_name: str) -> DataType:
+    """The Spark type of a ``value_schema`` field's type name (``long``, ``decimal(7,2)``)."""
+    size = decimal_type(type_name)
+    return _SPARK_TYPES[type_name] if size is None else DecimalType(*size)
 
 
 def schema_transform(
@@ -153,4 +163,5 @@ __all__ = [
     "payload_struct",
     "raw_records",
     "schema_transform",
+    "spark_type",
 ]

@@ -16,6 +16,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
+    DateType,
+    DecimalType,
     DoubleType,
     LongType,
     StringType,
@@ -24,14 +26,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from modeswitch.control.value_schema import (
-    EVENT_TIME_TYPES,
+from modeswitch.control.field_types import (
+    DATE_PATTERN,
     MAX_MICROS,
     MAX_MILLIS,
     MIN_MICROS,
     MIN_MILLIS,
     TIMESTAMP_PATTERN,
 )
+from modeswitch.control.value_schema import EVENT_TIME_TYPES
 from modeswitch.errors import ConfigError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON
@@ -94,8 +97,10 @@ def parse_json_values(
     names = [f.name for f in schema.fields]
     required = check_parse_inputs(df.columns, schema, required, event_time=event_time)
 
+    # Timestamps and dates as text, converted by their rules below; a decimal by from_json
+    # itself (a number's exact digits: as text it would be a double's).
     read_fields = [
-        StructField(f.name, StringType()) if isinstance(f.dataType, TimestampType) else f
+        StructField(f.name, StringType()) if isinstance(f.dataType, _FROM_TEXT) else f
         for f in schema.fields
     ]
     parse_schema = StructType([*read_fields, StructField(_CORRUPT, StringType())])
@@ -123,6 +128,8 @@ def parse_json_values(
     for f in schema.fields:
         if isinstance(f.dataType, TimestampType):
             conversions[f.name] = timestamp_from_text(parsed.getField(f.name))
+        elif isinstance(f.dataType, DateType):
+            conversions[f.name] = date_from_text(parsed.getField(f.name))
         elif f.name == event_time:
             millis = parsed.getField(f.name)
             conversions[f.name] = F.when(millis.between(MIN_MILLIS, MAX_MILLIS), millis)
@@ -164,7 +171,7 @@ def parse_json_values(
 def timestamp_from_text(text: Column) -> Column:
     """A timestamp field's time from its JSON text (a string column), or null when the text
     is not RFC 3339 with an offset, names a day that does not exist or falls outside years
-    0001-9999 UTC: :func:`modeswitch.control.value_schema.timestamp_text_micros` in Spark SQL,
+    0001-9999 UTC: :func:`modeswitch.control.field_types.timestamp_text_micros` in Spark SQL,
     with no dependence on the session's time zone. One regular-expression match per value;
     the parts are then read at their fixed places."""
     whole = F.regexp_extract(text, "^" + TIMESTAMP_PATTERN, 0)
@@ -199,6 +206,16 @@ def timestamp_from_text(text: Column) -> Column:
     return F.when(
         (whole == text) & micros.between(MIN_MICROS, MAX_MICROS), F.timestamp_micros(micros)
     )
+
+
+def date_from_text(text: Column) -> Column:
+    """A DATE field's day from its JSON text (a string column), or null when the text is not
+    ``YYYY-MM-DD`` naming a day that exists in years 0001-9999:
+    :func:`modeswitch.control.field_types.date_text_days` in Spark SQL."""
+    return F.when(text.rlike(f"^{DATE_PATTERN}$"), F.try_to_date(text, "yyyy-MM-dd"))
+
+
+_FROM_TEXT = (TimestampType, DateType)
 
 
 def check_parse_inputs(
@@ -239,9 +256,10 @@ def check_parse_inputs(
 
 TYPE_WORDS = {
     **dict.fromkeys(("long", "integer", "short", "byte"), "an integer"),
-    **dict.fromkeys(("double", "float", "decimal"), "a number"),
+    **dict.fromkeys(("double", "float"), "a number"),
     "string": "a string",
     "timestamp": "a timestamp",
+    "date": "a date",
 }
 """How a quarantine reason names a payload field's type, by Spark type name; an event-time
 field's long is named as :data:`~modeswitch.control.value_schema.EVENT_TIME_TYPES` says."""
@@ -250,14 +268,31 @@ field's long is named as :data:`~modeswitch.control.value_schema.EVENT_TIME_TYPE
 def _type_word(dtype: DataType, *, event_time: bool = False) -> str:
     if event_time and dtype.typeName() in EVENT_TIME_TYPES:
         return EVENT_TIME_TYPES[dtype.typeName()]
-    return TYPE_WORDS.get(dtype.typeName(), f"a {dtype.simpleString()}")
+    return type_word(type_name(dtype))
+
+
+def type_name(dtype: DataType) -> str:
+    """A payload field's Spark type as the parses name it: its ``typeName()`` (``long``), a
+    decimal's with its size (``decimal(7,2)``)."""
+    return dtype.simpleString() if isinstance(dtype, DecimalType) else dtype.typeName()
+
+
+def type_word(type_name: str) -> str:
+    """How a quarantine reason names a Spark type (by its type name): :data:`TYPE_WORDS`, a
+    decimal as ``a number of DECIMAL(p,s)``."""
+    if type_name.startswith("decimal("):
+        return f"a number of {type_name.upper()}"
+    return TYPE_WORDS.get(type_name, f"a {type_name}")
 
 
 __all__ = [
     "EVENT_SCHEMA",
     "TYPE_WORDS",
     "check_parse_inputs",
+    "date_from_text",
     "parse_events",
     "parse_json_values",
     "timestamp_from_text",
+    "type_name",
+    "type_word",
 ]
