@@ -384,3 +384,24 @@ def assert_safe(settings: PipelineSettings, journal: Journal) -> None:
         assert after.start == before.end, f"epoch {after.id} does not start where {before.id} ended"
     modes = " ".join(e.mode for e in epochs)
     journal.note(f"epochs: {modes}; {len(commits)} sink commits")
+
+
+def scaled_to_this_hour(settings: PipelineSettings, batch_seconds: float) -> PipelineSettings:
+    """The demo's cycle's thresholds (exit 25 s, enter 30 s), raised when this machine is
+    slower than usual this hour, from the first batch epoch's length. That epoch's lag at its
+    end is about its own length (the live records it leaves behind) plus the gap since the
+    quietest bucket's last event; the exit threshold leaves that room for an epoch of up to
+    ~12 s. ci63 took 22 s (a machine three times slower than usual: the lag was 25.3 s and
+    the policy rightly chose batch again; the Kafka cycle did the same). So the thresholds are
+    at least twice the epoch's length; the burst holds a slower stream back longer too, and
+    the first stream's runtime leaves it the time to catch up, then to fall behind by more."""
+    exit_seconds = max(25, round(2 * batch_seconds))
+    return PipelineSettings.from_mapping(
+        {
+            **settings.to_mapping(),
+            "max_stream_runtime": f"{max(150, 5 * exit_seconds)}s",
+            "exit_threshold": f"{exit_seconds}s",
+            "enter_threshold": f"{exit_seconds + 5}s",
+            "watermark_lag_threshold": f"{exit_seconds + 5}s",
+        }
+    )

@@ -39,6 +39,9 @@ os.environ.update(
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(OPENLINEAGE_FILE), "append": True}
         ),
+        # A task's events from a thread, not from a fork of this process and its open SQLite
+        # database (which SQLite says a forked child must not use).
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
     }
 )
 
@@ -77,7 +80,10 @@ def asset_events(airflow_db: Path) -> Callable[[str], list[tuple[dict, str]]]:
     alias it came through, oldest first."""
 
     def events(uri: str) -> list[tuple[dict, str]]:
-        db = sqlite3.connect(airflow_db / "airflow.db")
+        # Read-only, waiting out a writer: the DAG run's OpenLineage events are emitted by
+        # processes forked from this one, which write the database too (a plain connection
+        # once met "disk I/O error" here).
+        db = sqlite3.connect(f"file:{airflow_db / 'airflow.db'}?mode=ro", uri=True, timeout=30)
         try:
             rows = db.execute(
                 "SELECT e.extra, al.name FROM asset_event e JOIN asset a ON a.id = e.asset_id "

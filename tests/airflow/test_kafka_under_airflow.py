@@ -47,7 +47,7 @@ def test_a_kafka_pipeline_under_airflow_keeps_the_connections_secret_off_every_t
             "warehouse": str(tmp_path / "warehouse"),
             "kafka_connection": "team_kafka",
             "trigger_interval": "500ms",
-            "max_stream_runtime": "150s",  # the stream is stopped by the test's command
+            "max_stream_runtime": "30m",  # the stream is stopped by the test's command
             "min_time_in_stream": "0s",
             "exit_threshold": "1h",
             "enter_threshold": "2h",

@@ -397,6 +397,7 @@ def _healthy(port: int) -> bool:
     )
 
 
+@pytest.mark.timeout(1800)  # its own waits add up past 600 s on a slow machine
 def test_the_scheduler_runs_an_epoch_and_the_triggerer_resumes_the_lag_sensor(
     airflow_processes: RunningAirflow, sources: dict[str, Path]
 ) -> None:
@@ -666,6 +667,7 @@ def _run_and_check(airflow: RunningAirflow, sources: dict[str, Path], started: f
     )
 
 
+@pytest.mark.timeout(1800)  # its own waits add up past 600 s on a slow machine
 def test_on_postgres_the_scheduler_runs_an_epoch_pair_and_a_control_command(
     airflow_on_postgres: RunningAirflow, sources: dict[str, Path]
 ) -> None:

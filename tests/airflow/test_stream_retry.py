@@ -47,7 +47,7 @@ def pipeline_env(airflow_db, tmp_path: Path):
         "trigger_interval": "500ms",
         "max_records_per_trigger": "5000",
         # Each try's stream stops on the test's command; this only bounds a broken run.
-        "max_stream_runtime": "150s",
+        "max_stream_runtime": "30m",  # pytest's timeout bounds a broken run
         "min_time_in_stream": "0s",
         "exit_threshold": "1h",
         "enter_threshold": "2h",

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fault_tools import LiveProducer
+from fault_tools import LiveProducer, scaled_to_this_hour
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.demo import DEMO_SETTINGS
@@ -97,24 +97,6 @@ class BurstOnceCaughtUp:
     def __exit__(self, *exc: object) -> None:
         self.stop_flag.set()
         self.thread.join(timeout=60)
-
-
-def scaled_to_this_hour(settings: PipelineSettings, batch_seconds: float) -> PipelineSettings:
-    """The thresholds, raised when this machine is slower than usual this hour. The batch
-    epoch's lag at its end is about its own length (the live records it leaves behind) plus
-    the gap since the quietest bucket's last event; the exit threshold (25 s) leaves that
-    room for an epoch of up to ~12 s. ci63 took 22 s (a machine three times slower than
-    usual: the lag was 25.3 s and the policy rightly chose batch again). So the thresholds are
-    at least twice the epoch's length; the burst holds a slower stream back longer too."""
-    exit_seconds = max(25, round(2 * batch_seconds))
-    return PipelineSettings.from_mapping(
-        {
-            **settings.to_mapping(),
-            "exit_threshold": f"{exit_seconds}s",
-            "enter_threshold": f"{exit_seconds + 5}s",
-            "watermark_lag_threshold": f"{exit_seconds + 5}s",
-        }
-    )
 
 
 def run_epoch(

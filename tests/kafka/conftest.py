@@ -125,7 +125,7 @@ def _produce_transactions(
 
     rng = random.Random(seed)
     producer = Producer({**cluster.config, "transactional.id": f"{topic}-tx"})
-    producer.init_transactions(10)
+    producer.init_transactions(60)  # the coordinator may still be loading (test_real_broker)
     n = 0
     for _ in range(transactions):
         producer.begin_transaction()

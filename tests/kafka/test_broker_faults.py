@@ -158,8 +158,9 @@ def test_a_broker_that_stays_down_fails_the_stream_in_bounded_time_naming_it(
         assert broker.bootstrap in output, output[-3000:]
         assert "source_outage_grace" in output, output[-3000:]
         # The grace, one failed look at the source (its 10 s timeout), the query's stop (at
-        # most STREAM_API_TIMEOUT_MS: a request for the latest offsets it waits for).
-        assert failed_after < 60, failed_after
+        # most STREAM_API_TIMEOUT_MS: a request for the latest offsets it waits for): ~40 s
+        # of timeouts, the processes' own stop on top (a minute was tight on a slow machine).
+        assert failed_after < 90, failed_after
 
         # The failed epoch is closed where the sink ends; no next one opens on a broker that
         # does not answer.

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fault_tools import scaled_to_this_hour
 from rich.console import Console
 
 from modeswitch.control.settings import PipelineSettings
@@ -64,7 +65,9 @@ def test_the_demo_cycle_on_kafka_is_exactly_once(
             transactions=60,
             base_ms=int(time.time() * 1000) - 15 * 60_000,  # in the past: no future event times
         )
-        demo_cycle(settings, log, PARTITIONS, console, burst_after=10)
+        demo_cycle(
+            settings, log, PARTITIONS, console, burst_after=10, after_backlog=scaled_to_this_hour
+        )
     store = StateStore(settings.state_root, settings.sink, settings.pipeline)
     epochs = store.epochs.list()
     assert [e.mode for e in epochs][:4] == ["batch", "stream", "batch", "stream"]

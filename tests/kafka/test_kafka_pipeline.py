@@ -243,7 +243,15 @@ def test_an_open_transaction_at_the_boundary_is_left_to_the_stream_once_committe
     log = open_log(source)
     produce_backlog(log, EventGenerator(seed=31, buckets=2), records=4_000)
     before = log.latest_offsets()
-    producer = Producer({**kafka_cluster.config, "transactional.id": f"{topic}-open"})
+    # Held open across a batch job's whole run (a JVM's start too): librdkafka's default
+    # transaction.timeout.ms (60 s) would let the broker abort it on a slow machine.
+    producer = Producer(
+        {
+            **kafka_cluster.config,
+            "transactional.id": f"{topic}-open",
+            "transaction.timeout.ms": "600000",
+        }
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     now_ms = int(time.time() * 1000)

@@ -290,7 +290,9 @@ def test_the_engine_killed_mid_epoch_is_an_engine_lost_error(
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
         address = EngineAddress.read(path)
-        killer = threading.Timer(1.5, process.kill)  # mid-epoch: the runner sleeps 60 s
+        # Mid-epoch (the runner sleeps 60 s), well after the waiter has attached: unit tests
+        # run at the lowest priority beside the exclusive ones, 1 s apart was not always enough.
+        killer = threading.Timer(5.0, process.kill)
         killer.start()
         # A deferred task's trigger waits on the same epoch (attached once it runs).
         waiter = threading.Timer(
