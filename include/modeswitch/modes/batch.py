@@ -146,7 +146,7 @@ def run_batch_epoch(
         log.warning("epoch %d: reconciled the control tables from the sink: %s", epoch_id, repaired)
     plan = plan_remaining(store, settings, epoch_id)
     clear_scratch(settings)
-    options = sink_options(settings, epoch_id, "batch")
+    options = sink_options(settings, epoch_id, "batch", columns_from=job.transform.columns_from)
     finished = set(store.ledger.finished(epoch_id))
     if plan.finished_buckets - finished:
         store.ledger.record_finished(epoch_id, sorted(plan.finished_buckets - finished))

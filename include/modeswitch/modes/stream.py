@@ -328,7 +328,7 @@ def run_stream_epoch(
     if not point.resumed:
         remove_tree(point.checkpoint)  # not to be resumed
     start_json = offsets_to_json(point.start)
-    options = sink_options(settings, epoch_id, "stream")
+    options = sink_options(settings, epoch_id, "stream", columns_from=job.transform.columns_from)
     options["sequence"] = str(point.sequence_base)
     writer = sink_stream(
         spark,

@@ -37,6 +37,8 @@ class DeltaSinkOptions:
     checkpoint_location: str | None
     quarantine_path: str | None = None
     expected_records: int | None = None
+    columns_from: str = ""
+    """What the written columns' types come from (``Transform.columns_from``), for errors."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaSinkOptions:
@@ -81,6 +83,7 @@ class DeltaSinkOptions:
             event_time_column=opts.get("eventtimecolumn", "event_time"),
             checkpoint_location=opts.get("checkpointlocation"),
             expected_records=_int_option(opts, "expectedRecords", minimum=0),
+            columns_from=opts.get("columnsfrom", ""),
             quarantine_path=absolute_location(opts["quarantinepath"])
             if opts.get("quarantinepath")
             else None,
@@ -111,8 +114,11 @@ def _offsets_option(opts: Mapping[str, str], name: str) -> OffsetsMap | None:
     return offsets_from_json(raw, source=f"option {name}={raw!r}")
 
 
-def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str, str]:
-    """The ``modeswitch_delta`` options of epoch ``epoch``'s writes in ``mode``. No storage
+def sink_options(
+    settings: PipelineSettings, epoch: int, mode: str, *, columns_from: str = ""
+) -> dict[str, str]:
+    """The ``modeswitch_delta`` options of epoch ``epoch``'s writes in ``mode`` (``columns_from``:
+    what the payload's columns come from, named if one would change type). No storage
     options among them: Spark prints a write's options in its logical plans, unredacted (the
     UI and event log show them with ``spark.sql.ui.explainMode=extended``), so the sink reads
     the credentials from the driver's environment (:meth:`DeltaSinkOptions.parse`)."""
@@ -121,6 +127,7 @@ def sink_options(settings: PipelineSettings, epoch: int, mode: str) -> dict[str,
         "epoch": str(epoch),
         "mode": mode,
         "quarantinePath": settings.quarantine,
+        "columnsFrom": columns_from,
         # A payload whose schema gained fields (a registry's new version, a longer
         # value_schema) adds their columns to the table: on_schema_change = evolve.
         "mergeSchema": str(settings.payload.on_schema_change == "evolve").lower(),

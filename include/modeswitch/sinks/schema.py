@@ -63,10 +63,13 @@ def check_additive(current: pa.Schema, incoming: pa.Schema, options: DeltaSinkOp
     """Refuse type changes, and new columns unless mergeSchema; return the new columns."""
     added, changed = schema_changes(current, incoming)
     if changed:
+        source = f" as {options.columns_from} has them" if options.columns_from else ""
         raise SchemaMismatchError(
-            f"sink {options.path}: columns change type: "
-            + ", ".join(f"{n} ({old} -> {new})" for n, old, new in changed)
-            + "; only additive schema changes are allowed"
+            f"sink {options.path}: columns would change type{source}: "
+            + ", ".join(f"{n} ({old} in the table, {new} now)" for n, old, new in changed)
+            + "; a Delta table's columns are only added to, never retyped, so nothing was "
+            "written: keep the type in the payload's schema, read it as the table's version "
+            "(value_schema_version), or write to a new sink"
         )
     if added and not options.merge_schema:
         raise SchemaMismatchError(

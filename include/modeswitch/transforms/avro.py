@@ -94,6 +94,7 @@ class AvroDecoder:
         self.subject = subject
         self.version = version
         self.what = what
+        self.columns_from = f"version {version} of subject {subject!r}" if subject else what
         self.columns = columns_of(decoding_schema(reader), what=what)
         self._check_names()
         self._parsed: dict[Any, Any] | None = None
@@ -396,6 +397,7 @@ def avro_transform_of(decoder: AvroDecoder) -> Transform:
         spark=functools.partial(decode_with_spark, decoder=decoder),
         arrow=functools.partial(_decode_form, decoder=decoder),
         faster="spark",  # about a third of fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads")
+        columns_from=decoder.columns_from,
     )
 
 

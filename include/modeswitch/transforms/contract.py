@@ -67,6 +67,7 @@ class Transform:
     - ``faster``: which form does the work on less CPU, for the paths chosen with
       ``batch_reader = auto`` (:func:`modeswitch.modes.wave_path.auto_reader`): ``arrow`` (the
       JSON parse's msgspec form), or ``spark`` (an Avro payload's ``from_avro``).
+    - ``columns_from``: what a sink's error names when a column would change type.
 
     Build one at module level and name it in the setting (``pkg.mod:my_transform``) to give
     a transform of your own an Arrow form.
@@ -76,6 +77,10 @@ class Transform:
     spark: Callable[[DataFrame], DataFrame]
     arrow: Callable[[StructType], ArrowForm] | None = None
     faster: Literal["arrow", "spark"] = "arrow"
+    columns_from: str = ""
+    """What the payload's columns and their types come from, as a message names it
+    (``value_schema``, ``version 2 of subject 'orders-value'``); empty for a transform of
+    one's own."""
 
     def __call__(self, df: DataFrame) -> DataFrame:
         """The Spark form on ``df``."""

@@ -110,6 +110,7 @@ def schema_transform(
         arrow=functools.partial(
             _parse_arrow, schema=schema, required=required, event_time=event_time_name
         ),
+        columns_from="value_schema",
     )
 
 
