@@ -19,8 +19,8 @@ session's time zone or locale:
   half up to ``s`` places; one that then has more than ``p`` digits, a boolean, an array, an
   object or any other text is not of its type (:func:`decimal_value`). Spark's own JSON reader
   does exactly this (checked on generated records, ``tests/spark/test_arrow_parse.py``).
-- **A BIGINT event time**: epoch milliseconds of the years 0001 to 9999
-  (:func:`epoch_millis_micros`).
+- **A BIGINT event time**: epoch milliseconds of the years 0001 to 9999 (:data:`MIN_MILLIS`
+  to :data:`MAX_MILLIS`).
 """
 
 from __future__ import annotations
@@ -76,11 +76,6 @@ def timestamp_text_micros(text: str) -> int | None:
         offset = (int(off_hour) * 3600 + int(off_minute) * 60) * 1_000_000
         micros += -offset if sign == "+" else offset
     return micros if MIN_MICROS <= micros <= MAX_MICROS else None
-
-
-def epoch_millis_micros(millis: int) -> int | None:
-    """A BIGINT event-time field's time in microseconds, or None outside years 0001-9999."""
-    return millis * 1000 if MIN_MILLIS <= millis <= MAX_MILLIS else None
 
 
 DATE_PATTERN = r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -154,6 +149,5 @@ __all__ = [
     "date_text_days",
     "decimal_type",
     "decimal_value",
-    "epoch_millis_micros",
     "timestamp_text_micros",
 ]

@@ -81,6 +81,7 @@ payload field may not take one of these names, in any case."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPACE = re.compile(r"\s*")
+_DECIMAL_SIZE = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ class _Reader:
         self.space()
         if not self.text.startswith("(", self.at):
             return "decimal(10,0)"
-        size = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)").match(self.text, self.at)
+        size = _DECIMAL_SIZE.match(self.text, self.at)
         if size is None:
             raise self.fail(f"field {name!r}: a decimal's size is (precision[, scale])")
         precision, scale = int(size.group(1)), int(size.group(2) or 0)

@@ -115,23 +115,20 @@ def raw_decimal_converter(spark_type: str) -> Callable[[msgspec.Raw], Any] | Non
     """For a decimal type (None for another): its field's value from the raw JSON the typed
     decode kept (a number's exact digits), as :func:`field_converter` gives it from a parsed
     value: None for null, ``MISTYPED`` for a value that is not of the type."""
-    size = decimal_type(spark_type)
-    if size is None:
+    if decimal_type(spark_type) is None:
         return None
+    exact = field_converter(spark_type)
 
     def convert(raw: msgspec.Raw) -> Any:
         text = bytes(raw)
-        if text == b"null":
-            return None
-        converted = None
         if text[:1] == b'"':
             try:
-                converted = decimal_value(msgspec.json.decode(text), *size)
+                return exact(msgspec.json.decode(text))
             except msgspec.DecodeError:  # a lone surrogate: not a number Java reads either
-                converted = None
-        elif text[:1] in b"-0123456789":
-            converted = decimal_value(text.decode(), *size)
-        return MISTYPED if converted is None else converted
+                return MISTYPED
+        if text[:1] in b"-0123456789":
+            return exact(text.decode())  # a number's text, as written
+        return None if text == b"null" else MISTYPED
 
     return convert
 
