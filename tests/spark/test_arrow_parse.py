@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from payload_cases import SPARK_DECIMAL_5_2
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampType
+from pyspark.sql.types import TimestampNTZType, TimestampType
 from test_transforms import CASES
 
 from modeswitch.errors import ConfigError
@@ -247,7 +247,11 @@ def both_forms(
     # Timestamps as microseconds since the epoch: collect() would make them naive datetimes
     # in this process's time zone, which cannot hold the year 0001 everywhere.
     columns = [
-        F.unix_micros(f.name).alias(f.name) if isinstance(f.dataType, TimestampType) else f.name
+        F.unix_micros(f.name).alias(f.name)
+        if isinstance(f.dataType, TimestampType)
+        else F.col(f.name).cast("string").alias(f.name)  # a wall clock's text: no time zone
+        if isinstance(f.dataType, TimestampNTZType)
+        else f.name
         for f in spark_out.schema.fields
         if f.name not in left_out
     ]
@@ -359,7 +363,10 @@ def test_value_schema_is_read_as_spark_reads_the_same_ddl(spark) -> None:
 
 # --- TIMESTAMP fields and the event time from a payload field (event_time_field) -------------
 
-TIMED_SCHEMA = "id BIGINT NOT NULL, at TIMESTAMP NOT NULL, ms BIGINT, seen TIMESTAMP, name STRING"
+TIMED_SCHEMA = (
+    "id BIGINT NOT NULL, at TIMESTAMP NOT NULL, ms BIGINT, seen TIMESTAMP, name STRING, "
+    "wall TIMESTAMP_NTZ"
+)
 
 
 def micros(moment: datetime) -> int:
@@ -408,11 +415,28 @@ NEAR_TIMES = st.one_of(
     ),
 )
 TIMES = st.one_of(VALID_TIMES, VALID_TIMES, NEAR_TIMES, SCALARS)
+WALL_TIMES = st.one_of(
+    st.builds(
+        rfc3339,
+        st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+        st.sampled_from(["T", "t", " "]),
+        st.integers(0, 9),
+        st.just(""),
+    ).map(json.dumps),
+    TIMES,
+)
 MILLIS = st.one_of(
     st.integers(-62_135_596_800_000, 253_402_300_799_999),
     st.sampled_from([-62_135_596_800_001, 253_402_300_800_000, 2**63 - 1, -(2**63)]),
 ).map(str)
-TIMED_GOOD = {"id": INTEGERS, "at": TIMES, "ms": MILLIS, "seen": TIMES, "name": STRINGS}
+TIMED_GOOD = {
+    "id": INTEGERS,
+    "at": TIMES,
+    "ms": MILLIS,
+    "seen": TIMES,
+    "name": STRINGS,
+    "wall": WALL_TIMES,
+}
 
 
 @st.composite
@@ -441,16 +465,21 @@ def timed_records(draw) -> str | None:
 def test_every_day_of_the_calendar_reads_alike_in_both_forms(spark) -> None:
     """The Spark form checks a date with Spark's strict date parser, the Arrow form with
     Python's calendar: the same days exist in both, leap years included."""
-    values = [
-        json.dumps({"id": 1, "at": f"{y:04d}-{m:02d}-{d:02d}T12:00:00Z"})
+    days = [
+        f"{y:04d}-{m:02d}-{d:02d}"
         for y in (1, 4, 100, 1900, 2000, 2023, 2024, 9999)
         for m in range(0, 14)
         for d in range(0, 33)
+    ]
+    values = [
+        json.dumps({"id": 1, "at": f"{day}T12:00:00Z", "wall": f"{day} 23:59:59.9"}) for day in days
     ]
     expected, got = both_forms(spark, TIMED_SCHEMA, values, "at")
     assert_same(values, expected, got)
     good = sum(row[-1] is None for row in got)
     assert good == 8 * 365 + 3  # 4, 2000 and 2024 are leap years; 1, 100, 1900 are not
+    walls = [row[-2] for row in got if row[-1] is None]
+    assert None not in walls and "2024-02-29 23:59:59.9" in walls
 
 
 def test_the_event_time_and_its_quarantine_are_alike_in_both_forms(spark) -> None:
@@ -493,6 +522,26 @@ def test_the_event_time_and_its_quarantine_are_alike_in_both_forms(spark) -> Non
     assert (millis_times[3], millis_times[5]) == (-5000, 0)
     assert [i for i, t in enumerate(millis_times) if t == log_time] == [1, 2, 4, 6, 7, 8, 9]
     assert got_millis[3][-1] == "field at is missing or not a timestamp"
+
+
+def test_a_timestamp_ntz_field_is_its_wall_clock_alike_in_both_forms(spark) -> None:
+    schema = "id BIGINT NOT NULL, wall TIMESTAMP_NTZ NOT NULL"
+    values = [
+        json.dumps({"id": 1, "wall": "2026-01-02T03:04:05.6789999"}),
+        json.dumps({"id": 2, "wall": "0001-01-01 00:00:00"}),
+        json.dumps({"id": 3, "wall": "2026-01-02T03:04:05+01:00"}),  # an instant
+        json.dumps({"id": 4, "wall": "2026-01-02T03:04:05Z"}),
+        json.dumps({"id": 5, "wall": "2023-02-29T00:00:00"}),
+        json.dumps({"id": 6, "wall": 1767323045678}),
+        '{"id": 7, "wall": "2026-01-02T03:04:05", "wall": "2026-01-02T03:04:06Z"}',
+    ]
+    expected, got = both_forms(spark, schema, values)
+    assert_same(values, expected, got)
+    assert [(row[-2], row[-1]) for row in got] == [
+        ("2026-01-02 03:04:05.678999", None),
+        ("0001-01-01 00:00:00", None),
+        *[(None, "field wall is missing or not a timestamp without an offset")] * 5,
+    ]  # the last of a repeated name's values, as Spark reads it
 
 
 @MANY_RECORDS_AN_EXAMPLE

@@ -40,6 +40,7 @@ def user_payload(i: int) -> dict[str, object]:
         "amount": i / 4,
         "due": f"2026-03-{i % 28 + 1:02d}",
         "price": price,
+        "local": f"2026-03-01T08:{i % 60:02d}:00.5",
     }
 
 
@@ -88,19 +89,30 @@ def test_with_value_schema_the_records_land_in_its_columns(
     spark, tmp_path: Path, batch_reader: str
 ) -> None:
     user_log(tmp_path)
-    schema = f"{USER_SCHEMA}, due DATE, price DECIMAL(10,2)"
+    schema = f"{USER_SCHEMA}, due DATE, price DECIMAL(10,2), local TIMESTAMP_NTZ"
     settings = drained(spark, tmp_path, value_schema=schema, batch_reader=batch_reader)
     sink = table(settings.sink)
     assert sink is not None and sink.num_rows == RECORDS - 10
-    assert sink.schema.names[-5:] == ["id", "user", "amount", "due", "price"]
+    assert sink.schema.names[-6:] == ["id", "user", "amount", "due", "price", "local"]
     assert str(sink.schema.field("id").type) == "int64"
     assert sink.schema.field("due").type == pa.date32()
     assert sink.schema.field("price").type == pa.decimal128(10, 2)
+    assert sink.schema.field("local").type == pa.timestamp("us")  # no time zone
     rows = sink.filter(pa.compute.is_in(sink.column("id"), pa.array([42, 43]))).to_pylist()
-    assert [(r["user"], r["amount"], r["due"], r["price"]) for r in rows] == [
-        ("u0", 10.5, date(2026, 3, 15), Decimal("42.13")),
-        ("u1", 10.75, date(2026, 3, 16), Decimal("43.13")),
+    assert [(r["user"], r["amount"], r["due"], r["price"], r["local"]) for r in rows] == [
+        ("u0", 10.5, date(2026, 3, 15), Decimal("42.13"), datetime(2026, 3, 1, 8, 42, 0, 500_000)),
+        ("u1", 10.75, date(2026, 3, 16), Decimal("43.13"), datetime(2026, 3, 1, 8, 43, 0, 500_000)),
     ]
+    # A timestamp_ntz column needs its table feature (Delta protocol 3/7); delta-spark reads
+    # the wall clock as written, whatever the session's time zone.
+    protocol = DeltaTable(settings.sink).protocol()
+    assert "timestampNtz" in (protocol.reader_features or [])
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        [read] = spark.read.format("delta").load(settings.sink).where("id = 42").collect()
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+    assert read.local == datetime(2026, 3, 1, 8, 42, 0, 500_000)
     bad = table(settings.quarantine)
     assert bad is not None and set(bad.column("reason").to_pylist()) == {"value is not valid JSON"}
     assert bad.num_rows == 10

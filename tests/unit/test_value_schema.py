@@ -15,7 +15,11 @@ import pytest
 from payload_cases import SPARK_DECIMAL_5_2
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from modeswitch.control.field_types import date_text_days, timestamp_text_micros
+from modeswitch.control.field_types import (
+    date_text_days,
+    timestamp_text_micros,
+    wall_clock_text_micros,
+)
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.settings_layers import layer_settings
 from modeswitch.control.value_schema import (
@@ -72,7 +76,7 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
     fields = parse_value_schema(
         " `user-id` int not null comment 'who, really' ,`a``b` SmallInt,c SMALLINT ,d LONG, "
         "e Float, f REAL, g boolean NOT NULL, h INTEGER, j SHORT, k date, l DECIMAL(7, 2), "
-        "m dec, n Numeric(38) NOT NULL"
+        "m dec, n Numeric(38) NOT NULL, o timestamp_ntz, p TIMESTAMP_LTZ"
     )
     assert [(f.name, f.type, f.required) for f in fields] == [
         ("user-id", "integer", True),
@@ -88,13 +92,16 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
         ("l", "decimal(7,2)", False),
         ("m", "decimal(10,0)", False),  # Spark's defaults
         ("n", "decimal(38,0)", True),
+        ("o", "timestamp_ntz", False),
+        ("p", "timestamp", False),
     ]
 
 
 @pytest.mark.parametrize(
     ("ddl", "what"),
     [
-        ("id BIGINT, at TIMESTAMP_NTZ", r"field 'at' has type 'TIMESTAMP_NTZ', which value_sch"),
+        ("id BIGINT, at TIMESTAMP_NTZ(3)", r"field 'at' has type 'TIMESTAMP_NTZ\(3\)'"),
+        ("id BIGINT, raw BINARY", r"field 'raw' has type 'BINARY', which value_sch"),
         ("price DECIMAL(39,2), id INT", r"field 'price': DECIMAL\(39,2\) is not a decimal Sp"),
         ("price DECIMAL(3,4)", r"DECIMAL\(3,4\) is not a decimal Spark and Delta hold"),
         ("price NUMERIC(3,)", r"field 'price': a decimal's size is \(precision\[, scale\]\)"),
@@ -206,7 +213,7 @@ def test_a_warm_up_payload_fits_the_pipeline_schema() -> None:
     ddl = "a BIGINT NOT NULL, b INT NOT NULL, c SMALLINT NOT NULL, "
     ddl += "e DOUBLE NOT NULL, f FLOAT NOT NULL, g STRING NOT NULL, h BOOLEAN NOT NULL, "
     ddl += "t TIMESTAMP NOT NULL, d DATE NOT NULL, m DECIMAL(1,0) NOT NULL, n DECIMAL(38,37) "
-    ddl += "NOT NULL"
+    ddl += "NOT NULL, w TIMESTAMP_NTZ NOT NULL"
     fields = parse_value_schema(ddl)
     form = load_transform("value_schema", value_schema=ddl).arrow_form(INPUT)
     assert form is not None
@@ -264,6 +271,58 @@ def test_a_timestamp_field_takes_rfc_3339_text_with_its_offset(text, moment) -> 
     micros = timestamp_text_micros(text)
     expected = None if moment is None else (moment - datetime(1970, 1, 1, tzinfo=UTC))
     assert micros == (None if expected is None else expected // timedelta(microseconds=1))
+
+
+@pytest.mark.parametrize(
+    ("text", "clock"),
+    [
+        ("2026-03-01T12:30:45", datetime(2026, 3, 1, 12, 30, 45)),
+        ("2026-03-01t12:30:45", datetime(2026, 3, 1, 12, 30, 45)),
+        ("2026-03-01 12:30:45.25", datetime(2026, 3, 1, 12, 30, 45, 250_000)),
+        ("1969-12-31T23:59:59.999999999", datetime(1969, 12, 31, 23, 59, 59, 999_999)),
+        ("0001-01-01T00:00:00", datetime(1, 1, 1)),
+        ("9999-12-31T23:59:59.999999", datetime(9999, 12, 31, 23, 59, 59, 999_999)),
+        ("2024-02-29T00:00:00", datetime(2024, 2, 29)),
+        ("2026-03-01T12:30:45Z", None),  # an instant: its wall clock depends on where
+        ("2026-03-01T12:30:45+02:00", None),
+        ("2026-03-01T12:30:45-00:00", None),
+        ("2023-02-29T00:00:00", None),  # no such day
+        ("2026-03-01T24:00:00", None),
+        ("2026-03-01T12:30", None),
+        ("2026-03-01", None),
+        ("0000-01-01T00:00:00", None),
+        ("2026-03-01T12:30:45.", None),
+        ("2026-03-01T12:30:45.1234567890", None),
+        ("2026-03-01T12:30:45 ", None),
+        ("\uff12026-03-01T12:30:45", None),  # a digit that is not ASCII
+        ("", None),
+    ],
+)
+def test_a_timestamp_ntz_field_takes_the_same_text_without_an_offset_as_a_wall_clock(
+    text, clock
+) -> None:
+    expected = (
+        None if clock is None else (clock - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+    )
+    assert wall_clock_text_micros(text) == expected
+
+
+def test_a_timestamp_ntz_field_parses_into_a_column_without_a_time_zone() -> None:
+    ddl = "id BIGINT NOT NULL, at TIMESTAMP_NTZ NOT NULL, seen TIMESTAMP_NTZ"
+    form = load_transform("value_schema", value_schema=ddl).arrow_form(INPUT)
+    assert form is not None
+    values = [
+        '{"id": 1, "at": "2026-03-01T12:30:45.5", "seen": "2026-03-01T12:30:45Z"}',
+        '{"id": 2, "at": "2026-03-01T12:30:45+02:00"}',
+        '{"id": 3, "at": 1772368245000}',
+    ]
+    (out,) = list(form.function(iter([records(values)])))
+    assert out.schema.field("at").type == pa.timestamp("us")
+    rows = out.select(["id", "at", "seen", QUARANTINE_REASON]).to_pylist()
+    assert [tuple(r.values()) for r in rows] == [
+        (1, datetime(2026, 3, 1, 12, 30, 45, 500_000), None, None),
+        *[(None, None, None, "field at is missing or not a timestamp without an offset")] * 2,
+    ]
 
 
 @pytest.mark.parametrize(("raw", "expected"), SPARK_DECIMAL_5_2.items())
@@ -329,14 +388,17 @@ def test_date_and_decimal_fields_parse_into_their_columns_and_quarantine_when_re
 
 
 def test_event_time_field_names_a_time_field_of_value_schema() -> None:
-    fields = parse_value_schema("id BIGINT NOT NULL, At TIMESTAMP, ms BIGINT, n INT, s STRING")
+    fields = parse_value_schema(
+        "id BIGINT NOT NULL, At TIMESTAMP, ms BIGINT, n INT, s STRING, w TIMESTAMP_NTZ"
+    )
     assert find_event_time_field(fields, "") is None
     assert find_event_time_field(fields, "  ") is None
     assert find_event_time_field(fields, "at") == PayloadField("At", "timestamp", False)
     assert find_event_time_field(fields, " ms ") == PayloadField("ms", "long", False)
     for name, what in [
-        ("nope", r"'nope' is not a field of value_schema \(its fields: id, At, ms, n, s\)"),
-        ("n", r"'n' is a field of type INT in value_schema; an event time is a TIMESTAMP"),
+        ("nope", r"'nope' is not a field of value_schema \(its fields: id, At, ms, n, s, w\)"),
+        ("w", r"'w' is a field of type TIMESTAMP_NTZ .* \(RFC 3339 text with its offset\)"),
+        ("n", r"'n' is a field of type INT in value_schema; an event time is an instant"),
         ("s", r"'s' is a field of type STRING"),
     ]:
         with pytest.raises(ConfigError, match=rf"^event_time_field: {what}") as raised:

@@ -9,6 +9,10 @@ session's time zone or locale:
   between the years 0001 and 9999 in UTC (:func:`timestamp_text_micros`). Anything else (a
   number, a text without an offset, a 30 February) is a value not of its type. Not Spark's
   own timestamp parsing, whose result depends on the session's time zone and its fallbacks.
+- **TIMESTAMP_NTZ**: a wall-clock time, the same text without an offset:
+  ``YYYY-MM-DDThh:mm:ss[.fraction]`` (:func:`wall_clock_text_micros`), kept as written, in no
+  time zone (Delta's ``timestamp_ntz``). A text with an offset is not of its type: it names an
+  instant, whose wall-clock reading depends on where it is read (a TIMESTAMP field keeps it).
 - **DATE**: a JSON string ``YYYY-MM-DD``, a day that exists, years 0001 to 9999
   (:func:`date_text_days`); anything else (a number, ``2026-1-5``, a time after the day) is
   not a date.
@@ -39,17 +43,20 @@ MIN_MILLIS = MIN_MICROS // 1000
 MAX_MILLIS = MAX_MICROS // 1000
 """The epoch milliseconds a BIGINT event-time field takes (the same years)."""
 
-TIMESTAMP_PATTERN = (
+WALL_CLOCK_PATTERN = (
     r"(?!0000)([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]"
     r"([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,9}))?"
-    r"(?:[Zz]|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))"
 )
-"""The text of a TIMESTAMP field (module docstring), as a regular expression both Java's and
-Python's engines read alike: ASCII digits only, and no text after the offset (the Spark form
-checks that the match is the whole value, the Arrow form uses ``fullmatch``). The date is
-checked for existence apart (no 30 February)."""
+"""The text of a TIMESTAMP_NTZ field (module docstring), as a regular expression both Java's
+and Python's engines read alike: ASCII digits only (the Spark form checks that the match is
+the whole value, the Arrow form uses ``fullmatch``). The date is checked for existence apart
+(no 30 February)."""
+
+TIMESTAMP_PATTERN = WALL_CLOCK_PATTERN + r"(?:[Zz]|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))"
+"""The text of a TIMESTAMP field: a wall-clock time and its offset, no text after it."""
 
 _TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
+_WALL_CLOCK = re.compile(WALL_CLOCK_PATTERN)
 _UNIX_EPOCH_DAY = date(1970, 1, 1).toordinal()
 
 
@@ -62,20 +69,39 @@ def timestamp_text_micros(text: str) -> int | None:
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
         return None
-    year, month, day, hour, minute, second, fraction, sign, off_hour, off_minute = match.groups()
-    try:
-        days = date(int(year), int(month), int(day)).toordinal() - _UNIX_EPOCH_DAY
-    except ValueError:  # a day its month does not have
+    micros = _clock_micros(match.groups()[:7])
+    sign, off_hour, off_minute = match.groups()[7:]
+    if micros is None:
         return None
-    micros = (
-        days * 86_400_000_000
-        + (int(hour) * 3600 + int(minute) * 60 + int(second)) * 1_000_000
-        + int((fraction or "")[:6].ljust(6, "0"))
-    )
     if sign is not None:
         offset = (int(off_hour) * 3600 + int(off_minute) * 60) * 1_000_000
         micros += -offset if sign == "+" else offset
     return micros if MIN_MICROS <= micros <= MAX_MICROS else None
+
+
+def wall_clock_text_micros(text: str) -> int | None:
+    """A TIMESTAMP_NTZ field's wall-clock time from its JSON text, as microseconds since
+    1970-01-01T00:00:00 in no time zone (how Arrow and Parquet hold a timestamp without one),
+    or None when the text is not of its type (module docstring: one with an offset is not).
+    The fraction is cut to the microsecond. The Spark form
+    (:func:`modeswitch.transforms.spark_json.wall_clock_from_text`) computes the same."""
+    match = _WALL_CLOCK.fullmatch(text)
+    return None if match is None else _clock_micros(match.groups())
+
+
+def _clock_micros(parts: tuple[str | None, ...]) -> int | None:
+    """Microseconds since 1970-01-01T00:00:00 of a wall-clock time's matched parts (year,
+    month, day, hour, minute, second, fraction), or None for a day its month does not have."""
+    year, month, day, hour, minute, second, fraction = parts
+    try:
+        days = date(int(year), int(month), int(day)).toordinal() - _UNIX_EPOCH_DAY
+    except ValueError:
+        return None
+    return (
+        days * 86_400_000_000
+        + (int(hour) * 3600 + int(minute) * 60 + int(second)) * 1_000_000
+        + int((fraction or "")[:6].ljust(6, "0"))
+    )
 
 
 DATE_PATTERN = r"(?!0000)[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
@@ -146,8 +172,10 @@ __all__ = [
     "MIN_MICROS",
     "MIN_MILLIS",
     "TIMESTAMP_PATTERN",
+    "WALL_CLOCK_PATTERN",
     "date_text_days",
     "decimal_type",
     "decimal_value",
     "timestamp_text_micros",
+    "wall_clock_text_micros",
 ]

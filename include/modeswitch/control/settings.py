@@ -325,12 +325,12 @@ class PipelineSettings(FlatSettings):
         "`INT`/`INTEGER`, `SMALLINT`/`SHORT`, `DOUBLE`, `FLOAT`/`REAL`, `DECIMAL(p,s)` (a JSON "
         "number's exact digits, or a string; half up), `STRING`, `BOOLEAN`, `DATE` "
         "(`2026-05-01`), `TIMESTAMP` (RFC 3339 text with its offset, "
-        "`2026-05-01T12:00:00.250+02:00`; others, such as `TIMESTAMP_NTZ`, `TINYINT` or nested "
-        "types, are refused when the settings are built: read them as `STRING`). A `NOT NULL` "
-        "field must be present and of its "
-        "type, or the record is quarantined (`field id is missing or not an integer`); another "
-        "is null when missing or mistyped. Used by the default `transform`; `make demo` sets "
-        "the demo's events (`modeswitch.transforms.payload.EVENT_VALUE_SCHEMA`)",
+        "`2026-05-01T12:00:00.250+02:00`), `TIMESTAMP_NTZ` (a wall-clock time, the same text "
+        "without an offset, kept as written); others, such as `TINYINT` or nested types, are "
+        "refused when the settings are built: read them as `STRING`. A `NOT NULL` field must "
+        "be present and of its type, or the record is quarantined (`field id is missing or "
+        "not an integer`); another is null when missing or mistyped. Used by the default "
+        "`transform`; `make demo` sets the demo's events (`payload.EVENT_VALUE_SCHEMA`)",
     )
     # The event time's rule: modeswitch.control.value_schema; what backfills do with it:
     # modeswitch.modes.backfill.

@@ -14,9 +14,10 @@ digit) or any text between backquotes (`` `user-id` ``, a backquote doubled insi
 in any case. The types (:data:`DDL_TYPES`) are those the Arrow parse reads exactly as the Spark
 form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SHORT``),
 ``DOUBLE``, ``FLOAT``/``REAL``, ``DECIMAL(p,s)`` (``DEC``, ``NUMERIC``), ``STRING``,
-``BOOLEAN``, ``DATE`` and ``TIMESTAMP``/``TIMESTAMP_LTZ``: how a JSON value becomes a
-DECIMAL, a DATE or a TIMESTAMP is :mod:`modeswitch.control.field_types`. Binary,
-``TIMESTAMP_NTZ``, ``VARCHAR``/``CHAR`` and nested types are refused: read such a field as
+``BOOLEAN``, ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ`` (an instant: text with its offset)
+and ``TIMESTAMP_NTZ`` (a wall-clock time: text without one): how a JSON value becomes a
+DECIMAL, a DATE or a timestamp is :mod:`modeswitch.control.field_types`. Binary,
+``VARCHAR``/``CHAR`` and nested types are refused: read such a field as
 ``STRING`` and convert it in a transform of your own. So is ``TINYINT``/``BYTE``:
 ``from_json`` reads 128 to 255 into one as negative numbers (Jackson's byte), where the Arrow
 parse quarantines them; use ``SMALLINT``.
@@ -65,6 +66,7 @@ DDL_TYPES: dict[str, str] = {
     "boolean": "boolean",
     "timestamp": "timestamp",
     "timestamp_ltz": "timestamp",
+    "timestamp_ntz": "timestamp_ntz",
     "date": "date",
     "decimal": "decimal(10,0)",
     "dec": "decimal(10,0)",
@@ -170,8 +172,8 @@ def find_event_time_field(
     if field.type not in EVENT_TIME_TYPES:
         raise ConfigError(
             f"{setting}: {name!r} is a field of type {ddl_name(field.type)} in value_schema; "
-            "an event time is a TIMESTAMP field (RFC 3339 text) or a BIGINT field (epoch "
-            "milliseconds)",
+            "an event time is an instant: a TIMESTAMP field (RFC 3339 text with its offset) "
+            "or a BIGINT field (epoch milliseconds)",
             setting=setting,
         )
     return field
@@ -186,6 +188,7 @@ _DDL_NAMES = {
     "string": "STRING",
     "boolean": "BOOLEAN",
     "timestamp": "TIMESTAMP",
+    "timestamp_ntz": "TIMESTAMP_NTZ",
     "date": "DATE",
 }
 

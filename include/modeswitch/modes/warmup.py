@@ -96,6 +96,7 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
     "string": lambda i: f"warm-up-{i % 97}",
     "boolean": lambda i: i % 2 == 0,
     "timestamp": lambda i: f"2026-01-01T00:00:{i % 60:02d}Z",
+    "timestamp_ntz": lambda i: f"2026-01-01T00:00:{i % 60:02d}",
     "date": lambda i: f"2026-01-{i % 28 + 1:02d}",
 }
 

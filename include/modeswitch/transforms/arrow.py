@@ -59,6 +59,7 @@ from modeswitch.control.field_types import (
     date_text_days,
     decimal_type,
     timestamp_text_micros,
+    wall_clock_text_micros,
 )
 from modeswitch.control.value_schema import EVENT_TIME_TYPES
 from modeswitch.errors import ConfigError
@@ -94,8 +95,18 @@ _ARROW_TYPES = {
     "string": pa.string(),
     "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
     "date": pa.date32(),
 }
+
+
+_FROM_TEXT = {
+    "timestamp": timestamp_text_micros,
+    "timestamp_ntz": wall_clock_text_micros,
+    "date": date_text_days,
+}
+"""The types read as text and converted by their rules (:mod:`modeswitch.control.field_types`)
+to what their Arrow type holds: microseconds, days."""
 
 
 def _arrow_type(spark_type: str) -> pa.DataType | None:
@@ -159,8 +170,9 @@ class PayloadParser:
         self._reasons = {
             n: f"field {n} is missing or not {word(n, t)}" for n, t in fields if n in required
         }
-        self._timestamps = [i for i, (_, t) in enumerate(fields) if t == "timestamp"]
-        self._dates = [i for i, (_, t) in enumerate(fields) if t == "date"]
+        self._from_text = [
+            (i, convert) for i, (_, t) in enumerate(fields) if (convert := _FROM_TEXT.get(t))
+        ]
         self._decimals = [
             (i, converter)
             for i, (_, t) in enumerate(fields)
@@ -229,12 +241,8 @@ class PayloadParser:
                 reasons[index] = reason
             for column, parsed in zip(lists, row or [None] * len(lists), strict=True):
                 column[index] = parsed
-        for position in self._timestamps:
-            lists[position] = [
-                None if v is None else timestamp_text_micros(v) for v in lists[position]
-            ]
-        for position in self._dates:
-            lists[position] = [None if v is None else date_text_days(v) for v in lists[position]]
+        for position, convert in self._from_text:
+            lists[position] = [None if v is None else convert(v) for v in lists[position]]
         event: list[Any] = []
         if self._event_position is not None:
             times = lists[self._event_position]
@@ -320,7 +328,7 @@ def _python_type(spark_type: str) -> Any:
     if decimal_type(spark_type) is not None:
         return msgspec.Raw  # converted by raw_decimal_converter: msgspec's own reads "NaN"
     types = {"double": float, "float": float, "string": str, "boolean": bool}
-    return types.get(spark_type, str)  # a timestamp's or a date's text
+    return types.get(spark_type, str)  # a timestamp's or a date's text (_FROM_TEXT)
 
 
 def parse_json_values_arrow(

@@ -46,6 +46,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
@@ -74,6 +75,7 @@ _SPARK_TYPES: dict[str, DataType] = {
     "string": StringType(),
     "boolean": BooleanType(),
     "timestamp": TimestampType(),
+    "timestamp_ntz": TimestampNTZType(),
     "date": DateType(),
 }
 

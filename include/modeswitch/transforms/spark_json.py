@@ -19,10 +19,12 @@ from pyspark.sql.types import (
     DateType,
     DecimalType,
     DoubleType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
@@ -33,6 +35,7 @@ from modeswitch.control.field_types import (
     MIN_MICROS,
     MIN_MILLIS,
     TIMESTAMP_PATTERN,
+    WALL_CLOCK_PATTERN,
 )
 from modeswitch.control.value_schema import EVENT_TIME_TYPES
 from modeswitch.errors import ConfigError
@@ -82,7 +85,8 @@ def parse_json_values(
     on a row with a reason, every added field is null. Pure Spark SQL, streaming-safe.
 
     A timestamp field is read as text and converted by :func:`timestamp_from_text` (RFC 3339
-    with an offset, :mod:`modeswitch.control.value_schema`), not by Spark's own timestamp
+    with an offset, :mod:`modeswitch.control.field_types`), a TIMESTAMP_NTZ field by
+    :func:`wall_clock_from_text` (the same without one), not by Spark's own timestamp
     parsing. ``event_time`` names a timestamp field, or a long field read as epoch
     milliseconds (null outside the years 0001-9999), whose time replaces the ``event_time``
     column on every row whose value is a JSON object with that field's time; the other rows
@@ -128,6 +132,8 @@ def parse_json_values(
     for f in schema.fields:
         if isinstance(f.dataType, TimestampType):
             conversions[f.name] = timestamp_from_text(parsed.getField(f.name))
+        elif isinstance(f.dataType, TimestampNTZType):
+            conversions[f.name] = wall_clock_from_text(parsed.getField(f.name))
         elif isinstance(f.dataType, DateType):
             conversions[f.name] = date_from_text(parsed.getField(f.name))
         elif f.name == event_time:
@@ -208,6 +214,27 @@ def timestamp_from_text(text: Column) -> Column:
     )
 
 
+def wall_clock_from_text(text: Column) -> Column:
+    """A TIMESTAMP_NTZ field's wall-clock time from its JSON text (a string column), or null
+    when the text is not ``YYYY-MM-DDThh:mm:ss[.fraction]`` (no offset) naming a day that
+    exists: :func:`modeswitch.control.field_types.wall_clock_text_micros` in Spark SQL, built
+    from its parts (no time zone is involved: a wall-clock time is not an instant)."""
+    fraction = F.when(F.substring(text, 20, 1) == ".", text.substr(F.lit(21), F.lit(6)))
+    seconds = F.concat(
+        F.substring(text, 18, 2), F.lit("."), F.rpad(F.coalesce(fraction, F.lit("")), 6, "0")
+    ).cast(DecimalType(8, 6))
+
+    def part(start: int, length: int) -> Column:
+        return F.substring(text, start, length).cast(IntegerType())
+
+    return F.when(
+        text.rlike(f"^{WALL_CLOCK_PATTERN}$"),
+        F.try_make_timestamp_ntz(
+            part(1, 4), part(6, 2), part(9, 2), part(12, 2), part(15, 2), seconds
+        ),
+    )
+
+
 def date_from_text(text: Column) -> Column:
     """A DATE field's day from its JSON text (a string column), or null when the text is not
     ``YYYY-MM-DD`` naming a day that exists in years 0001-9999:
@@ -215,7 +242,7 @@ def date_from_text(text: Column) -> Column:
     return F.when(text.rlike(f"^{DATE_PATTERN}$"), F.try_to_date(text, "yyyy-MM-dd"))
 
 
-_FROM_TEXT = (TimestampType, DateType)
+_FROM_TEXT = (TimestampType, TimestampNTZType, DateType)
 
 
 def check_parse_inputs(
@@ -259,6 +286,7 @@ TYPE_WORDS = {
     **dict.fromkeys(("double", "float"), "a number"),
     "string": "a string",
     "timestamp": "a timestamp",
+    "timestamp_ntz": "a timestamp without an offset",
     "date": "a date",
 }
 """How a quarantine reason names a payload field's type, by Spark type name; an event-time
@@ -295,4 +323,5 @@ __all__ = [
     "timestamp_from_text",
     "type_name",
     "type_word",
+    "wall_clock_from_text",
 ]
