@@ -29,7 +29,13 @@ from modeswitch.airflow.backfill import (
 from modeswitch.airflow.maintenance import maintain_task, maintenance_dag_options
 from modeswitch.airflow.operators import EpochJobOperator
 from modeswitch.airflow.settings import deployment_fleet
-from modeswitch.airflow.tasks import branch_for, close_task, decide_task, submit_control_command
+from modeswitch.airflow.tasks import (
+    branch_for,
+    close_task,
+    decide_task,
+    pipeline_task_defaults,
+    submit_control_command,
+)
 from modeswitch.control.pipelines import Pipeline
 from modeswitch.errors import ConfigError
 
@@ -90,7 +96,7 @@ when it quarantined records), through the aliases `{dag_id}.sink` and `{dag_id}.
         max_active_runs=1,
         tags=["modeswitch", "spark", "delta", f"pipeline:{p.name}"],
         doc_md=doc,
-        default_args={"owner": "modeswitch", "retries": 2, "retry_delay": timedelta(seconds=30)},
+        default_args=pipeline_task_defaults(),
         params={
             "force_mode": Param(
                 "auto", type="string", enum=["auto", "batch", "stream"], description="override"

@@ -42,7 +42,7 @@ FILE_SECONDS = {
     "kafka/test_broker_faults.py": 147,
     "kafka/test_kafka_demo_cycle.py": 129,
     "spark/test_user_delta_commands.py": 119,
-    "spark/test_avro_forms.py": 38,
+    "spark/test_avro_forms.py": 25,
     "cluster/test_cluster_cycle.py": 115,
     "airflow/test_warm_engine.py": 114,
     "e2e/test_handoff.py": 99,

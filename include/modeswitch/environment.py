@@ -272,6 +272,14 @@ ALERTS_SCHEDULE = EnvironmentVariable(
     "(`30s`), a cron expression or preset, or `none`",
     default="1m",
 )
+PIPELINE_RETRY_DELAY = EnvironmentVariable(
+    "MODESWITCH_PIPELINE_RETRY_DELAY",
+    parse_text,
+    "how long Airflow waits before it retries a failed try of a pipeline DAG's task (decide, "
+    "the epoch's job, close; each has 2 retries), read when its file is parsed: a duration "
+    "(`10s`, `2m`)",
+    default="30s",
+)
 BACKFILL_SCHEDULE = EnvironmentVariable(
     "MODESWITCH_BACKFILL_SCHEDULE",
     parse_text,
@@ -364,6 +372,7 @@ ENVIRONMENT: tuple[EnvironmentVariable[Any], ...] = (
     KAFKA_CONFIG,
     SCHEMA_REGISTRY_CONFIG,
     ALERTS_SCHEDULE,
+    PIPELINE_RETRY_DELAY,
     BACKFILL_SCHEDULE,
     BACKFILL_MAX_ACTIVE_RUNS,
     MAINTENANCE_SCHEDULE,

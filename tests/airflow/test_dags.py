@@ -51,6 +51,23 @@ def test_pipeline_dag_shape(dagbag) -> None:
     assert set(dag.params.get_param("force_mode").schema["enum"]) == {"auto", "batch", "stream"}
 
 
+def test_the_pipeline_tasks_retry_after_the_deployments_delay(monkeypatch) -> None:
+    from datetime import timedelta
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from modeswitch.airflow.tasks import pipeline_task_defaults
+    from modeswitch.errors import ConfigError
+
+    monkeypatch.setenv("MODESWITCH_PIPELINE_RETRY_DELAY", "5s")
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags["modeswitch_pipeline"]
+    assert {t.retry_delay for t in dag.tasks} == {timedelta(seconds=5)}
+    assert {t.retries for t in dag.tasks} == {2}
+    monkeypatch.setenv("MODESWITCH_PIPELINE_RETRY_DELAY", "soon")
+    with pytest.raises(ConfigError, match=r"^MODESWITCH_PIPELINE_RETRY_DELAY: 'soon' is not a"):
+        pipeline_task_defaults()
+
+
 def test_control_dag_is_manual_with_validated_params(dagbag) -> None:
     dag = dagbag.dags["modeswitch_control"]
     assert "modeswitch" in dag.tags

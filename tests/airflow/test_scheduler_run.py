@@ -274,12 +274,14 @@ def _airflow(
     *,
     supervise: bool = False,
     paused_at_creation: bool = False,
+    environment: dict[str, str] | None = None,
     **settings: str,
 ) -> Iterator[RunningAirflow]:
     """The four components on SQLite, or on ``database``. ``supervise``: each component is
     started again when it exits, as a deployment's process supervisor (systemd, Kubernetes)
     does; their output goes on in the same file. ``paused_at_creation``: Airflow's own
-    default; the test unpauses what it runs."""
+    default; the test unpauses what it runs. ``environment``: more of the components'
+    environment (``MODESWITCH_*`` variables read where the DAG files are parsed)."""
     tmp = sources["tmp"]
     home, dags = tmp / "airflow", tmp / "dags"
     home.mkdir()
@@ -346,6 +348,7 @@ def _airflow(
         # Where the tasks find (and start) the warm engine; stopped with the components.
         ENGINE_DIR_ENV: str(tmp / "engines"),
         **{f"AIRFLOW_VAR_MODESWITCH_{k.upper()}": v for k, v in variables.items()},
+        **(environment or {}),
     }
     subprocess.run(
         [str(AIRFLOW), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300

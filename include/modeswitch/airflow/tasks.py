@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pendulum
@@ -31,6 +31,8 @@ from modeswitch.airflow.settings import (
 )
 from modeswitch.control.pipelines import Pipeline, VariableTarget
 from modeswitch.control.settings import PipelineSettings
+from modeswitch.control.values import parse_duration
+from modeswitch.environment import PIPELINE_RETRY_DELAY, env_value
 from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources import open_log
@@ -44,6 +46,16 @@ CONTROL_COMMANDS = tuple(kind for kind in COMMAND_KINDS if kind not in RUN_KINDS
 """What the control DAG queues; a backfill records itself when its run starts."""
 BATCH_TASK = "backlog_batch"
 STREAM_TASK = "stream"
+
+
+def pipeline_task_defaults(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The pipeline DAG's ``default_args``: two retries of a failed try, each after
+    ``MODESWITCH_PIPELINE_RETRY_DELAY`` (read when the DAG file is parsed; 30 s by default).
+    A retried epoch task re-attaches its epoch, so a short delay loses nothing."""
+    delay: timedelta = parse_duration(
+        env_value(PIPELINE_RETRY_DELAY, environ), setting=PIPELINE_RETRY_DELAY.name
+    )
+    return {"owner": "modeswitch", "retries": 2, "retry_delay": delay}
 
 
 def _offsets_json(offsets: Mapping[int, int] | None) -> dict[str, int] | None:
