@@ -69,8 +69,8 @@ def timestamp_text_micros(text: str) -> int | None:
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
         return None
-    micros = _clock_micros(match.groups()[:7])
-    sign, off_hour, off_minute = match.groups()[7:]
+    *clock, sign, off_hour, off_minute = match.groups()
+    micros = _clock_micros(tuple(clock))
     if micros is None:
         return None
     if sign is not None:

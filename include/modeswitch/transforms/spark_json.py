@@ -10,7 +10,7 @@ its text (``"action": 5`` gives ``"5"``), and an integer is a valid double. The 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -104,7 +104,7 @@ def parse_json_values(
     # Timestamps and dates as text, converted by their rules below; a decimal by from_json
     # itself (a number's exact digits: as text it would be a double's).
     read_fields = [
-        StructField(f.name, StringType()) if isinstance(f.dataType, _FROM_TEXT) else f
+        StructField(f.name, StringType()) if type(f.dataType) in _FROM_TEXT else f
         for f in schema.fields
     ]
     parse_schema = StructType([*read_fields, StructField(_CORRUPT, StringType())])
@@ -130,12 +130,9 @@ def parse_json_values(
     # projection of their own, so that each conversion runs once per row.
     conversions: dict[str, Column] = {}
     for f in schema.fields:
-        if isinstance(f.dataType, TimestampType):
-            conversions[f.name] = timestamp_from_text(parsed.getField(f.name))
-        elif isinstance(f.dataType, TimestampNTZType):
-            conversions[f.name] = wall_clock_from_text(parsed.getField(f.name))
-        elif isinstance(f.dataType, DateType):
-            conversions[f.name] = date_from_text(parsed.getField(f.name))
+        from_text = _FROM_TEXT.get(type(f.dataType))
+        if from_text is not None:
+            conversions[f.name] = from_text(parsed.getField(f.name))
         elif f.name == event_time:
             millis = parsed.getField(f.name)
             conversions[f.name] = F.when(millis.between(MIN_MILLIS, MAX_MILLIS), millis)
@@ -242,7 +239,13 @@ def date_from_text(text: Column) -> Column:
     return F.when(text.rlike(f"^{DATE_PATTERN}$"), F.try_to_date(text, "yyyy-MM-dd"))
 
 
-_FROM_TEXT = (TimestampType, TimestampNTZType, DateType)
+_FROM_TEXT: dict[type[DataType], Callable[[Column], Column]] = {
+    TimestampType: timestamp_from_text,
+    TimestampNTZType: wall_clock_from_text,
+    DateType: date_from_text,
+}
+"""The types read as text and converted by their rules (:mod:`modeswitch.control.field_types`),
+as the Arrow form's table of the same name does."""
 
 
 def check_parse_inputs(
