@@ -60,7 +60,7 @@ class UnknownSchemaIdError(ModeswitchError):
     """A registry-framed value names a schema id the job did not know when it began (raised in
     a Spark task, by either form of the decode): the job stops before committing anything of
     that wave or micro-batch, and the driver asks the registry what the id is
-    (:func:`modeswitch.transforms.avro.learn_schema_id`). The message names the id, the
+    (:func:`modeswitch.transforms.schema_ids.learn_schema_id`). The message names the id, the
     subject, the record and the version the job reads as."""
 
 

@@ -24,18 +24,13 @@ from avro_tools import (
     framed_decoder,
 )
 
-from modeswitch.control.payload_settings import AvroSchemaSource
+from modeswitch.control.payload_settings import SchemaSource
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, SchemaChangedError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms.avro import (
-    NOT_FRAMED,
-    AvroDecoder,
-    SchemaIdsSeen,
-    avro_transform_of,
-    learn_schema_id,
-)
+from modeswitch.transforms.avro import NOT_FRAMED, AvroDecoder, avro_transform_of
 from modeswitch.transforms.avro_types import columns_of, decoding_schema
+from modeswitch.transforms.schema_ids import SchemaIdsSeen, learn_schema_id
 
 
 def decode(decoder: AvroDecoder, values: list[str | None]) -> tuple[list[dict], list]:
@@ -57,28 +52,39 @@ def test_the_format_follows_value_schema_unless_set():
     assert settings().describe_payload().format == "raw"
     assert settings(value_schema="id BIGINT").describe_payload().format == "json"
     payload = settings(value_format="avro").describe_payload()
-    assert (payload.format, payload.avro.subject, payload.avro.version) == (
+    assert (payload.format, payload.schemas.subject, payload.schemas.version) == (
         "avro",
         "orders-value",
         None,
     )
     pinned = settings(value_format="avro", value_subject="shop", value_schema_version="3")
-    assert (pinned.describe_payload().avro.subject, pinned.describe_payload().avro.version) == (
+    assert (
+        pinned.describe_payload().schemas.subject,
+        pinned.describe_payload().schemas.version,
+    ) == (
         "shop",
         3,
     )
     from_file = settings(value_format="avro", value_schema_file="/x/order.avsc")
-    assert not from_file.describe_payload().avro.framed
+    assert not from_file.describe_payload().schemas.framed
 
 
 @pytest.mark.parametrize(
     ("values", "setting", "words"),
     [
         ({"value_format": "json"}, "value_format", "value_schema is empty"),
-        ({"value_format": "avro", "value_schema": "id INT"}, "value_schema", "Avro schema's"),
+        (
+            {"value_format": "avro", "value_schema": "id INT"},
+            "value_schema",
+            "whose columns are its schema's",
+        ),
         ({"value_format": "raw", "value_schema": "id INT"}, "value_schema", "'raw'"),
-        ({"value_schema_file": "o.avsc"}, "value_schema_file", "set value_format to 'avro'"),
-        ({"value_subject": "s"}, "value_subject", "set value_format to 'avro'"),
+        (
+            {"value_schema_file": "o.avsc"},
+            "value_schema_file",
+            "value_format 'avro' or 'protobuf' only",
+        ),
+        ({"value_subject": "s"}, "value_subject", "value_format 'avro' or 'protobuf' only"),
         (
             {"value_format": "avro", "value_schema_file": "o.avsc", "value_subject": "s"},
             "value_subject",
@@ -287,7 +293,7 @@ def test_the_driver_learns_what_an_unknown_schema_id_is(
         lambda schema_id, subject: asked.append((schema_id, subject)) or registered,
     )
     message = framed_decoder(2).unknown_id_template.format(schema_id=41, bucket=3, offset=9)
-    source = AvroSchemaSource(subject="orders-value", on_schema_change=on_change)
+    source = SchemaSource(subject="orders-value", on_schema_change=on_change)
     learned = learn_schema_id(message, source, SchemaIdsSeen(foreign=frozenset({40})))
     assert asked == [(41, "orders-value")]
     assert learned.seen == SchemaIdsSeen(foreign=frozenset(foreign), read_as=read_as)
@@ -304,6 +310,6 @@ def test_a_new_version_stops_the_job_under_fail(monkeypatch: pytest.MonkeyPatch)
         "modeswitch.sources.schema_registry.find_schema_id", lambda schema_id, subject: (4, "{}")
     )
     message = framed_decoder(2).unknown_id_template.format(schema_id=41, bucket=3, offset=9)
-    source = AvroSchemaSource(subject="orders-value", on_schema_change="fail")
+    source = SchemaSource(subject="orders-value", on_schema_change="fail")
     with pytest.raises(SchemaChangedError, match=r"schema id 41 is version 4 of 'orders-value'"):
         learn_schema_id(message, source, SchemaIdsSeen())

@@ -134,14 +134,14 @@ def _avro_job(monkeypatch: pytest.MonkeyPatch, on_change: str, registered: dict)
     """resolve_job and the registry stood in for: what each resolve was given."""
     from types import SimpleNamespace
 
-    from modeswitch.control.payload_settings import AvroSchemaSource
+    from modeswitch.control.payload_settings import SchemaSource
 
-    source = AvroSchemaSource(subject="o-value", on_schema_change=on_change)
+    source = SchemaSource(subject="o-value", on_schema_change=on_change)
     resolved: list = []
     monkeypatch.setattr(
         "modeswitch.modes.job.resolve_job",
         lambda s, k, seen=None: (
-            resolved.append(seen) or SimpleNamespace(payload=SimpleNamespace(avro=source))
+            resolved.append(seen) or SimpleNamespace(payload=SimpleNamespace(schemas=source))
         ),
     )
     monkeypatch.setattr(
@@ -156,7 +156,7 @@ def test_a_job_meeting_unknown_schema_ids_learns_them_and_runs_again(
 ) -> None:
     from modeswitch.runners import jobs
     from modeswitch.state import StateStore
-    from modeswitch.transforms.avro import SchemaIdsSeen
+    from modeswitch.transforms.schema_ids import SchemaIdsSeen
 
     settings = PipelineSettings.from_mapping(
         {"pipeline": "p", "source": str(tmp_path / "s"), "warehouse": str(tmp_path / "w")}

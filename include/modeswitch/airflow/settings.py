@@ -311,8 +311,8 @@ def connection_registry_config(settings: PipelineSettings) -> dict[str, str] | N
     (:func:`registry_config_from_connection` of the Connection named by the
     ``schema_registry_connection`` setting). None for any other payload, whose jobs never ask a
     registry: no Connection is looked up then. Never logged."""
-    avro = settings.describe_payload().avro
-    if avro is None or not avro.framed:
+    schemas = settings.describe_payload().schemas
+    if schemas is None or not schemas.framed:
         return None
     connection = _connection(settings.payload.schema_registry_connection, _REGISTRY)
     return registry_config_from_connection(connection)

@@ -6,15 +6,19 @@ with the other payload settings into what the transform is built from.
   parsed into ``value_schema``'s columns (:mod:`modeswitch.control.value_schema`).
 - ``raw`` (the default without one): the records land as they are.
 - ``avro``: each value is Avro binary; its columns are the top-level fields of the Avro
-  *reader* schema (:mod:`modeswitch.transforms.avro`). The schema is either an Avro schema file
-  (``value_schema_file``, a ``.avsc``: every value is the bare Avro body, written with that
-  schema), or a schema registry's: every value is framed as registry clients write it (a zero
-  magic byte, then the 4-byte big-endian id of the schema it was written with, then the body),
-  each value is decoded with the schema it names (its *writer* schema) and read as the reader
-  schema: version ``value_schema_version`` (``latest`` by default: the newest when the job
-  starts) of the subject ``value_subject`` (by default ``<topic>-value``, the topic-name
-  strategy of a ``kafka://<topic>`` source). So values written before and after a compatible
-  change of the subject land in one table. The registry's address and credentials are never a
+  *reader* schema (:mod:`modeswitch.transforms.avro`).
+- ``protobuf``: each value is a Protobuf message, ``value_message`` (by default the schema's
+  first); its columns are the message's fields (:mod:`modeswitch.transforms.protobuf`).
+
+A binary format's schema is either a schema file (``value_schema_file``: an ``.avsc``, or a
+``.proto`` or a descriptor set; every value is the bare body, written with that schema), or a
+schema registry's: every value is framed as registry clients write it (a zero magic byte, then
+the 4-byte big-endian id of the schema it was written with, for Protobuf the message indexes,
+then the body), each value is decoded with the schema it names (its *writer* schema) and read
+as the reader schema: version ``value_schema_version`` (``latest`` by default: the newest when
+the job starts) of the subject ``value_subject`` (by default ``<topic>-value``, the topic-name
+strategy of a ``kafka://<topic>`` source). So values written before and after a compatible
+change of the subject land in one table. The registry's address and credentials are never a
   setting: ``MODESWITCH_SCHEMA_REGISTRY_CONFIG`` outside Airflow, the
   ``schema_registry_connection`` Connection under it.
 
@@ -35,10 +39,12 @@ from modeswitch.control.locations import KafkaLocation, is_kafka_source
 from modeswitch.control.values import check_settings, parse_choice, parse_text, setting
 from modeswitch.errors import ConfigError
 
-ValueFormat = Literal["auto", "json", "avro", "raw"]
+ValueFormat = Literal["auto", "json", "avro", "protobuf", "raw"]
 OnSchemaChange = Literal["evolve", "quarantine", "fail"]
 VALUE_FORMATS: tuple[str, ...] = get_args(ValueFormat)
 ON_SCHEMA_CHANGE: tuple[str, ...] = get_args(OnSchemaChange)
+BINARY_FORMATS = ("avro", "protobuf")
+"""The formats whose values are decoded with a schema (a file's or a registry's)."""
 LATEST = "latest"
 """``value_schema_version``'s word for the subject's newest version when the job starts."""
 
@@ -59,23 +65,32 @@ class PayloadSettings(FlatSettings):
         "auto",
         parse=parse_choice,
         doc="what each record's `value` is: `json` (text, parsed into `value_schema`'s columns), "
-        "`avro` (Avro binary, parsed into its schema's top-level fields: `value_schema_file`'s, "
-        "or a schema registry's, each value framed with its schema id), `raw` (landed as it "
-        "is); `auto`: `json` with `value_schema` set, else `raw` "
+        "`avro` or `protobuf` (binary, parsed into its schema's top-level fields: "
+        "`value_schema_file`'s, or a schema registry's, each value framed with its schema id), "
+        "`raw` (landed as it is); `auto`: `json` with `value_schema` set, else `raw` "
         "([KAFKA.md](KAFKA.md#your-topic))",
     )
     value_schema_file: str = setting(
         "",
         parse=parse_text,
-        doc="with `value_format = avro`: an Avro schema file (`.avsc`) the values were written "
-        "with, each value the bare Avro body (no registry framing); empty: the schema "
-        "registry's",
+        doc="with `value_format = avro` or `protobuf`: the schema file the values were written "
+        "with (an `.avsc`; a `.proto`, or a descriptor set from `protoc --include_imports "
+        "--descriptor_set_out`), each value the bare body (no registry framing); empty: the "
+        "schema registry's",
+    )
+    value_message: str = setting(
+        "",
+        parse=parse_text,
+        shown="the schema's first",
+        doc="with `value_format = protobuf`: the message every value is, by its full name "
+        "(`package.Message`); empty: the first message of the schema file, or of the "
+        "registry's version read as (values framed as another message are quarantined)",
     )
     value_subject: str = setting(
         "",
         parse=parse_text,
         shown="<topic>-value",
-        doc="with `value_format = avro` and a registry: the subject whose versions the values "
+        doc="with a binary `value_format` and a registry: the subject whose versions the values "
         "are written with (the topic-name strategy by default; a source that is not a Kafka "
         "topic needs it)",
     )
@@ -84,8 +99,8 @@ class PayloadSettings(FlatSettings):
         parse=parse_text,
         rule=_version_rule,
         doc="with a registry: the subject's version every value is read as (values written with "
-        "another version are resolved to it by Avro's rules); `latest`: its newest when the job "
-        "starts",
+        "another version are resolved to it: Avro's rules, Protobuf's field numbers); "
+        "`latest`: its newest when the job starts",
     )
     on_schema_change: OnSchemaChange = setting(
         "evolve",
@@ -108,13 +123,16 @@ class PayloadSettings(FlatSettings):
 
 
 @dataclass(frozen=True)
-class AvroSchemaSource:
-    """Where an Avro payload's schemas come from (module docstring): a file, or a registry's
-    subject at a version (None: the latest when the job starts)."""
+class SchemaSource:
+    """Where a binary payload's schemas come from (module docstring): a file, or a registry's
+    subject at a version (None: the latest when the job starts); for Protobuf, the message
+    (empty: the schema's first)."""
 
+    format: str = "avro"
     schema_file: str = ""
     subject: str = ""
     version: int | None = None
+    message: str = ""
     on_schema_change: str = "evolve"
 
     @property
@@ -125,13 +143,14 @@ class AvroSchemaSource:
 
 def describe_format(
     payload: PayloadSettings, *, value_schema: str, source: str
-) -> tuple[str, AvroSchemaSource | None]:
-    """The values' format (``json``, ``avro`` or ``raw``) and, for ``avro``, where its schema
-    comes from, from the ``payload`` group, ``value_schema`` and ``source``. Raises
-    :class:`ConfigError` naming the setting for settings that cannot go together: ``json``
-    without ``value_schema``; ``raw`` or ``avro`` with one; ``value_schema_file``,
-    ``value_subject`` or a pinned version without ``avro``; a schema file beside a subject or
-    a version; a registry without a subject to read (a source that is not a Kafka topic)."""
+) -> tuple[str, SchemaSource | None]:
+    """The values' format (``json``, ``avro``, ``protobuf`` or ``raw``) and, for a binary
+    format, where its schema comes from, from the ``payload`` group, ``value_schema`` and
+    ``source``. Raises :class:`ConfigError` naming the setting for settings that cannot go
+    together: ``json`` without ``value_schema``; another format with one; ``value_schema_file``,
+    ``value_subject`` or a pinned version without a binary format, ``value_message`` without
+    ``protobuf``; a schema file beside a subject or a version; a registry without a subject to
+    read (a source that is not a Kafka topic)."""
     fmt = payload.value_format
     has_ddl = isinstance(value_schema, str) and bool(value_schema.strip())
     if fmt == "auto":
@@ -143,24 +162,34 @@ def describe_format(
             "land the records as they are",
             setting="value_format",
         )
-    if fmt in ("raw", "avro") and has_ddl:
+    if fmt != "json" and has_ddl:
         raise ConfigError(
             f"value_schema: {value_schema!r} is set, and value_format is {fmt!r}"
-            + (", whose columns are the Avro schema's" if fmt == "avro" else "")
+            + (", whose columns are its schema's" if fmt in BINARY_FORMATS else "")
             + "; leave value_schema empty, or set value_format to 'json'",
             setting="value_schema",
         )
     pinned = payload.value_schema_version != LATEST
-    if fmt != "avro":
-        for name in ("value_schema_file", "value_subject"):
-            if getattr(payload, name):
-                raise ConfigError(
-                    f"{name}: {getattr(payload, name)!r} is set, and value_format is {fmt!r}; "
-                    "it names an Avro payload's schema: set value_format to 'avro', or leave "
-                    f"{name} empty",
-                    setting=name,
-                )
+    names = {
+        "value_schema_file": BINARY_FORMATS,
+        "value_subject": BINARY_FORMATS,
+        "value_message": ("protobuf",),
+    }
+    for name, formats in names.items():
+        if getattr(payload, name) and fmt not in formats:
+            raise ConfigError(
+                f"{name}: {getattr(payload, name)!r} is set, and value_format is {fmt!r}; it "
+                f"is read with value_format {' or '.join(map(repr, formats))} only: set the "
+                f"format, or leave {name} empty",
+                setting=name,
+            )
+    if fmt not in BINARY_FORMATS:
         return fmt, None
+    common = {
+        "format": fmt,
+        "message": payload.value_message,
+        "on_schema_change": payload.on_schema_change,
+    }
     if payload.value_schema_file:
         for name, is_set in (
             ("value_subject", bool(payload.value_subject)),
@@ -172,9 +201,7 @@ def describe_format(
                     f"value_schema_file {payload.value_schema_file!r} is the schema: keep one",
                     setting=name,
                 )
-        return fmt, AvroSchemaSource(
-            schema_file=payload.value_schema_file, on_schema_change=payload.on_schema_change
-        )
+        return fmt, SchemaSource(schema_file=payload.value_schema_file, **common)
     subject = payload.value_subject
     if not subject:
         if not is_kafka_source(source):
@@ -185,18 +212,17 @@ def describe_format(
                 setting="value_subject",
             )
         subject = f"{KafkaLocation.parse(source).topic}-value"
-    return fmt, AvroSchemaSource(
-        subject=subject,
-        version=int(payload.value_schema_version) if pinned else None,
-        on_schema_change=payload.on_schema_change,
+    return fmt, SchemaSource(
+        subject=subject, version=int(payload.value_schema_version) if pinned else None, **common
     )
 
 
 __all__ = [
+    "BINARY_FORMATS",
     "LATEST",
     "ON_SCHEMA_CHANGE",
     "VALUE_FORMATS",
-    "AvroSchemaSource",
     "PayloadSettings",
+    "SchemaSource",
     "describe_format",
 ]

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from modeswitch.control.field_types import MAX_DECIMAL_PRECISION, decimal_type
-from modeswitch.control.payload_settings import AvroSchemaSource, PayloadSettings, describe_format
+from modeswitch.control.payload_settings import PayloadSettings, SchemaSource, describe_format
 from modeswitch.errors import ConfigError
 
 DDL_TYPES: dict[str, str] = {
@@ -365,10 +365,10 @@ class Payload:
     event_time: PayloadField | None = None
     """The field ``event_time_field`` names, or None: the log's timestamp is the event time."""
     format: str = "json"
-    """The values' format with :data:`SCHEMA_TRANSFORM`: ``json``, ``avro`` or ``raw``
-    (:mod:`modeswitch.control.payload_settings`)."""
-    avro: AvroSchemaSource | None = None
-    """Where an ``avro`` payload's schemas come from."""
+    """The values' format with :data:`SCHEMA_TRANSFORM`: ``json``, ``avro``, ``protobuf`` or
+    ``raw`` (:mod:`modeswitch.control.payload_settings`)."""
+    schemas: SchemaSource | None = None
+    """Where a binary (``avro``, ``protobuf``) payload's schemas come from."""
 
     @property
     def from_schema(self) -> bool:
@@ -414,17 +414,17 @@ def describe_payload(
                     setting=setting,
                 )
         return Payload(spec)
-    fmt, avro = describe_format(formats, value_schema=value_schema, source=source)
-    if avro is not None and isinstance(event_time_field, str) and event_time_field.strip():
+    fmt, schemas = describe_format(formats, value_schema=value_schema, source=source)
+    if schemas is not None and isinstance(event_time_field, str) and event_time_field.strip():
         raise ConfigError(
-            f"event_time_field: {event_time_field!r} is set, and value_format is 'avro': an "
-            "Avro payload's event time is the log's record timestamp (a field of the Avro "
+            f"event_time_field: {event_time_field!r} is set, and value_format is {fmt!r}: a "
+            "binary payload's event time is the log's record timestamp (a field of its "
             "schema as the event time is not read yet); leave event_time_field empty",
             setting="event_time_field",
         )
     fields = parse_value_schema(value_schema)
     return Payload(
-        spec, fields, find_event_time_field(fields, event_time_field), format=fmt, avro=avro
+        spec, fields, find_event_time_field(fields, event_time_field), format=fmt, schemas=schemas
     )
 
 

@@ -31,7 +31,7 @@ from modeswitch.transforms import ArrowForm, Transform, payload_transform
 if TYPE_CHECKING:
     from modeswitch.control.settings import PipelineSettings
     from modeswitch.sources.base import BucketedLog, LogCapabilities
-    from modeswitch.transforms.avro import SchemaIdsSeen
+    from modeswitch.transforms.schema_ids import SchemaIdsSeen
 
 JobKind = Literal["batch", "stream", "backfill"]
 

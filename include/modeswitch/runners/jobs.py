@@ -25,7 +25,7 @@ from modeswitch.errors import ModeswitchError, UnknownSchemaIdError
 
 if TYPE_CHECKING:  # the modes import pyspark: only where a job runs
     from modeswitch.modes.job import JobKind
-    from modeswitch.transforms.avro import SchemaIdLearned
+    from modeswitch.transforms.schema_ids import SchemaIdLearned
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -173,15 +173,15 @@ def run(
             JOB_RUNS[kind](spark, job, target)
             return
         except Exception as exc:
-            from modeswitch.transforms.avro import SchemaIdsSeen, learn_schema_id, unknown_id
+            from modeswitch.transforms.schema_ids import SchemaIdsSeen, learn_schema_id, unknown_id
 
             # The Spark form's message is in a failed query's plan too, without its values.
             said = [m for m in modeswitch_errors(exc, UnknownSchemaIdError) if unknown_id(m)]
-            if not said or job.payload.avro is None or attempt == SCHEMA_ATTEMPTS:
+            if not said or job.payload.schemas is None or attempt == SCHEMA_ATTEMPTS:
                 raise
             # Nothing of the wave or micro-batch that met the id was committed: the registry,
             # asked, says what it is, and the job resolved again reads it (or stops, ``fail``).
-            learned = learn_schema_id(said[-1], job.payload.avro, seen or SchemaIdsSeen())
+            learned = learn_schema_id(said[-1], job.payload.schemas, seen or SchemaIdsSeen())
             seen = learned.seen
             log.warning("%s job: %s; %s", kind, said[-1], learned.said)
             record_schema_change(settings, kind, epoch, learned)

@@ -55,7 +55,7 @@ LOCAL_CONF: dict[str, str] = {
 EXECUTOR_VARIABLES = (KAFKA_CONFIG, STORAGE_OPTIONS)
 """The credentials the jobs' tasks read from their environment (a Kafka source's client
 configuration, the tables' storage options; not the schema registry's, which only the driver
-asks: :func:`modeswitch.transforms.avro.learn_schema_id`). On a cluster the
+asks: :func:`modeswitch.transforms.schema_ids.learn_schema_id`). On a cluster the
 executors, started by the workers, do not have the driver's environment: the session hands
 them these as ``spark.executorEnv.*``, set in this process (never on a command line), and
 redacted from the UI and the event log (:data:`REDACTION_REGEX`)."""

@@ -12,7 +12,7 @@ registry by its URL alone.
 :func:`read_subject` asks the registry, when a job starts, for every version of the subject
 (each one's schema id and schema) and picks the one the job reads as: the settings' version, or
 the newest. :func:`find_schema_id` asks it, on the driver, about a schema id a value names that
-the job did not know (:func:`modeswitch.transforms.avro.learn_schema_id`): a version of the
+the job did not know (:func:`modeswitch.transforms.schema_ids.learn_schema_id`): a version of the
 subject registered since the job began, or a schema that is not one of the subject's. No Spark
 task asks the registry.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -83,7 +83,10 @@ class SubjectSchemas:
     version: int
     """The version the job reads as."""
     writers: Mapping[int, tuple[int, str]]
-    """Schema id -> (version, the Avro schema's JSON text), for every version of the subject."""
+    """Schema id -> (version, the schema's text), for every version of the subject."""
+    imports: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    """Schema id -> the schemas it refers to (a Protobuf schema's imports), by import name,
+    with theirs (empty for Avro, whose references are refused)."""
 
     @property
     def reader_id(self) -> int:
@@ -95,11 +98,16 @@ class SubjectSchemas:
 
 
 def read_subject(
-    subject: str, version: int | None, config: Mapping[str, str] | None = None
+    subject: str,
+    version: int | None,
+    config: Mapping[str, str] | None = None,
+    *,
+    kind: str = "AVRO",
 ) -> SubjectSchemas:
     """Every version of ``subject`` and the one to read as (``version``, or the newest when
-    None). Raises :class:`ConfigError` naming the subject and the registry when the subject or
-    the version is not there, or a version is not an Avro schema or refers to others; a
+    None), each a ``kind`` schema (``AVRO`` or ``PROTOBUF``, whose references are read too).
+    Raises :class:`ConfigError` naming the subject and the registry when the subject or the
+    version is not there, or a version is of another kind or (Avro) refers to others; a
     :class:`ModeswitchError` when the registry cannot be asked."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -120,18 +128,20 @@ def read_subject(
     except Exception as exc:  # connection refused, timeouts: the client's own errors
         raise ModeswitchError(f"schema registry at {where}: subject {subject!r}: {exc}") from exc
     writers: dict[int, tuple[int, str]] = {}
+    imports: dict[int, dict[str, str]] = {}
     for entry in registered:
         schema = entry.schema
-        kind = (schema.schema_type or "AVRO").upper()
-        if kind != "AVRO" or schema.references:
-            what = f"a {kind} schema" if kind != "AVRO" else "an Avro schema with references"
+        found = (schema.schema_type or "AVRO").upper()
+        if found != kind or (kind == "AVRO" and schema.references):
+            what = f"a {found} schema" if found != kind else "an Avro schema with references"
             raise ConfigError(
                 f"value_subject: version {entry.version} of subject {subject!r} (schema id "
-                f"{entry.schema_id}) at {where} is {what}; value_format 'avro' reads Avro "
-                "schemas without references",
+                f"{entry.schema_id}) at {where} is {what}; value_format {kind.lower()!r} reads "
+                f"{kind} schemas" + (" without references" if kind == "AVRO" else ""),
                 setting="value_subject",
             )
         writers[int(entry.schema_id)] = (int(entry.version), schema.schema_str)
+        imports[int(entry.schema_id)] = _referenced(client, schema.references or [], where)
     chosen = max(v for v, _ in writers.values()) if version is None else version
     if chosen not in {v for v, _ in writers.values()}:
         raise ConfigError(
@@ -139,7 +149,27 @@ def read_subject(
             f"{where} (its versions: {', '.join(str(v) for v in sorted(versions))})",
             setting="value_schema_version",
         )
-    return SubjectSchemas(subject, where, chosen, writers)
+    return SubjectSchemas(subject, where, chosen, writers, imports)
+
+
+def _referenced(client: Any, references: list[Any], where: str) -> dict[str, str]:
+    """The schemas ``references`` name, by import name, with those they refer to in turn."""
+    files: dict[str, str] = {}
+    pending = list(references)
+    while pending:
+        reference = pending.pop()
+        if reference.name in files:
+            continue
+        try:
+            entry = client.get_version(reference.subject, reference.version)
+        except Exception as exc:
+            raise ModeswitchError(
+                f"schema registry at {where}: reference {reference.name!r} (version "
+                f"{reference.version} of subject {reference.subject!r}): {exc}"
+            ) from exc
+        files[reference.name] = entry.schema.schema_str
+        pending.extend(entry.schema.references or [])
+    return files
 
 
 def find_schema_id(schema_id: int, subject: str) -> tuple[int, str] | None:

@@ -7,7 +7,7 @@ read with Spark run it. The Arrow form is :class:`AvroDecoder` (fastavro) in the
 of the Arrow waves and of the ``bucketlog`` reader. ``from_avro`` spends about a third of
 fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads"); the same cases and a property test hold
 the two alike (tests/spark/test_avro_forms.py). The schemas are read once, when the job starts
-(:func:`avro_transform`): from ``value_schema_file``, or from the registry's subject (every
+(:func:`binary_transform`): from ``value_schema_file``, or from the registry's subject (every
 version by schema id, and the version to read as), and travel with the job; no task asks the
 registry.
 
@@ -36,8 +36,8 @@ kept by Spark's reader as those bytes and quarantined by fastavro.
 A value naming a schema id the job did not know, and not one already found foreign to the
 subject, stops the job's run before it commits anything of its wave or micro-batch
 (:class:`~modeswitch.errors.UnknownSchemaIdError`, raised in the task by either form). The
-driver asks the registry what the id is (:func:`learn_schema_id`) and the job is resolved again
-(:func:`modeswitch.runners.jobs.run`): a foreign id's values are then quarantined with their
+driver asks the registry what the id is and the job is resolved again
+(:mod:`modeswitch.transforms.schema_ids`): a foreign id's values are then quarantined with their
 reason; a version registered since the job began is read under ``on_schema_change = evolve``
 (the job reads the newest version, or the pinned one, and its commit adds the new columns),
 read as the job's version under ``quarantine`` (quarantined where it cannot be), and stops the
@@ -46,24 +46,22 @@ job under ``fail`` (:class:`~modeswitch.errors.SchemaChangedError`).
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
-import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from modeswitch.control.payload_settings import AvroSchemaSource
+from modeswitch.control.payload_settings import SchemaSource
 from modeswitch.control.value_schema import RESERVED_NAMES, SCHEMA_TRANSFORM
-from modeswitch.errors import ConfigError, SchemaChangedError, UnknownSchemaIdError
-from modeswitch.sources.kafka import NOT_UTF8_PREFIX
+from modeswitch.errors import ConfigError, UnknownSchemaIdError
 from modeswitch.transforms.avro_spark import decode_with_spark
 from modeswitch.transforms.avro_types import columns_of, decoding_schema
-from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
+from modeswitch.transforms.contract import Transform
+from modeswitch.transforms.decoding import decoder_form, fitted_columns, value_bytes
+from modeswitch.transforms.schema_ids import SchemaIdsSeen, unknown_id_template
 
 NOT_FRAMED = (
     "value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
@@ -156,14 +154,9 @@ class AvroDecoder:
 
     @property
     def unknown_id_template(self) -> str:
-        """The message of a value naming an id the job does not know (``{schema_id}``,
-        ``{bucket}`` and ``{offset}`` to fill), in both forms; :func:`unknown_id` reads
-        it back."""
-        subject = repr(self.subject).replace("{", "{{").replace("}", "}}")
-        return (
-            f"unknown schema id {{schema_id}} in a value of subject {subject} at bucket "
-            f"{{bucket}} offset {{offset}}: this job reads as version {self.version}"
-        )
+        """The message of a value naming an id the job does not know, in both forms
+        (:func:`~modeswitch.transforms.schema_ids.unknown_id_template`)."""
+        return unknown_id_template(self.subject, self.version)
 
     @property
     def not_framed(self) -> str:
@@ -196,11 +189,7 @@ class AvroDecoder:
             if text is None:
                 reason = "value is null"
             else:
-                raw = (
-                    base64.b64decode(text[len(NOT_UTF8_PREFIX) :])
-                    if text.startswith(NOT_UTF8_PREFIX)
-                    else text.encode("utf-8")
-                )
+                raw = value_bytes(text)
                 if self.framed and (len(raw) < 5 or raw[0] != 0):
                     reason = NOT_FRAMED
                 elif self.framed:
@@ -215,7 +204,8 @@ class AvroDecoder:
             rows.append(row)
             reasons.append(reason)
             ids.append(schema_id)
-        return self._columns(rows, reasons, ids), pa.array(reasons, pa.string())
+        columns = fitted_columns(rows, reasons, self.struct, lambda i: self.undecodable(ids[i]))
+        return columns, pa.array(reasons, pa.string())
 
     def _read(
         self, body: bytes, writer: Any, schema_id: int | None, reader_id: int | None, reader: Any
@@ -229,40 +219,8 @@ class AvroDecoder:
         except Exception:  # ends early, holds what its schema cannot, does not resolve
             return None, self.undecodable(schema_id)
 
-    def _columns(
-        self, rows: list[dict | None], reasons: list[str | None], ids: list[int | None]
-    ) -> list[pa.Array]:
-        struct = self.struct
-        try:
-            array = pa.array(rows, struct)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):
-            for index, row in enumerate(rows):  # find the rows that do not fit, quarantine them
-                if row is None:
-                    continue
-                try:
-                    pa.array([row], struct)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError):
-                    rows[index] = None  # a decimal wider than its precision: Spark's too
-                    reasons[index] = self.undecodable(ids[index])
-            array = pa.array(rows, struct)
-        return array.flatten()
 
-    def batches(
-        self, batches: Iterator[pa.RecordBatch], *, keep: list[str]
-    ) -> Iterator[pa.RecordBatch]:
-        """The Arrow form's work: each batch with the payload's columns and the reason added."""
-        names = [column.name for column in self.columns]
-        for batch in batches:
-            columns, reasons = self.decode(
-                batch.column("value"), batch.column("bucket"), batch.column("offset")
-            )
-            yield pa.RecordBatch.from_arrays(
-                [*(batch.column(name) for name in keep), *columns, reasons],
-                names=[*keep, *names, QUARANTINE_REASON],
-            )
-
-
-def avro_decoder(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) -> AvroDecoder:
+def avro_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> AvroDecoder:
     """The decoder of ``source``'s schemas, read now: the file's, or the registry subject's
     versions (:func:`~modeswitch.sources.schema_registry.read_subject`), with what the job's earlier
     runs learned (``seen``). Raises
@@ -300,91 +258,7 @@ def avro_decoder(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) ->
     )
 
 
-@dataclass(frozen=True)
-class SchemaIdsSeen:
-    """What a job's earlier runs learned of the schema ids its values name
-    (:func:`learn_schema_id`): ids the registry does not list under the subject (their values
-    are quarantined), and the version to go on reading as (``on_schema_change = quarantine``;
-    None: the settings' version)."""
-
-    foreign: frozenset[int] = frozenset()
-    read_as: int | None = None
-
-
-_UNKNOWN = re.compile(r"unknown schema id (\d+) in a value of subject .*reads as version (\d+)")
-
-
-def unknown_id(message: str) -> tuple[int, int] | None:
-    """The schema id and the job's version an :class:`UnknownSchemaIdError`'s ``message``
-    (:attr:`AvroDecoder.unknown_id_template`) names, or None for another text."""
-    found = _UNKNOWN.search(message)
-    return None if found is None else (int(found[1]), int(found[2]))
-
-
-@dataclass(frozen=True)
-class SchemaIdLearned:
-    """What :func:`learn_schema_id` found: what the job run again knows, and in words."""
-
-    seen: SchemaIdsSeen
-    said: str
-    """A sentence for the job's log and the decision log: the id, what it is, what the job
-    does with it."""
-    schema_id: int
-    version: int | None
-    """The subject's version the id is (None: foreign to the subject)."""
-
-
-def learn_schema_id(message: str, source: AvroSchemaSource, seen: SchemaIdsSeen) -> SchemaIdLearned:
-    """What the job run again knows after a value named a schema id it did not
-    (``message``: an :class:`UnknownSchemaIdError`'s, from either form), asked of the registry
-    on the driver: an id foreign to the subject is remembered (its values quarantined with that
-    reason); a version registered since the job began is read as it is (``evolve``: the job
-    resolved again reads the newest version, or the pinned one, and its commit adds the new
-    columns), read as the job's version (``quarantine``), or stops the job
-    (``fail``: :class:`SchemaChangedError`)."""
-    from modeswitch.sources.schema_registry import find_schema_id
-
-    found = unknown_id(message)
-    if found is None:
-        raise ValueError(f"not an unknown schema id's message: {message!r}")
-    schema_id, read_as = found
-    registered = find_schema_id(schema_id, source.subject)
-    subject = repr(source.subject)
-    if registered is None:
-        return SchemaIdLearned(
-            replace(seen, foreign=seen.foreign | {schema_id}),
-            f"schema id {schema_id} is not a version of subject {subject}: its values are "
-            "quarantined",
-            schema_id,
-            None,
-        )
-    version = registered[0]
-    what = (
-        f"schema id {schema_id} is version {version} of {subject}, registered after the job began"
-    )
-    if source.on_schema_change == "fail":
-        raise SchemaChangedError(
-            f"{message}: {what}; on_schema_change = fail: nothing of this wave or micro-batch "
-            "is committed, and the job stops until the settings say what to read as "
-            "(value_schema_version, or on_schema_change = evolve or quarantine)"
-        )
-    if source.on_schema_change == "quarantine":
-        return SchemaIdLearned(
-            replace(seen, read_as=read_as),
-            f"{what}: its values are read as version {read_as} (on_schema_change = quarantine)",
-            schema_id,
-            version,
-        )
-    return SchemaIdLearned(
-        seen,
-        f"{what}: the job reads the subject again and adds the new columns "
-        "(on_schema_change = evolve)",
-        schema_id,
-        version,
-    )
-
-
-def avro_transform(source: AvroSchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
+def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform of an Avro payload (module docstring), its schemas read now."""
     return avro_transform_of(avro_decoder(source, seen))
 
@@ -395,31 +269,16 @@ def avro_transform_of(decoder: AvroDecoder) -> Transform:
     return Transform(
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(decode_with_spark, decoder=decoder),
-        arrow=functools.partial(_decode_form, decoder=decoder),
+        arrow=functools.partial(decoder_form, decoder=decoder),
         faster="spark",  # about a third of fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads")
         columns_from=decoder.columns_from,
     )
 
 
-def _decode_form(input_schema: Any, *, decoder: AvroDecoder) -> ArrowForm:
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    payload = from_arrow_schema(pa.schema(decoder.columns))
-    out = StructType(
-        [*input_schema.fields, *payload.fields, StructField(QUARANTINE_REASON, StringType())]
-    )
-    return ArrowForm(functools.partial(decoder.batches, keep=list(input_schema.names)), out)
-
-
 __all__ = [
     "NOT_FRAMED",
     "AvroDecoder",
-    "SchemaIdLearned",
-    "SchemaIdsSeen",
     "avro_decoder",
-    "avro_transform",
     "avro_transform_of",
-    "learn_schema_id",
-    "unknown_id",
+    "binary_transform",
 ]

@@ -19,10 +19,17 @@ from modeswitch.errors import ConfigError
 from modeswitch.transforms.contract import DEFAULT_TRANSFORM, Transform
 from modeswitch.transforms.payload import schema_transform
 
-if TYPE_CHECKING:  # the Avro decoder's module imports pyarrow: only for an Avro payload
-    from modeswitch.transforms.avro import SchemaIdsSeen
+if TYPE_CHECKING:
+    from modeswitch.transforms.schema_ids import SchemaIdsSeen
 
 log = logging.getLogger(__name__)
+
+BINARY_DECODERS = {
+    "avro": "modeswitch.transforms.avro",
+    "protobuf": "modeswitch.transforms.protobuf",
+}
+"""The module of each binary format's decoder; its ``binary_transform(source, seen)`` builds the
+transform, its schemas read now. Imported only for such a payload (they import pyarrow)."""
 
 MOVED_MODULES = {"modeswitch.arrow_parse": "modeswitch.transforms.arrow"}
 """Modules a ``transform`` setting may still name from before the package's subpackages."""
@@ -50,8 +57,8 @@ def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Tr
     ``value_schema`` (:data:`~modeswitch.transforms.contract.DEFAULT_TRANSFORM`) is the
     transform built from the payload's fields
     (:func:`modeswitch.transforms.payload.schema_transform`), or for an Avro payload its
-    decoder, whose schemas are read now (:func:`modeswitch.transforms.avro.avro_transform`,
-    with what the job's earlier runs learned of its schema ids, ``seen``).
+    decoder, whose schemas are read now (:data:`BINARY_DECODERS`: Avro's or Protobuf's, with
+    what the job's earlier runs learned of its schema ids, ``seen``).
     Any other spec is ``module:function``; ``function`` may be a dotted path inside the module
     (``pkg.mod:Parsers.orders``). A :class:`Transform` is used as is; a plain function becomes
     a Transform named ``spec`` with no Arrow form. A module that moved (:data:`MOVED_MODULES`)
@@ -61,10 +68,9 @@ def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Tr
     place, no longer read: build a :class:`Transform` with ``arrow=`` instead).
     """
     spec = payload.transform
-    if payload.avro is not None:
-        from modeswitch.transforms.avro import avro_transform
-
-        return avro_transform(payload.avro, seen)
+    if payload.schemas is not None:
+        module = importlib.import_module(BINARY_DECODERS[payload.schemas.format])
+        return module.binary_transform(payload.schemas, seen)
     if payload.from_schema:
         return schema_transform(payload.fields, event_time=payload.event_time)
     if not isinstance(spec, str) or spec.count(":") != 1:
@@ -105,4 +111,10 @@ def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Tr
     return Transform(name=spec, spark=target)  # type: ignore[arg-type]
 
 
-__all__ = ["MOVED_MODULES", "load_transform", "payload_transform", "pipeline_transform"]
+__all__ = [
+    "BINARY_DECODERS",
+    "MOVED_MODULES",
+    "load_transform",
+    "payload_transform",
+    "pipeline_transform",
+]

@@ -1,0 +1,121 @@
+"""What a job learns of the schema ids its values name, the same for every registry-framed
+payload (Avro's, :mod:`modeswitch.transforms.avro`; Protobuf's,
+:mod:`modeswitch.transforms.protobuf`).
+
+A value naming a schema id the job did not know stops the job's run before it commits anything
+of its wave or micro-batch (:class:`~modeswitch.errors.UnknownSchemaIdError`, raised in the
+task by either form of either decoder, its message :func:`unknown_id_template`'s). The driver
+asks the registry what the id is (:func:`learn_schema_id`) and the job is resolved again
+(:func:`modeswitch.runners.jobs.run`) with what it learned (:class:`SchemaIdsSeen`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from modeswitch.control.payload_settings import SchemaSource
+from modeswitch.errors import SchemaChangedError
+
+
+def unknown_id_template(subject: str, version: int) -> str:
+    """The message of a value naming an id the job does not know (``{schema_id}``,
+    ``{bucket}`` and ``{offset}`` to fill), in every form; :func:`unknown_id` reads it back."""
+    quoted = repr(subject).replace("{", "{{").replace("}", "}}")
+    return (
+        f"unknown schema id {{schema_id}} in a value of subject {quoted} at bucket "
+        f"{{bucket}} offset {{offset}}: this job reads as version {version}"
+    )
+
+
+@dataclass(frozen=True)
+class SchemaIdsSeen:
+    """What a job's earlier runs learned of the schema ids its values name
+    (:func:`learn_schema_id`): ids the registry does not list under the subject (their values
+    are quarantined), and the version to go on reading as (``on_schema_change = quarantine``;
+    None: the settings' version)."""
+
+    foreign: frozenset[int] = frozenset()
+    read_as: int | None = None
+
+
+_UNKNOWN = re.compile(r"unknown schema id (\d+) in a value of subject .*reads as version (\d+)")
+
+
+def unknown_id(message: str) -> tuple[int, int] | None:
+    """The schema id and the job's version an :class:`UnknownSchemaIdError`'s ``message``
+    (:func:`unknown_id_template`) names, or None for another text."""
+    found = _UNKNOWN.search(message)
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
+@dataclass(frozen=True)
+class SchemaIdLearned:
+    """What :func:`learn_schema_id` found: what the job run again knows, and in words."""
+
+    seen: SchemaIdsSeen
+    said: str
+    """A sentence for the job's log and the decision log: the id, what it is, what the job
+    does with it."""
+    schema_id: int
+    version: int | None
+    """The subject's version the id is (None: foreign to the subject)."""
+
+
+def learn_schema_id(message: str, source: SchemaSource, seen: SchemaIdsSeen) -> SchemaIdLearned:
+    """What the job run again knows after a value named a schema id it did not
+    (``message``: an :class:`UnknownSchemaIdError`'s, from either form), asked of the registry
+    on the driver: an id foreign to the subject is remembered (its values quarantined with that
+    reason); a version registered since the job began is read as it is (``evolve``: the job
+    resolved again reads the newest version, or the pinned one, and its commit adds the new
+    columns), read as the job's version (``quarantine``), or stops the job
+    (``fail``: :class:`SchemaChangedError`)."""
+    from modeswitch.sources.schema_registry import find_schema_id
+
+    found = unknown_id(message)
+    if found is None:
+        raise ValueError(f"not an unknown schema id's message: {message!r}")
+    schema_id, read_as = found
+    registered = find_schema_id(schema_id, source.subject)
+    subject = repr(source.subject)
+    if registered is None:
+        return SchemaIdLearned(
+            replace(seen, foreign=seen.foreign | {schema_id}),
+            f"schema id {schema_id} is not a version of subject {subject}: its values are "
+            "quarantined",
+            schema_id,
+            None,
+        )
+    version = registered[0]
+    what = (
+        f"schema id {schema_id} is version {version} of {subject}, registered after the job began"
+    )
+    if source.on_schema_change == "fail":
+        raise SchemaChangedError(
+            f"{message}: {what}; on_schema_change = fail: nothing of this wave or micro-batch "
+            "is committed, and the job stops until the settings say what to read as "
+            "(value_schema_version, or on_schema_change = evolve or quarantine)"
+        )
+    if source.on_schema_change == "quarantine":
+        return SchemaIdLearned(
+            replace(seen, read_as=read_as),
+            f"{what}: its values are read as version {read_as} (on_schema_change = quarantine)",
+            schema_id,
+            version,
+        )
+    return SchemaIdLearned(
+        seen,
+        f"{what}: the job reads the subject again and adds the new columns "
+        "(on_schema_change = evolve)",
+        schema_id,
+        version,
+    )
+
+
+__all__ = [
+    "SchemaIdLearned",
+    "SchemaIdsSeen",
+    "learn_schema_id",
+    "unknown_id",
+    "unknown_id_template",
+]
