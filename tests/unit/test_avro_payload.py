@@ -1,6 +1,6 @@
 """Avro payloads without a JVM or a registry: the settings that choose them, the columns an Avro
 schema gives, and the decoder's rows and reasons on values fastavro wrote (the registry's part:
-tests/kafka/test_avro_registry.py)."""
+tests/kafka/test_schema_registry.py)."""
 
 from __future__ import annotations
 

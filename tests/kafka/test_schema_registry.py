@@ -1,10 +1,12 @@
-"""Avro values framed by a real schema registry, on the real broker: the subject read by the
-jobs, values written before and after compatible changes landing in one table with their types,
-the malformed ones quarantined, and a version registered while a stream runs adding its column.
+"""Avro and Protobuf values framed by a real schema registry, on the real broker: the subject
+read by the jobs, values written before and after compatible changes landing in one table with
+their types, the malformed ones quarantined, and a version registered while a stream runs adding
+its column. (One file: one registry per worker.)
 
 Real parts: Apicurio Registry on loopback (its Confluent-compatible API, conftest), values
-written by Confluent's own ``AvroSerializer`` (the registry framing real producers write), the
-broker, the batch and stream jobs as child processes, Delta tables read back with delta-rs.
+written by Confluent's own ``AvroSerializer`` and ``ProtobufSerializer`` (the registry framing
+real producers write), the broker, the batch and stream jobs as child processes, Delta tables
+read back with delta-rs.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
+import protobuf_tools as pb
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from deltalake import DeltaTable
 from fault_tools import assert_exactly_once
@@ -38,6 +42,7 @@ from modeswitch.sources import open_log
 from modeswitch.sources.kafka import KafkaLocation
 from modeswitch.sources.schema_registry import read_subject
 from modeswitch.state import StateStore
+from modeswitch.transforms.protobuf import protobuf_decoder
 
 ADDRESS = {
     "type": "record",
@@ -297,3 +302,118 @@ def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipelin
         d for d in StateStore.from_settings(settings).decisions.list() if d.decided_by == "schema"
     ]
     assert len(schema_rows) == 1 and "is version 2 of" in schema_rows[0].reason  # V3, 2nd
+
+
+def test_a_protobuf_subject_is_read_with_its_references(schema_registry):
+    """Schemas registered as text with a reference, and as Confluent's serializer registers
+    them (base64 descriptors), compile; a value framed with either decodes."""
+    registry = SchemaRegistryClient(schema_registry.config)
+    money = (
+        'syntax = "proto3";\npackage m;\nmessage Money { string currency = 1; int64 units = 2; }\n'
+    )
+    registry.register_schema("money-proto", Schema(money, "PROTOBUF"))
+    refund = (
+        'syntax = "proto3";\npackage shop;\nimport "shared/money.proto";\n'
+        "message Refund { int64 id = 1; m.Money total = 2; }\n"
+    )
+    reference = SchemaReference("shared/money.proto", "money-proto", 1)
+    first = registry.register_schema("refunds-value", Schema(refund, "PROTOBUF", [reference]))
+    settings = PipelineSettings.from_mapping(
+        {"pipeline": "p", "source": "kafka://refunds", "value_format": "protobuf"}
+    )
+    decoder = protobuf_decoder(settings.describe_payload().schemas)
+    assert (decoder.message, decoder.version, set(decoder.writers)) == ("shop.Refund", 1, {first})
+    cls = pb.message_class(decoder.reader, "shop.Refund")
+    value = pb.framed(first, cls(id=4, total={"currency": "EUR", "units": 9}).SerializeToString())
+    columns, reasons = decoder.decode(pa.array([pb.as_text(value)]), pa.array([0]), pa.array([0]))
+    assert reasons.to_pylist() == [None]
+    assert [c.to_pylist() for c in columns] == [[4], [{"currency": "EUR", "units": 9}]]
+    broken = refund.replace("Refund", "Broken")
+    registry.register_schema("broken-value", Schema(broken, "PROTOBUF"))  # no reference given
+    unreferenced = dataclasses.replace(settings.describe_payload().schemas, subject="broken-value")
+    with pytest.raises(ConfigError, match=r"schema id \d+\).*does not compile.*shared/money.proto"):
+        protobuf_decoder(unreferenced)
+
+
+class ProtobufOrders(Orders):
+    def write_protobuf(self, content: bytes, first: int, count: int) -> None:
+        cls = pb.message_class(content)
+        serializer = ProtobufSerializer(cls, self.registry, {"use.deprecated.format": False})
+        context = SerializationContext(self.topic, MessageField.VALUE)
+        self.send([serializer(pb.order(cls, n), context) for n in range(first, first + count)])
+
+
+def test_protobuf_values_land_through_both_paths_and_a_new_version_adds_its_column(
+    kafka_cluster, schema_registry, new_topic: Callable[[int], str], tmp_path: Path
+):
+    source = new_topic(4)
+    registry = SchemaRegistryClient(schema_registry.config)
+    orders = ProtobufOrders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "protobuf_orders",
+            "source": source,
+            "warehouse": str(tmp_path / "warehouse"),
+            "value_format": "protobuf",
+            "wave_records": "3000",
+            "max_split_records": "1000",
+            "trigger_interval": "200ms",
+            "max_stream_runtime": "5m",
+        }
+    )
+    v1, v2 = pb.compiled(pb.V1), pb.compiled(pb.V2)
+    orders.write_protobuf(v1, 0, 1500)
+    orders.send([b"plain text", b"\x00\x00\x00\x00"])
+    done = run_pipeline(settings, until="caught-up")  # auto: the Arrow form in the waves
+    assert done[0][0].mode == "batch"
+
+    log = open_log(settings.source)
+    stream = decide(settings, force_mode="stream")
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_job_process("stream", settings, stream.epoch, timeout=600)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        orders.write_protobuf(v1, 1500, 300)  # the stream's, through Spark's Kafka source
+        deadline = time.monotonic() + 300
+        first = log.latest_offsets()
+        while committed_offsets(settings.sink, settings.pipeline) != first:
+            assert runner.is_alive() and time.monotonic() < deadline, failures
+            time.sleep(0.3)
+        orders.write_protobuf(v2, 1800, 200)  # registers version 2 while the stream reads 1
+        target = log.latest_offsets()
+        with PauseAt(settings, target) as watch:
+            while not watch.reached.wait(0.5):
+                assert runner.is_alive() and time.monotonic() < deadline, failures
+    finally:
+        runner.join(timeout=300)
+    assert not failures
+    assert close_epoch(settings, stream.epoch) == ("completed", target)
+    assert_exactly_once(settings)
+
+    table = DeltaTable(settings.sink).to_pyarrow_table()
+    assert table.schema.field("big").type == pa.decimal128(20, 0)
+    assert table.schema.field("attrs").type == pa.map_(pa.string(), pa.int64())
+    rows = sink_rows(settings)
+    assert sorted(rows) == list(range(2000))
+    names = set(pb.order_row(0, coupon=True))
+    for n in (0, 1, 1499, 1500, 1799):
+        got = {k: v for k, v in rows[n].items() if k in names}
+        assert got == pb.order_row(n) | {"coupon": None}, n
+    for n in (1800, 1999):
+        assert {k: v for k, v in rows[n].items() if k in names} == pb.order_row(n, coupon=True)
+    quarantined = DeltaTable(settings.quarantine).to_pyarrow_table().to_pylist()
+    assert (
+        sorted(r["reason"] for r in quarantined)
+        == [
+            "value is not in the schema registry's wire format for Protobuf (a zero magic byte, a "
+            "4-byte schema id, the message indexes)"
+        ]
+        * 2
+    )
