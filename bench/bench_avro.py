@@ -1,14 +1,17 @@
-"""Benchmark: the Avro decoder against the JSON parse on the same records, one core, no Spark.
+"""Benchmark: the Avro and Protobuf decoders against the JSON parse on the same records, one
+core, no Spark.
 
     .venv/bin/python bench/bench_avro.py [--records 500000] [--rounds 3]
 
 The demo's events (``event_id, user_id, action, amount, country``) written once as JSON text
 and once as registry-framed Avro (a zero byte, a 4-byte schema id, the body), each kept as a
-source keeps values (text; the prefix and base64 where the bytes are not UTF-8). Then, rounds
+source keeps values (text; the prefix and base64 where the bytes are not UTF-8), and once as
+registry-framed Protobuf (the framing, the message indexes, the body). Then, rounds
 alternating, each Arrow form's work on batches of 65 536 values in this process: the JSON
-parse (``modeswitch.transforms.arrow``, msgspec) and the Avro decoder
+parse (``modeswitch.transforms.arrow``, msgspec), the Avro decoder
 (``modeswitch.transforms.avro``, fastavro), reading as the version written and, with
-``--resolve``, as a later version with one more optional field (Avro's schema resolution).
+``--resolve``, as a later version with one more optional field (Avro's schema resolution), and
+the Protobuf decoder (``modeswitch.transforms.protobuf``, protobuf's upb; both its forms).
 Reports records per CPU-second of this process (one core: nothing else runs).
 """
 
@@ -28,6 +31,8 @@ from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms import EVENT_SCHEMA
 from modeswitch.transforms.arrow import PayloadParser
 from modeswitch.transforms.avro import AvroDecoder
+from modeswitch.transforms.protobuf import ProtobufDecoder
+from modeswitch.transforms.protobuf_schemas import descriptor_set, pool_of
 
 EVENT_AVRO = {
     "type": "record",
@@ -44,6 +49,11 @@ LATER = dict(
     EVENT_AVRO,
     fields=[*EVENT_AVRO["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
 )
+EVENT_PROTO = """syntax = "proto3";
+package demo.events;
+message Event { int64 event_id = 1; int64 user_id = 2; string action = 3; double amount = 4;
+  string country = 5; }
+"""
 BATCH = 65_536
 
 
@@ -80,6 +90,16 @@ def avro_values(records: list[dict]) -> list[str]:
     return out
 
 
+def protobuf_values(records: list[dict], content: bytes) -> list[str]:
+    from google.protobuf import message_factory
+
+    event = message_factory.GetMessageClass(
+        pool_of(content).FindMessageTypeByName("demo.events.Event")
+    )
+    frame = b"\x00" + (1).to_bytes(4, "big") + b"\x00"
+    return [as_text(frame + event(**record).SerializeToString()) for record in records]
+
+
 def batches(values: list[str]) -> list[tuple[pa.Array, pa.Array, pa.Array]]:
     return [
         (
@@ -114,9 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     writers = {1: (1, json.dumps(EVENT_AVRO)), 2: (2, json.dumps(LATER))}
     same = AvroDecoder(json.dumps(EVENT_AVRO), writers, subject="e", version=1, what="bench")
     later = AvroDecoder(json.dumps(LATER), writers, subject="e", version=2, what="bench")
+    content = descriptor_set({"event.proto": EVENT_PROTO}, "event.proto", what="bench")
+    protobuf_batches = batches(protobuf_values(records, content))
+    protobuf = ProtobufDecoder(content, "", {1: (1, content)}, subject="e", version=1, what="b")
     variants = {
         "json (msgspec)": lambda: [parser_json.parse_values(v) for v, _, _ in json_batches],
         "avro (fastavro)": lambda: [same.decode(*b) for b in avro_batches],
+        "protobuf (upb)": lambda: [protobuf.decode(*b) for b in protobuf_batches],
     }
     if args.resolve:
         variants["avro, read as a later version"] = lambda: [later.decode(*b) for b in avro_batches]

@@ -9,7 +9,7 @@ values.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +19,7 @@ import pyarrow as pa
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm
 
+_PREFIX_LENGTH = len(NOT_UTF8_PREFIX)
 _DOES_NOT_FIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError)
 
 
@@ -27,12 +28,12 @@ def value_bytes(text: str) -> bytes:
     (:data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and base64 where they are not UTF-8,
     the text's UTF-8 otherwise)."""
     if text.startswith(NOT_UTF8_PREFIX):
-        return base64.b64decode(text[len(NOT_UTF8_PREFIX) :])
+        return binascii.a2b_base64(text[_PREFIX_LENGTH:])
     return text.encode("utf-8")
 
 
 def fitted_columns(
-    rows: list[dict | None],
+    rows: list[tuple | dict | None],
     reasons: list[str | None],
     struct: pa.StructType,
     reason_of: Callable[[int], str],

@@ -70,6 +70,9 @@ ROOT = "modeswitch_registered.proto"
 """The file name a registered schema is compiled under (no schema imports it)."""
 FIRST_MESSAGE = (0,)
 """The message indexes of a file's first message, written as one zero byte."""
+DIRECT = 6
+"""The length of a framing whose indexes are :data:`FIRST_MESSAGE` (decoded without parsing
+it, by a table of the framings of the job's message)."""
 
 
 def message_indexes(raw: bytes) -> tuple[tuple[int, ...], int] | None:
@@ -128,16 +131,13 @@ class ProtobufDecoder:
         self.subject = subject
         self.version = version
         self.what = what
+        self.framed = bool(self.writers)
         descriptor = find_message(reader, message, what=what)
         self.message = descriptor.full_name
         self.columns_from = f"version {version} of subject {subject!r}" if subject else what
         self.columns = message_columns(descriptor, what=what)
         self._check_names()
         self._built: dict[str, Any] | None = None
-
-    @property
-    def framed(self) -> bool:
-        return bool(self.writers)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_built": None}
@@ -164,7 +164,12 @@ class ProtobufDecoder:
                 "parse": message_factory.GetMessageClass(descriptor).FromString,
                 "row": row_reader(descriptor),
                 "names": {},  # (schema id, indexes) -> the message's full name, or None
+                "direct": {},  # a framing of the job's message as [0] -> its schema id
             }
+            for schema_id in self.writers:
+                if self._message_of(schema_id, FIRST_MESSAGE) == self.message:
+                    frame = b"\x00" + schema_id.to_bytes(4, "big") + b"\x00"
+                    self._built["direct"][frame] = schema_id
         return self._built
 
     def _message_of(self, schema_id: int, indexes: tuple[int, ...]) -> str | None:
@@ -202,15 +207,21 @@ class ProtobufDecoder:
         ``values``; ``buckets``/``offsets`` name a record in an error."""
         parts = self._parts()
         parse, row_of = parts["parse"], parts["row"]
-        rows: list[dict | None] = []
+        rows: list[tuple | dict | None] = []
         reasons: list[str | None] = []
         ids: list[int | None] = []
+        direct = parts["direct"]
         for index, text in enumerate(values.to_pylist()):
             row, reason, schema_id, body = None, None, None, b""
             if text is None:
                 reason = "value is null"
             else:
-                body, reason, schema_id = self._body(value_bytes(text), buckets, offsets, index)
+                raw = value_bytes(text)
+                schema_id = direct.get(raw[:DIRECT])
+                if schema_id is not None:  # the job's message, as most values are
+                    body = raw[DIRECT:]
+                else:
+                    body, reason, schema_id = self._body(raw, buckets, offsets, index)
             if reason is None:
                 try:
                     row = row_of(parse(body))

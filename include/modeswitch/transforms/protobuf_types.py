@@ -33,10 +33,12 @@ unknown field), or an enum's number has no symbol in the reader's enum.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from modeswitch.errors import ConfigError
 
@@ -123,23 +125,37 @@ def _single_type(field: Any, what: str, path: tuple[str, ...]) -> pa.DataType:
     return pa.struct([pa.field(f.name, _field_type(f, what, (*path, name))) for f in inner.fields])
 
 
-def row_reader(message: Any) -> Callable[[Any], dict[str, Any]]:
+def row_reader(message: Any) -> Callable[[Any], tuple]:
     """The function that turns a decoded message of ``message`` (a ``Descriptor``) into its
-    row of :func:`message_columns`; it raises :data:`NotReadable` for a value that does not
+    row of :func:`message_columns`, a tuple in their order (Arrow builds a struct from tuples
+    ten times as fast as from dicts); it raises :class:`NotReadable` for a value that does not
     decode as the message (module docstring)."""
-    fields = [(f.name, _value_reader(f)) for f in message.fields]
     numbers = frozenset(f.number for f in message.fields)
+    getters = [_value_reader(f) for f in message.fields]
+    if all(_is_plain(f) for f in message.fields):
+        every = operator.attrgetter(*(f.name for f in message.fields))
+        single = len(message.fields) == 1
 
-    def read(decoded: Any) -> dict[str, Any]:
+        def plain(decoded: Any) -> tuple:
+            _check_wire_types(decoded, numbers)
+            return (every(decoded),) if single else every(decoded)
+
+        return plain
+
+    def read(decoded: Any) -> tuple:
         _check_wire_types(decoded, numbers)
-        return {name: get(decoded) for name, get in fields}
+        return tuple([get(decoded) for get in getters])
 
     return read
 
 
-def _check_wire_types(decoded: Any, numbers: frozenset[int]) -> None:
-    from google.protobuf.unknown_fields import UnknownFieldSet
+def _is_plain(field: Any) -> bool:
+    """Whether a field's value is its attribute as it is (a scalar without presence)."""
+    kind = _type_name(field)
+    return not (field.is_repeated or field.has_presence or kind in ("TYPE_ENUM", "TYPE_MESSAGE"))
 
+
+def _check_wire_types(decoded: Any, numbers: frozenset[int]) -> None:
     unknown = UnknownFieldSet(decoded)
     if len(unknown) and any(field.field_number in numbers for field in unknown):
         raise NotReadable("a field arrived with another wire type than the message's")
@@ -147,6 +163,8 @@ def _check_wire_types(decoded: Any, numbers: frozenset[int]) -> None:
 
 def _value_reader(field: Any) -> Callable[[Any], Any]:
     name = field.name
+    if _is_plain(field):
+        return operator.attrgetter(name)
     single = _single_reader(field)
     if _is_map(field):
         _, value = field.message_type.fields
