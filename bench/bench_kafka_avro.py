@@ -1,21 +1,24 @@
-"""Benchmark: Avro values framed by a schema registry on Kafka against the same records as JSON.
+"""Benchmark: Avro and Protobuf values framed by a schema registry on Kafka against the same
+records as JSON.
 
     .venv/bin/python bench/bench_kafka_avro.py [--records 10000000] [--only batch,latency]
-        [--latency-seconds 60] [--logs FOLDER]
+        [--formats json,avro,protobuf] [--latency-seconds 60] [--logs FOLDER]
 
 An Apache Kafka broker (one KRaft node) and an Apicurio Registry on loopback, both started and
-stopped here. Two topics of 16 partitions hold the same events (bench_kafka.py's: the demo's
+stopped here. Topics of 16 partitions hold the same events (bench_kafka.py's: the demo's
 events and skew, an hour of event time): one as JSON text, one as Avro (``EVENT_AVRO``
 registered under ``<topic>-value``, each value the framing and the body, as Confluent's
 serializer writes them; the events that are malformed JSON stay as their text, which the Avro
-pipeline quarantines as not framed). Every pipeline is a user's: the default transform,
-``value_schema`` (the demo's events' DDL) for JSON, ``value_format = avro`` for Avro.
+pipeline quarantines as not framed), one as Protobuf likewise (``EVENT_PROTO``, the framing
+with the message indexes). Every pipeline is a user's: the default transform, ``value_schema``
+(the demo's events' DDL) for JSON, ``value_format = avro`` or ``protobuf``.
 
 ``batch``: the batch path over each topic as a job (bench_kafka.run_batch), JSON and Avro
 each with ``batch_reader = arrow`` (the Python workers read and decode: msgspec, fastavro) and
 ``native`` (Spark's Kafka source and the transform's Spark form: ``from_json``, ``from_avro``),
-and Avro with ``bucketlog`` (the Python reader in Spark's data source, the Spark form).
-``batch_reader = auto`` runs ``arrow`` for JSON and ``native`` for Avro.
+and Avro with ``bucketlog`` (the Python reader in Spark's data source, the Spark form);
+Protobuf with ``arrow`` and ``native`` (both run its one decoder, in the Python workers).
+``batch_reader = auto`` runs ``arrow`` for JSON and Protobuf, ``native`` for Avro.
 Records per second of wall time and per CPU-second of the job's process tree; the issue's
 target: Avro >= JSON by records per CPU-second. ``latency``: bench_kafka's live latency (a
 batch epoch, then the stream at 5 000 records/s, 100 ms trigger) on an Avro topic.
@@ -38,7 +41,7 @@ import bench_modes as modes
 import fastavro
 import msgspec
 import pyarrow as pa
-from bench_avro import EVENT_AVRO  # bench/ is on the path
+from bench_avro import EVENT_AVRO, EVENT_PROTO  # bench/ is on the path
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from modeswitch.devtools.kafka_broker import KafkaBroker
@@ -49,6 +52,7 @@ from modeswitch.transforms.payload import EVENT_VALUE_SCHEMA
 
 JSON = {"transform": "value_schema", "value_schema": EVENT_VALUE_SCHEMA}
 AVRO = {"transform": "value_schema", "value_format": "avro"}
+PROTOBUF = {"transform": "value_schema", "value_format": "protobuf"}
 
 
 class AvroTopic:
@@ -65,12 +69,14 @@ class AvroTopic:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.log, name)
 
+    def _body(self, record: dict) -> bytes:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, self.schema, record)
+        return body.getvalue()
+
     def _encode(self, text: str) -> bytes:
         try:
-            record = self.decoder.decode(text)
-            body = io.BytesIO()
-            fastavro.schemaless_writer(body, self.schema, record)
-            return self.frame + body.getvalue()
+            return self.frame + self._body(self.decoder.decode(text))
         except Exception:  # malformed JSON, or not an event: its text, as produced
             return text.encode("utf-8")
 
@@ -78,6 +84,31 @@ class AvroTopic:
         values = [self._encode(v) for v in events.column("value").to_pylist()]
         index = events.schema.get_field_index("value")
         return self.log.write_events(events.set_column(index, "value", pa.array(values)))
+
+
+class ProtobufTopic(AvroTopic):
+    """The same as Protobuf: the framing with the message indexes of the file's first message,
+    and the body."""
+
+    def __init__(self, log: KafkaLog, schema_id: int) -> None:
+        from google.protobuf import message_factory
+
+        from modeswitch.transforms.protobuf_schemas import descriptor_set, pool_of
+
+        super().__init__(log, schema_id)
+        self.frame += b"\x00"
+        content = descriptor_set({"event.proto": EVENT_PROTO}, "event.proto", what="bench")
+        event = pool_of(content).FindMessageTypeByName("demo.events.Event")
+        self.event = message_factory.GetMessageClass(event)
+
+    def _body(self, record: dict) -> bytes:
+        return self.event(**record).SerializeToString()
+
+
+def register_protobuf(registry: SchemaRegistry, topic: str) -> int:
+    """``EVENT_PROTO`` registered under ``<topic>-value`` (as text): its schema id."""
+    client = SchemaRegistryClient(registry.config)
+    return client.register_schema(f"{topic}-value", Schema(EVENT_PROTO, "PROTOBUF"))
 
 
 def register(registry: SchemaRegistry, topic: str) -> int:
@@ -91,12 +122,18 @@ def avro_topic(broker: KafkaBroker, registry: SchemaRegistry, topic: str, record
     return kafka.produce_topic(broker, topic, records, lambda log: AvroTopic(log, schema_id))
 
 
+def protobuf_topic(broker: KafkaBroker, registry: SchemaRegistry, topic: str, records: int) -> str:
+    schema_id = register_protobuf(registry, topic)
+    return kafka.produce_topic(broker, topic, records, lambda log: ProtobufTopic(log, schema_id))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--only", default="batch,latency", help="among: batch, latency")
+    parser.add_argument("--formats", default="json,avro,protobuf", help="the batch's topics")
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--logs", help="keep the job processes' output in this folder")
     args = parser.parse_args(argv)
@@ -112,16 +149,24 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.update(registry_environment(registry.config))
             print(f"broker at {broker.bootstrap}, registry at {registry.url}", flush=True)
             if "batch" in only:
-                json_source = kafka.produce_topic(broker, "events_json", args.records)
-                avro_source = avro_topic(broker, registry, "events_avro", args.records)
+                formats = set(args.formats.split(","))
+                runs = []
+                if "json" in formats:
+                    source = kafka.produce_topic(broker, "events_json", args.records)
+                    runs += [(source, reader, " JSON", JSON) for reader in ("arrow", "native")]
+                if "avro" in formats:
+                    source = avro_topic(broker, registry, "events_avro", args.records)
+                    runs += [
+                        (source, reader, " Avro", AVRO)
+                        for reader in ("arrow", "native", "bucketlog")
+                    ]
+                if "protobuf" in formats:
+                    source = protobuf_topic(broker, registry, "events_protobuf", args.records)
+                    runs += [
+                        (source, reader, " Protobuf", PROTOBUF) for reader in ("arrow", "native")
+                    ]
                 rows: list[tuple[modes.Run, float]] = []
-                for source, reader, name, extra in (
-                    (json_source, "arrow", " JSON", JSON),
-                    (json_source, "native", " JSON", JSON),
-                    (avro_source, "arrow", " Avro", AVRO),
-                    (avro_source, "native", " Avro", AVRO),
-                    (avro_source, "bucketlog", " Avro", AVRO),
-                ):
+                for source, reader, name, extra in runs:
                     before = kafka.broker_cpu(broker)
                     run = kafka.run_batch(scratch, source, reader, name, **extra)
                     rows.append((run, kafka.broker_cpu(broker) - before))
