@@ -247,14 +247,14 @@ class PauseAt:
         self.thread.join(timeout=30)
 
 
-def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipeline):
-    settings, orders, _ = avro_pipeline
-    orders.write(V2, 0, 1000, 2)
-    run_pipeline(settings, until="caught-up")
+def stream_meeting_a_new_version(
+    settings: PipelineSettings, before: Callable[[], None], after: Callable[[], None]
+) -> float:
+    """Runs a stream epoch as a job process: ``before`` writes what it commits first, then
+    ``after`` writes values of a version it registers while the stream runs. The seconds from
+    ``after`` to their commit; the epoch closed at the topic's end, every record once."""
     log = open_log(settings.source)
-    orders.write(V2, 1000, 300, 2)
     stream = decide(settings, force_mode="stream")
-    first = log.latest_offsets()
     failures: list[BaseException] = []
 
     def run() -> None:
@@ -266,23 +266,37 @@ def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipelin
     runner = threading.Thread(target=run)
     runner.start()
     try:
+        before()
+        first = log.latest_offsets()
         deadline = time.monotonic() + 300
         while committed_offsets(settings.sink, settings.pipeline) != first:
             assert runner.is_alive() and time.monotonic() < deadline, failures
             time.sleep(0.3)
         changed = time.monotonic()
-        orders.write(V3, 1300, 300, 3)  # registers version 3 while the stream reads as 2
+        after()
         target = log.latest_offsets()
         with PauseAt(settings, target) as watch:
             while not watch.reached.wait(0.5):  # the job fails at once if it cannot evolve
                 assert runner.is_alive() and time.monotonic() < deadline, failures
             took = time.monotonic() - changed
-            print(f"version 3's values committed {took:.1f} s after they were sent")
     finally:
         runner.join(timeout=300)
     assert not failures
     assert close_epoch(settings, stream.epoch) == ("completed", target)
     assert_exactly_once(settings)
+    return took
+
+
+def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipeline):
+    settings, orders, _ = avro_pipeline
+    orders.write(V2, 0, 1000, 2)
+    run_pipeline(settings, until="caught-up")
+    took = stream_meeting_a_new_version(
+        settings,
+        lambda: orders.write(V2, 1000, 300, 2),
+        lambda: orders.write(V3, 1300, 300, 3),  # registers version 3 while the stream reads 2
+    )
+    print(f"version 3's values committed {took:.1f} s after they were sent")
     rows = sink_rows(settings)
     assert sorted(rows) == list(range(1600))
     assert {rows[n]["channel"] for n in range(1300)} == {None}
@@ -367,35 +381,11 @@ def test_protobuf_values_land_through_both_paths_and_a_new_version_adds_its_colu
     done = run_pipeline(settings, until="caught-up")  # auto: the Arrow form in the waves
     assert done[0][0].mode == "batch"
 
-    log = open_log(settings.source)
-    stream = decide(settings, force_mode="stream")
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_job_process("stream", settings, stream.epoch, timeout=600)
-        except BaseException as exc:  # reported below
-            failures.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
-        orders.write_protobuf(v1, 1500, 300)  # the stream's, through Spark's Kafka source
-        deadline = time.monotonic() + 300
-        first = log.latest_offsets()
-        while committed_offsets(settings.sink, settings.pipeline) != first:
-            assert runner.is_alive() and time.monotonic() < deadline, failures
-            time.sleep(0.3)
-        orders.write_protobuf(v2, 1800, 200)  # registers version 2 while the stream reads 1
-        target = log.latest_offsets()
-        with PauseAt(settings, target) as watch:
-            while not watch.reached.wait(0.5):
-                assert runner.is_alive() and time.monotonic() < deadline, failures
-    finally:
-        runner.join(timeout=300)
-    assert not failures
-    assert close_epoch(settings, stream.epoch) == ("completed", target)
-    assert_exactly_once(settings)
+    stream_meeting_a_new_version(
+        settings,
+        lambda: orders.write_protobuf(v1, 1500, 300),  # through Spark's Kafka source
+        lambda: orders.write_protobuf(v2, 1800, 200),  # registers version 2 while it reads 1
+    )
 
     table = DeltaTable(settings.sink).to_pyarrow_table()
     assert table.schema.field("big").type == pa.decimal128(20, 0)

@@ -258,8 +258,11 @@ def test_types_without_a_column_are_refused_naming_the_field():
     with pytest.raises(ConfigError, match="which holds itself"):
         ProtobufDecoder(compiled(struct), "", {}, what="f")
     clash = 'syntax = "proto3";\npackage t;\nmessage E { int64 offset = 1; }\n'
-    with pytest.raises(ConfigError, match=r"'offset' of t\.E clashes with a column"):
+    with pytest.raises(ConfigError, match=r"f: field 'offset' clashes with a column"):
         ProtobufDecoder(compiled(clash), "", {}, what="f")
+    cases = 'syntax = "proto3";\npackage t;\nmessage E { int64 id = 1; int64 ID = 2; }\n'
+    with pytest.raises(ConfigError, match=r"fields 'id' and 'ID' differ in case alone"):
+        ProtobufDecoder(compiled(cases), "", {}, what="f")
 
 
 @pytest.mark.parametrize(

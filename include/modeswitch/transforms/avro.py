@@ -5,11 +5,11 @@ The Spark form is Spark's own Avro reader, ``from_avro``, one expression per sch
 knows (:mod:`modeswitch.transforms.avro_spark`): the stream's query and the batch paths that
 read with Spark run it. The Arrow form is :class:`AvroDecoder` (fastavro) in the Python workers
 of the Arrow waves and of the ``bucketlog`` reader. ``from_avro`` spends about a third of
-fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads"); the same cases and a property test hold
-the two alike (tests/spark/test_avro_forms.py). The schemas are read once, when the job starts
-(:func:`binary_transform`): from ``value_schema_file``, or from the registry's subject (every
-version by schema id, and the version to read as), and travel with the job; no task asks the
-registry.
+fastavro's CPU (docs/BENCHMARKS.md, "Avro and Protobuf payloads"); the same cases and a
+property test hold the two alike (tests/spark/test_avro_forms.py). The schemas are read once,
+when the job starts (:func:`binary_transform`): from ``value_schema_file``, or from the
+registry's subject (every version by schema id, and the version to read as), and travel with
+the job; no task asks the registry.
 
 A source keeps a value's bytes as text (:data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and
 base64 where they are not UTF-8, the text's UTF-8 otherwise); both forms take them back. The
@@ -55,26 +55,32 @@ from typing import Any
 import pyarrow as pa
 
 from modeswitch.control.payload_settings import SchemaSource
-from modeswitch.control.value_schema import RESERVED_NAMES, SCHEMA_TRANSFORM
-from modeswitch.errors import ConfigError, UnknownSchemaIdError
+from modeswitch.control.value_schema import SCHEMA_TRANSFORM
+from modeswitch.errors import ConfigError
 from modeswitch.transforms.avro_spark import decode_with_spark
 from modeswitch.transforms.avro_types import columns_of, decoding_schema
 from modeswitch.transforms.contract import Transform
-from modeswitch.transforms.decoding import decoder_form, fitted_columns, value_bytes
-from modeswitch.transforms.schema_ids import SchemaIdsSeen, unknown_id_template
+from modeswitch.transforms.decoding import (
+    SchemaDecoder,
+    decoder_form,
+    fitted_columns,
+    value_bytes,
+)
+from modeswitch.transforms.schema_ids import SchemaIdsSeen
 
 NOT_FRAMED = (
     "value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
 )
 
 
-class AvroDecoder:
+class AvroDecoder(SchemaDecoder):
     """Decodes a batch's values into the reader schema's columns and reasons (module
     docstring). Picklable: it holds the schemas' text and parses them where it first decodes.
 
     ``reader`` is the Avro schema every value is read as; ``writers`` maps each schema id the
-    job knows to its version and schema (empty for a schema file: every value is the bare body
-    written with ``reader``); ``subject``/``version`` name them in reasons and errors."""
+    job knows to its version and schema (:class:`~modeswitch.transforms.decoding.SchemaDecoder`)."""
+
+    decodes_as = "Avro"
 
     def __init__(
         self,
@@ -86,92 +92,38 @@ class AvroDecoder:
         foreign: frozenset[int] = frozenset(),
         what: str,
     ) -> None:
-        self.reader = reader
-        self.writers = dict(writers)
-        self.foreign = frozenset(foreign)
-        self.subject = subject
-        self.version = version
-        self.what = what
-        self.columns_from = f"version {version} of subject {subject!r}" if subject else what
+        super().__init__(
+            reader, writers, subject=subject, version=version, foreign=foreign, what=what
+        )
         self.columns = columns_of(decoding_schema(reader), what=what)
-        self._check_names()
-        self._parsed: dict[Any, Any] | None = None
-
-    @property
-    def framed(self) -> bool:
-        return bool(self.writers)
+        self.check_names()
 
     @functools.cached_property
     def reader_id(self) -> int | None:
         """The schema id of the version values are read as (None for a schema file)."""
         return next((i for i, (v, _) in self.writers.items() if v == self.version), None)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_parsed": None}
-
-    def _check_names(self) -> None:
-        seen: dict[str, str] = {}
-        for column in self.columns:
-            folded = column.name.lower()
-            if folded in RESERVED_NAMES:
-                raise ConfigError(
-                    f"{self.what}: field {column.name!r} clashes with a column every record has "
-                    f"already ({', '.join(RESERVED_NAMES)})"
-                )
-            if folded in seen:
-                raise ConfigError(
-                    f"{self.what}: fields {seen[folded]!r} and {column.name!r} differ in case "
-                    "alone, which Spark's and Delta's column names do not tell apart"
-                )
-            seen[folded] = column.name
-
-    @property
-    def struct(self) -> pa.StructType:
-        return pa.struct(self.columns)
-
     def _schemas(self) -> dict[Any, Any]:
-        if self._parsed is None:
+        if self._built is None:
             parsed: dict[Any, Any] = {"reader": decoding_schema(self.reader)}
             for schema_id, (_, text) in self.writers.items():
                 parsed[schema_id] = decoding_schema(text)
-            self._parsed = parsed
-        return self._parsed
+            self._built = parsed
+        return self._built
 
-    def _writer(self, schema_id: int, buckets: pa.Array, offsets: pa.Array, index: int) -> Any:
-        """The parsed writer schema of ``schema_id``, or None for an id found foreign to the
-        subject; raises :class:`UnknownSchemaIdError` for an id the job does not know, naming
-        the record at ``index`` of ``buckets``/``offsets`` (read only then)."""
+    def _writer(
+        self, schema_id: int, buckets: pa.Array, offsets: pa.Array, index: int
+    ) -> tuple[Any, str | None]:
+        """The parsed writer schema of ``schema_id``, or the reason of a value framed with an id
+        not the subject's (:meth:`~modeswitch.transforms.decoding.SchemaDecoder.not_known`)."""
         schemas = self._schemas()
         if schema_id in schemas:
-            return schemas[schema_id]
-        if schema_id in self.foreign:
-            return None
-        raise UnknownSchemaIdError(
-            self.unknown_id_template.format(
-                schema_id=schema_id, bucket=buckets[index].as_py(), offset=offsets[index].as_py()
-            )
-        )
-
-    @property
-    def unknown_id_template(self) -> str:
-        """The message of a value naming an id the job does not know, in both forms
-        (:func:`~modeswitch.transforms.schema_ids.unknown_id_template`)."""
-        return unknown_id_template(self.subject, self.version)
+            return schemas[schema_id], None
+        return None, self.not_known(schema_id, buckets, offsets, index)
 
     @property
     def not_framed(self) -> str:
         return NOT_FRAMED
-
-    def undecodable(self, schema_id: int | None) -> str:
-        """The reason of a value that does not decode, or not as the job's version."""
-        if schema_id is None:
-            return f"value does not decode as Avro with the schema of {self.what}"
-        version = self.writers[schema_id][0]
-        read_as = "" if version == self.version else f" read as version {self.version}"
-        return (
-            f"value does not decode as Avro with schema id {schema_id} (version {version} of "
-            f"{self.subject}){read_as}"
-        )
 
     def decode(
         self, values: pa.Array, buckets: pa.Array, offsets: pa.Array
@@ -194,10 +146,8 @@ class AvroDecoder:
                     reason = NOT_FRAMED
                 elif self.framed:
                     schema_id = int.from_bytes(raw[1:5], "big")
-                    writer = self._writer(schema_id, buckets, offsets, index)
-                    if writer is None:
-                        reason = f"schema id {schema_id} is not a version of subject {self.subject}"
-                    else:
+                    writer, reason = self._writer(schema_id, buckets, offsets, index)
+                    if reason is None:
                         row, reason = self._read(raw[5:], writer, schema_id, reader_id, reader)
                 else:
                     row, reason = self._read(raw, reader, None, None, None)
@@ -270,7 +220,7 @@ def avro_transform_of(decoder: AvroDecoder) -> Transform:
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(decode_with_spark, decoder=decoder),
         arrow=functools.partial(decoder_form, decoder=decoder),
-        faster="spark",  # about a third of fastavro's CPU (docs/BENCHMARKS.md, "Avro payloads")
+        faster="spark",  # a third of fastavro's CPU (BENCHMARKS.md, "Avro and Protobuf payloads")
         columns_from=decoder.columns_from,
     )
 

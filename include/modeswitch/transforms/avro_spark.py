@@ -2,7 +2,7 @@
 ``spark-avro`` jar of ``jvm/pom.xml``) in one expression per schema id the job knows, chosen by
 the id in each value's framing. It reads the same values into the same rows, with the same
 reasons, as the decoder's Arrow form (:class:`~modeswitch.transforms.avro.AvroDecoder`, fastavro
-in the Python workers), on a fifth of its CPU (docs/BENCHMARKS.md, "Avro payloads").
+in the Python workers), on a fifth of its CPU (docs/BENCHMARKS.md, "Avro and Protobuf payloads").
 
 Per value, in Spark SQL, no Python: the bytes back from the source's text (the
 ``NOT_UTF8_PREFIX`` and base64, or the text's UTF-8), the framing checked (a zero byte, then the

@@ -1,26 +1,118 @@
 """What the decoders of binary payloads share (Avro's, :mod:`modeswitch.transforms.avro`;
-Protobuf's, :mod:`modeswitch.transforms.protobuf`): a value's bytes back from the source's
-text, decoded rows made the payload's columns, and a decoder's Arrow form.
-
-A decoder here is an object with ``columns`` (the payload's Arrow fields) and
-``decode(values, buckets, offsets)``, which gives the columns and the reasons of a batch's
-values.
+Protobuf's, :mod:`modeswitch.transforms.protobuf`): :class:`SchemaDecoder` (the schemas a job
+knows, its columns' names checked, the reasons and errors in words), a value's bytes back from
+the source's text, decoded rows made the payload's columns, and a decoder's Arrow form.
 """
 
 from __future__ import annotations
 
 import binascii
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
+from modeswitch.control.value_schema import RESERVED_NAMES
+from modeswitch.errors import ConfigError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm
+from modeswitch.transforms.schema_ids import unknown_id_template
 
 _PREFIX_LENGTH = len(NOT_UTF8_PREFIX)
 _DOES_NOT_FIT = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError)
+
+
+class SchemaDecoder:
+    """What a decoder of a binary payload knows and how it says things. ``reader`` is the
+    schema every value is read as (in the format's own form); ``writers`` maps each schema id
+    the job knows to its version and schema (empty for a schema file: every value is the bare
+    body written with ``reader``); ``foreign`` the ids found not to be the subject's;
+    ``subject``/``version`` name them in reasons and errors, ``what`` the schema's source. A
+    subclass sets :attr:`columns` (the payload's Arrow fields) and :attr:`decodes_as`, then
+    calls :meth:`check_names`, and gives ``decode(values, buckets, offsets)``: the columns and
+    the reasons of a batch's values."""
+
+    columns: list[pa.Field]
+    decodes_as: str
+    """What a value that does not decode is not: ``Avro``, ``Protobuf message shop.Order``."""
+
+    def __init__(
+        self,
+        reader: Any,
+        writers: Mapping[int, tuple[int, Any]],
+        *,
+        subject: str,
+        version: int,
+        foreign: frozenset[int],
+        what: str,
+    ) -> None:
+        self.reader = reader
+        self.writers = dict(writers)
+        self.foreign = frozenset(foreign)
+        self.subject = subject
+        self.version = version
+        self.what = what
+        self.framed = bool(self.writers)
+        self.columns_from = f"version {version} of subject {subject!r}" if subject else what
+
+    def check_names(self) -> None:
+        """Refuses, naming the fields, a column named as every record's are, or two whose
+        names differ in case alone."""
+        seen: dict[str, str] = {}
+        for column in self.columns:
+            folded = column.name.lower()
+            if folded in RESERVED_NAMES:
+                raise ConfigError(
+                    f"{self.what}: field {column.name!r} clashes with a column every record has "
+                    f"already ({', '.join(RESERVED_NAMES)})"
+                )
+            if folded in seen:
+                raise ConfigError(
+                    f"{self.what}: fields {seen[folded]!r} and {column.name!r} differ in case "
+                    "alone, which Spark's and Delta's column names do not tell apart"
+                )
+            seen[folded] = column.name
+
+    @property
+    def struct(self) -> pa.StructType:
+        return pa.struct(self.columns)
+
+    @property
+    def unknown_id_template(self) -> str:
+        """The message of a value naming an id the job does not know, in every form
+        (:func:`~modeswitch.transforms.schema_ids.unknown_id_template`)."""
+        return unknown_id_template(self.subject, self.version)
+
+    def not_known(self, schema_id: int, buckets: pa.Array, offsets: pa.Array, index: int) -> str:
+        """The reason of a value framed with ``schema_id``, not one of :attr:`writers`: one
+        found foreign to the subject. Raises :class:`UnknownSchemaIdError` for an id the job
+        does not know, naming the record at ``index`` of ``buckets``/``offsets``."""
+        if schema_id in self.foreign:
+            return f"schema id {schema_id} is not a version of subject {self.subject}"
+        raise UnknownSchemaIdError(
+            self.unknown_id_template.format(
+                schema_id=schema_id, bucket=buckets[index].as_py(), offset=offsets[index].as_py()
+            )
+        )
+
+    def undecodable(self, schema_id: int | None) -> str:
+        """The reason of a value that does not decode, or not as the job's version."""
+        if schema_id is None:
+            return f"value does not decode as {self.decodes_as} with the schema of {self.what}"
+        version = self.writers[schema_id][0]
+        read_as = "" if version == self.version else f" read as version {self.version}"
+        return (
+            f"value does not decode as {self.decodes_as} with schema id {schema_id} (version "
+            f"{version} of {self.subject}){read_as}"
+        )
+
+    _built: Any = None
+    """What a process built of the schemas (parsed, compiled), when it first decodes."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What travels to the Python workers: the schemas, not what a process built of them."""
+        return {**self.__dict__, "_built": None}
 
 
 def value_bytes(text: str) -> bytes:
@@ -86,4 +178,10 @@ def decoded_batches(
         )
 
 
-__all__ = ["decoded_batches", "decoder_form", "fitted_columns", "value_bytes"]
+__all__ = [
+    "SchemaDecoder",
+    "decoded_batches",
+    "decoder_form",
+    "fitted_columns",
+    "value_bytes",
+]

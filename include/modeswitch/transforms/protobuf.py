@@ -46,10 +46,15 @@ from typing import Any
 import pyarrow as pa
 
 from modeswitch.control.payload_settings import SchemaSource
-from modeswitch.control.value_schema import RESERVED_NAMES, SCHEMA_TRANSFORM
-from modeswitch.errors import ConfigError, UnknownSchemaIdError
+from modeswitch.control.value_schema import SCHEMA_TRANSFORM
+from modeswitch.errors import ConfigError
 from modeswitch.transforms.contract import Transform
-from modeswitch.transforms.decoding import decoder_form, fitted_columns, value_bytes
+from modeswitch.transforms.decoding import (
+    SchemaDecoder,
+    decoder_form,
+    fitted_columns,
+    value_bytes,
+)
 from modeswitch.transforms.protobuf_schemas import (
     descriptor_set,
     find_message,
@@ -60,7 +65,7 @@ from modeswitch.transforms.protobuf_schemas import (
     schema_file_set,
 )
 from modeswitch.transforms.protobuf_types import message_columns, row_reader
-from modeswitch.transforms.schema_ids import SchemaIdsSeen, unknown_id_template
+from modeswitch.transforms.schema_ids import SchemaIdsSeen
 
 NOT_FRAMED = (
     "value is not in the schema registry's wire format for Protobuf (a zero magic byte, a "
@@ -104,15 +109,15 @@ def message_indexes(raw: bytes) -> tuple[tuple[int, ...], int] | None:
     return tuple(numbers) or FIRST_MESSAGE, at
 
 
-class ProtobufDecoder:
+class ProtobufDecoder(SchemaDecoder):
     """Decodes a batch's values into the job's message's columns and reasons (module
     docstring). Picklable: it holds descriptor sets' bytes and builds the descriptors where it
     first decodes.
 
     ``reader`` is the descriptor set of the version every value is read as, ``message`` the
-    message's full name in it; ``writers`` maps each schema id the job knows to its version and
-    descriptor set (empty for a schema file: every value is the bare body of ``message``);
-    ``subject``/``version`` name them in reasons and errors."""
+    message's full name in it (empty: its root file's first); ``writers`` maps each schema id
+    the job knows to its version and descriptor set
+    (:class:`~modeswitch.transforms.decoding.SchemaDecoder`)."""
 
     def __init__(
         self,
@@ -125,34 +130,14 @@ class ProtobufDecoder:
         foreign: frozenset[int] = frozenset(),
         what: str,
     ) -> None:
-        self.reader = reader
-        self.writers = dict(writers)
-        self.foreign = frozenset(foreign)
-        self.subject = subject
-        self.version = version
-        self.what = what
-        self.framed = bool(self.writers)
+        super().__init__(
+            reader, writers, subject=subject, version=version, foreign=foreign, what=what
+        )
         descriptor = find_message(reader, message, what=what)
         self.message = descriptor.full_name
-        self.columns_from = f"version {version} of subject {subject!r}" if subject else what
+        self.decodes_as = f"Protobuf message {self.message}"
         self.columns = message_columns(descriptor, what=what)
-        self._check_names()
-        self._built: dict[str, Any] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_built": None}
-
-    def _check_names(self) -> None:
-        for column in self.columns:
-            if column.name.lower() in RESERVED_NAMES:
-                raise ConfigError(
-                    f"{self.what}: field {column.name!r} of {self.message} clashes with a "
-                    f"column every record has already ({', '.join(RESERVED_NAMES)})"
-                )
-
-    @property
-    def struct(self) -> pa.StructType:
-        return pa.struct(self.columns)
+        self.check_names()
 
     def _parts(self) -> dict[str, Any]:
         """The job's message class and row reader, built once per process."""
@@ -179,26 +164,6 @@ class ProtobufDecoder:
             found = message_at(root_file(self.writers[schema_id][1]), indexes)
             names[key] = None if found is None else found.full_name
         return names[key]
-
-    @property
-    def unknown_id_template(self) -> str:
-        """The message of a value naming an id the job does not know
-        (:func:`~modeswitch.transforms.schema_ids.unknown_id_template`)."""
-        return unknown_id_template(self.subject, self.version)
-
-    def undecodable(self, schema_id: int | None) -> str:
-        """The reason of a value that does not decode as the job's message."""
-        if schema_id is None:
-            return (
-                f"value does not decode as Protobuf message {self.message} with the schema of "
-                f"{self.what}"
-            )
-        version = self.writers[schema_id][0]
-        read_as = "" if version == self.version else f" read as version {self.version}"
-        return (
-            f"value does not decode as Protobuf message {self.message} with schema id "
-            f"{schema_id} (version {version} of {self.subject}){read_as}"
-        )
 
     def decode(
         self, values: pa.Array, buckets: pa.Array, offsets: pa.Array
@@ -244,19 +209,7 @@ class ProtobufDecoder:
             return b"", NOT_FRAMED, None
         schema_id = int.from_bytes(raw[1:5], "big")
         if schema_id not in self.writers:
-            if schema_id in self.foreign:
-                return (
-                    b"",
-                    f"schema id {schema_id} is not a version of subject {self.subject}",
-                    None,
-                )
-            raise UnknownSchemaIdError(
-                self.unknown_id_template.format(
-                    schema_id=schema_id,
-                    bucket=buckets[index].as_py(),
-                    offset=offsets[index].as_py(),
-                )
-            )
+            return b"", self.not_known(schema_id, buckets, offsets, index), None
         indexes, start = indexed
         named = self._message_of(schema_id, indexes)
         if named != self.message:
