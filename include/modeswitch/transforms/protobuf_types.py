@@ -11,6 +11,7 @@
 | `repeated`, `map<K, V>` | `array`, `map` |
 | `google.protobuf.Timestamp` | `timestamp` (an instant; nanoseconds cut to microseconds) |
 | `google.protobuf.*Value` (the wrappers) | the wrapped type |
+| any other well-known message (`Duration`, `Any`, ...) | a `struct` of its fields, as any message |
 
 What a value without a field holds, as Protobuf means it: a field with presence (proto3
 ``optional``, a member of a ``oneof``, a message, a wrapper, any proto2 ``optional``) is null
