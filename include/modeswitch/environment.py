@@ -180,7 +180,7 @@ CACHE = EnvironmentVariable(
     "MODESWITCH_CACHE",
     parse_path,
     "the folder of files made once per machine: the Spark driver's class-data-sharing archive, "
-    "the Python workers' interpreter",
+    "the Python workers' interpreter, compiled Protobuf schemas",
     default_factory=lambda: Path.home() / ".cache" / "modeswitch",
     shown="`~/.cache/modeswitch`",
 )

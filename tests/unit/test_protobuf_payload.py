@@ -302,3 +302,20 @@ def test_a_topic_names_the_subject_and_the_message_is_kept():
         "shop.Order",
         True,
     )
+
+
+def test_a_compiled_set_is_kept_and_read_back_without_the_compiler(tmp_path: Path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path))
+    text = 'syntax = "proto3";\npackage k;\nmessage K { int64 n = 1; }\n'
+    first = descriptor_set({"k.proto": text}, "k.proto", what="t")
+    assert [p.parent.name for p in tmp_path.rglob("*.binpb")] == ["protobuf"]
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError("protoc ran again")
+
+    monkeypatch.setattr(subprocess, "run", no_compiler)
+    assert descriptor_set({"k.proto": text}, "k.proto", what="t") == first
+    with pytest.raises(AssertionError, match="protoc ran again"):  # other files: compiled
+        descriptor_set({"k.proto": text.replace("n = 1", "m = 1")}, "k.proto", what="t")

@@ -19,6 +19,8 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from modeswitch.environment import CACHE, env_value
 from modeswitch.errors import ConfigError
 
 PROTO_SUFFIX = ".proto"
@@ -56,7 +59,45 @@ def descriptor_set(files: Mapping[str, str | bytes], root: str, *, what: str) ->
     ``.proto`` text, or a ``FileDescriptorProto``'s bytes: :func:`registered_file`); the
     well-known types come with the compiler. Raises :class:`ConfigError` naming ``what`` with
     the compiler's message when they do not compile (a syntax error, an import no file is
-    given for)."""
+    given for).
+
+    A set is a function of its files alone, so each one compiled is kept under
+    ``$MODESWITCH_CACHE/protobuf``, named by their digest (and the compiler's version): a job
+    that starts reads it there, where compiling one costs a child process (0.1-0.2 s a version,
+    on every job's start, a stream's at a handoff too)."""
+    cached = _cached_set(files, root)
+    if cached.is_file():
+        return cached.read_bytes()
+    content = _compiled_set(files, root, what=what)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    aside = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+    aside.write_bytes(content)
+    os.replace(aside, cached)  # a concurrent reader never sees half a file
+    return content
+
+
+def _cached_set(files: Mapping[str, str | bytes], root: str) -> Path:
+    from grpc_tools import protoc
+
+    digest = hashlib.sha256()
+    for part in (getattr(protoc, "__file__", ""), _tools_version(), root):
+        digest.update(part.encode() + b"\0")
+    for name in sorted(files):
+        content = files[name]
+        digest.update(name.encode() + b"\0" + (b"b" if isinstance(content, bytes) else b"t"))
+        digest.update(content if isinstance(content, bytes) else content.encode())
+        digest.update(b"\0")
+    return env_value(CACHE) / "protobuf" / f"{digest.hexdigest()[:32]}.binpb"
+
+
+@functools.cache
+def _tools_version() -> str:
+    from importlib.metadata import version
+
+    return version("grpcio-tools")
+
+
+def _compiled_set(files: Mapping[str, str | bytes], root: str, *, what: str) -> bytes:
     from google.protobuf import descriptor_pb2
 
     with tempfile.TemporaryDirectory(prefix="modeswitch-proto-") as scratch:
