@@ -319,3 +319,12 @@ def test_a_compiled_set_is_kept_and_read_back_without_the_compiler(tmp_path: Pat
     assert descriptor_set({"k.proto": text}, "k.proto", what="t") == first
     with pytest.raises(AssertionError, match="protoc ran again"):  # other files: compiled
         descriptor_set({"k.proto": text.replace("n = 1", "m = 1")}, "k.proto", what="t")
+
+
+def test_a_cache_that_cannot_be_written_only_costs_a_compile(tmp_path: Path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path / "file"))
+    text = 'syntax = "proto3";\npackage k;\nmessage K { int64 n = 1; }\n'
+    made = descriptor_set({"k.proto": text}, "k.proto", what="t")
+    assert descriptor_pb2.FileDescriptorSet.FromString(made).file[-1].name == "k.proto"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]

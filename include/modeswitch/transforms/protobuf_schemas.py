@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
+import logging
 import os
 import subprocess
 import sys
@@ -30,6 +32,8 @@ from typing import Any
 
 from modeswitch.environment import CACHE, env_value
 from modeswitch.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 PROTO_SUFFIX = ".proto"
 
@@ -69,10 +73,15 @@ def descriptor_set(files: Mapping[str, str | bytes], root: str, *, what: str) ->
     if cached.is_file():
         return cached.read_bytes()
     content = _compiled_set(files, root, what=what)
-    cached.parent.mkdir(parents=True, exist_ok=True)
     aside = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-    aside.write_bytes(content)
-    os.replace(aside, cached)  # a concurrent reader never sees half a file
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        aside.write_bytes(content)
+        os.replace(aside, cached)  # a concurrent reader never sees half a file
+    except OSError as exc:  # a cache that cannot be written: compiled again next time
+        log.warning("compiled Protobuf schemas not kept in %s: %s", cached.parent, exc)
+        with contextlib.suppress(OSError):
+            aside.unlink()
     return content
 
 
