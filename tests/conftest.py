@@ -60,7 +60,7 @@ FILE_SECONDS = {
     "spark/test_arrow_parse.py": 62,
     "spark/test_maintenance_beside_stream.py": 37,
     "kafka/test_kafka_auth.py": 36,
-    "kafka/test_schema_registry.py": 130,
+    "kafka/test_schema_registry.py": 175,
     "airflow/test_pipeline_run.py": 33,
     "spark/test_delta_spark_writer.py": 33,
     "e2e/test_run_engine.py": 33,

@@ -328,3 +328,24 @@ def test_a_cache_that_cannot_be_written_only_costs_a_compile(tmp_path: Path, mon
     made = descriptor_set({"k.proto": text}, "k.proto", what="t")
     assert descriptor_pb2.FileDescriptorSet.FromString(made).file[-1].name == "k.proto"
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_the_pipelines_transform_is_the_protobuf_decoders(tmp_path: Path):
+    from modeswitch.transforms.loading import pipeline_transform
+
+    (tmp_path / "order.proto").write_text(V1)
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "p",
+            "value_format": "protobuf",
+            "value_schema_file": str(tmp_path / "order.proto"),
+            "value_message": "shop.Refund",
+        }
+    )
+    transform = pipeline_transform(settings)
+    assert (transform.faster, transform.columns_from) == (
+        "arrow",
+        f"value_schema_file {str(tmp_path / 'order.proto')!r}",
+    )
+    form = transform.arrow_form()
+    assert [f.name for f in form.schema.fields][-2:] == ["id", "_quarantine_reason"]
