@@ -113,23 +113,28 @@ class Orders:
         self.send([serializer(order(n, version), context) for n in range(first, first + count)])
 
 
-@pytest.fixture
-def avro_pipeline(kafka_cluster, schema_registry, new_topic: Callable[[int], str], tmp_path: Path):
-    source = new_topic(4)
-    registry = SchemaRegistryClient(schema_registry.config)
-    orders = Orders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
-    settings = PipelineSettings.from_mapping(
+def registry_pipeline(format_: str, source: str, tmp_path: Path) -> PipelineSettings:
+    """A pipeline of ``format_`` values on ``source``, in small waves and quick micro-batches."""
+    return PipelineSettings.from_mapping(
         {
-            "pipeline": "avro_orders",
+            "pipeline": f"{format_}_orders",
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
-            "value_format": "avro",
+            "value_format": format_,
             "wave_records": "3000",
             "max_split_records": "1000",
             "trigger_interval": "200ms",
             "max_stream_runtime": "5m",
         }
     )
+
+
+@pytest.fixture
+def avro_pipeline(kafka_cluster, schema_registry, new_topic: Callable[[int], str], tmp_path: Path):
+    source = new_topic(4)
+    registry = SchemaRegistryClient(schema_registry.config)
+    orders = Orders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
+    settings = registry_pipeline("avro", source, tmp_path)
     return settings, orders, registry
 
 
@@ -363,18 +368,7 @@ def test_protobuf_values_land_through_both_paths_and_a_new_version_adds_its_colu
     source = new_topic(4)
     registry = SchemaRegistryClient(schema_registry.config)
     orders = ProtobufOrders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
-    settings = PipelineSettings.from_mapping(
-        {
-            "pipeline": "protobuf_orders",
-            "source": source,
-            "warehouse": str(tmp_path / "warehouse"),
-            "value_format": "protobuf",
-            "wave_records": "3000",
-            "max_split_records": "1000",
-            "trigger_interval": "200ms",
-            "max_stream_runtime": "5m",
-        }
-    )
+    settings = registry_pipeline("protobuf", source, tmp_path)
     v1, v2 = pb.compiled(pb.V1), pb.compiled(pb.V2)
     orders.write_protobuf(v1, 0, 1500)
     orders.send([b"plain text", b"\x00\x00\x00\x00"])
