@@ -66,7 +66,7 @@ from modeswitch.transforms.decoding import (
     fitted_columns,
     value_bytes,
 )
-from modeswitch.transforms.schema_ids import SchemaIdsSeen
+from modeswitch.transforms.schema_ids import SchemaIdsSeen, read_as_seen
 
 NOT_FRAMED = (
     "value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
@@ -193,19 +193,8 @@ def avro_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Avr
             raise ConfigError(
                 f"{what}: not an Avro schema ({exc})", setting="value_schema_file"
             ) from exc
-    from modeswitch.sources.schema_registry import read_subject
-
-    seen = seen or SchemaIdsSeen()
-    version = source.version if seen.read_as is None else seen.read_as
-    subject = read_subject(source.subject, version)
-    return AvroDecoder(
-        subject.reader,
-        subject.writers,
-        subject=subject.subject,
-        version=subject.version,
-        foreign=seen.foreign,
-        what=f"version {subject.version} of subject {subject.subject!r} at {subject.registry}",
-    )
+    subject, named = read_as_seen(source, seen, kind="AVRO")
+    return AvroDecoder(subject.reader, subject.writers, **named)
 
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:

@@ -65,7 +65,7 @@ from modeswitch.transforms.protobuf_schemas import (
     schema_file_set,
 )
 from modeswitch.transforms.protobuf_types import message_columns, row_reader
-from modeswitch.transforms.schema_ids import SchemaIdsSeen
+from modeswitch.transforms.schema_ids import SchemaIdsSeen, read_as_seen
 
 NOT_FRAMED = (
     "value is not in the schema registry's wire format for Protobuf (a zero magic byte, a "
@@ -235,11 +235,7 @@ def protobuf_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) ->
         except ConfigError as exc:
             raise ConfigError(str(exc), setting="value_schema_file") from exc
         return ProtobufDecoder(content, source.message, {}, what=what)
-    from modeswitch.sources.schema_registry import read_subject
-
-    seen = seen or SchemaIdsSeen()
-    version = source.version if seen.read_as is None else seen.read_as
-    subject = read_subject(source.subject, version, kind="PROTOBUF")
+    subject, named = read_as_seen(source, seen, kind="PROTOBUF")
     writers = {
         schema_id: (
             number,
@@ -252,15 +248,7 @@ def protobuf_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) ->
         )
         for schema_id, (number, text) in subject.writers.items()
     }
-    return ProtobufDecoder(
-        writers[subject.reader_id][1],
-        source.message,
-        writers,
-        subject=subject.subject,
-        version=subject.version,
-        foreign=seen.foreign,
-        what=f"version {subject.version} of subject {subject.subject!r} at {subject.registry}",
-    )
+    return ProtobufDecoder(writers[subject.reader_id][1], source.message, writers, **named)
 
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from modeswitch.control.payload_settings import SchemaSource
 from modeswitch.errors import SchemaChangedError
@@ -112,10 +113,30 @@ def learn_schema_id(message: str, source: SchemaSource, seen: SchemaIdsSeen) -> 
     )
 
 
+def read_as_seen(
+    source: SchemaSource, seen: SchemaIdsSeen | None, *, kind: str
+) -> tuple[Any, dict[str, Any]]:
+    """The subject of ``source`` read now, at the version the job goes on reading as (the
+    settings', or what ``seen`` learned), as a ``kind`` schema; and the decoder's keywords that
+    name it (subject, version, the ids found foreign, the words)."""
+    from modeswitch.sources.schema_registry import read_subject
+
+    seen = seen or SchemaIdsSeen()
+    version = source.version if seen.read_as is None else seen.read_as
+    subject = read_subject(source.subject, version, kind=kind)
+    return subject, {
+        "subject": subject.subject,
+        "version": subject.version,
+        "foreign": seen.foreign,
+        "what": f"version {subject.version} of subject {subject.subject!r} at {subject.registry}",
+    }
+
+
 __all__ = [
     "SchemaIdLearned",
     "SchemaIdsSeen",
     "learn_schema_id",
+    "read_as_seen",
     "unknown_id",
     "unknown_id_template",
 ]
