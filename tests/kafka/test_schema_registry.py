@@ -102,8 +102,10 @@ class Orders:
         self.partition = 0
 
     def send(self, values: list[bytes]) -> None:
+        """Each value with two headers: who wrote it, and the how-manieth it is."""
         for value in values:
-            self.producer.produce(self.topic, value, partition=self.partition % 4)
+            headers = [("producer", b"orders"), ("seq", b"%d" % self.partition)]
+            self.producer.produce(self.topic, value, partition=self.partition % 4, headers=headers)
             self.partition += 1
         assert self.producer.flush(30) == 0
 
@@ -134,7 +136,8 @@ def avro_pipeline(kafka_cluster, schema_registry, new_topic: Callable[[int], str
     source = new_topic(4)
     registry = SchemaRegistryClient(schema_registry.config)
     orders = Orders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
-    settings = registry_pipeline("avro", source, tmp_path)
+    # Read with the records' headers: the batch's consumer and Spark's Kafka source alike.
+    settings = registry_pipeline("avro", f"{source}?headers=true", tmp_path)
     return settings, orders, registry
 
 
@@ -199,8 +202,12 @@ def test_values_before_and_after_a_compatible_change_land_in_one_table(avro_pipe
     assert types["wall"] == pa.timestamp("us")
     assert types["ship"] == pa.struct([("city", pa.string()), ("zip", pa.string())])
     assert pa.types.is_map(types["attrs"]) and pa.types.is_list(types["tags"])
+    assert types["headers"] == pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     rows = sink_rows(settings)
     assert sorted(rows) == list(range(4500))
+    sequence = [[(h["key"], h["value"]) for h in row["headers"]] for row in rows.values()]
+    assert {tuple(k for k, _ in h) for h in sequence} == {("producer", "seq")}
+    assert len({h[1][1] for h in sequence}) == 4500  # each row its own record's
     for n in (0, 1, 1999, 2000, 2001, 4499):
         got = {k: v for k, v in rows[n].items() if k in V3_NAMES}
         want = dict(order(n, 2), note=order(n, 2)["note"] if n >= 2000 else None)
@@ -304,6 +311,8 @@ def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipelin
     print(f"version 3's values committed {took:.1f} s after they were sent")
     rows = sink_rows(settings)
     assert sorted(rows) == list(range(1600))
+    # The batch (Spark's Kafka source and from_avro) kept the headers as the stream did.
+    assert all(rows[n]["headers"][0] == {"key": "producer", "value": b"orders"} for n in rows)
     assert {rows[n]["channel"] for n in range(1300)} == {None}
     assert {rows[n]["channel"] for n in range(1300, 1600)} == {"app"}
     assert {rows[n]["note"] for n in range(1300, 1600, 2)} == {

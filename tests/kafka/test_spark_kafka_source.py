@@ -35,19 +35,17 @@ FIELD_VALUES = [
 ]
 
 
+HEADERS = [("trace", b"abc"), ("trace", b"def"), ("raw", b"\xff\x00"), ("none", None)]
+"""A record's headers: a key twice, a value not UTF-8, a null value; in this order."""
+
+
 def _records(table: pa.Table) -> list[tuple]:
-    """(bucket, offset, event time in µs, key, value), in bucket and offset order."""
-    table = table.select(["bucket", "offset", "event_time", "key", "value"])
-    micros = table.column("event_time").cast(pa.int64()).to_pylist()
-    rows = zip(
-        table.column("bucket").to_pylist(),
-        table.column("offset").to_pylist(),
-        micros,
-        table.column("key").to_pylist(),
-        table.column("value").to_pylist(),
-        strict=True,
-    )
-    return sorted(rows)
+    """(bucket, offset, event time in µs, key, value[, headers]), in bucket and offset
+    order."""
+    names = ["bucket", "offset", "event_time", "key", "value"]
+    names += [n for n in ("headers",) if n in table.schema.names]
+    table = table.select(names).set_column(2, "event_time", table["event_time"].cast(pa.int64()))
+    return sorted(zip(*(table.column(n).to_pylist() for n in names), strict=True))
 
 
 def test_spark_reads_a_range_as_our_log_reads_it(
@@ -71,10 +69,11 @@ def test_spark_reads_a_range_as_our_log_reads_it(
     producer.produce(topic, b"\xff\xfe not utf-8", key=b"\xc3", partition=0, timestamp=BASE_MS)
     producer.produce(topic, b"not json", key=None, partition=1, timestamp=BASE_MS)
     producer.produce(topic, None, key=b"tombstone", partition=1, timestamp=BASE_MS)
+    producer.produce(topic, b"{}", key=b"h", partition=0, timestamp=BASE_MS, headers=HEADERS)
     assert producer.flush(10) == 0
     del producer  # its client threads end with it, before the session stops the broker
 
-    for setting in (source, f"{source}?event_time=ts"):
+    for setting in (source, f"{source}?event_time=ts", f"{source}?headers=true"):
         log = KafkaLog(setting)
         end = log.latest_offsets()
         start = {b: 0 for b in end}
@@ -101,6 +100,12 @@ def test_spark_reads_a_range_as_our_log_reads_it(
         assert values[plain][2] == (BASE_MS + 900_000 + int(plain[1:])) * 1000
     [undecodable] = [r for r in by_field if r[4] and r[4].startswith(NOT_UTF8_PREFIX)]
     assert undecodable[3].startswith(NOT_UTF8_PREFIX)
+    # The headers, read only where the source asks: in order, as bytes; null where none.
+    assert "headers" not in read_batch(spark, source, start, end).columns
+    with_headers = _records(read_batch(spark, f"{source}?headers=true", start, end).toArrow())
+    kept = {r[3]: r[5] for r in with_headers}
+    assert kept["h"] == [{"key": k, "value": v} for k, v in HEADERS]
+    assert kept["f0"] is None
 
 
 def test_a_stream_reads_from_exact_offsets_with_a_limit_per_micro_batch(

@@ -14,6 +14,7 @@ from modeswitch.errors import ConfigError, ModeswitchError
 from modeswitch.runners.session import REDACTION_REGEX
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources import log_type
+from modeswitch.sources.kafka import KafkaLocation
 from modeswitch.sources.kafka_security import with_java_properties
 from modeswitch.sources.spark_kafka import (
     READ_MAX_POLL_RECORDS,
@@ -92,11 +93,16 @@ class _Reader:
 
 def test_every_read_polls_many_records_at_once() -> None:
     reader = _Reader()
-    _options(reader, "events", {0: 3}, java_options({"bootstrap.servers": "b:9092"}))
+    location = KafkaLocation.parse("kafka://events")
+    _options(reader, location, {0: 3}, java_options({"bootstrap.servers": "b:9092"}))
     assert reader.given["kafka.max.poll.records"] == str(READ_MAX_POLL_RECORDS)
     assert READ_MAX_POLL_RECORDS >= 10_000  # not the Java client's 500
     assert reader.given["startingOffsets"] == '{"events": {"0": 3}}'
     assert reader.given["kafka.isolation.level"] == "read_committed"
+    assert reader.given["includeHeaders"] == "false"
+    headers = _Reader()
+    _options(headers, KafkaLocation.parse("kafka://events?headers=true"), {0: 3}, {})
+    assert headers.given["includeHeaders"] == "true"
 
 
 def test_the_log_names_its_spark_source() -> None:

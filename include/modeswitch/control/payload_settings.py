@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, get_args
 
 from modeswitch.control.flat_settings import FlatSettings
-from modeswitch.control.locations import KafkaLocation, is_kafka_source
+from modeswitch.control.locations import KafkaLocation, is_kafka_source, record_columns
 from modeswitch.control.values import check_settings, parse_choice, parse_text, setting
 from modeswitch.errors import ConfigError
 
@@ -134,6 +134,9 @@ class SchemaSource:
     version: int | None = None
     message: str = ""
     on_schema_change: str = "evolve"
+    record_columns: tuple[str, ...] = ()
+    """The columns the source's records have beyond every log's
+    (:func:`~modeswitch.control.locations.record_columns`), which no field may be named as."""
 
     @property
     def framed(self) -> bool:
@@ -189,6 +192,7 @@ def describe_format(
         "format": fmt,
         "message": payload.value_message,
         "on_schema_change": payload.on_schema_change,
+        "record_columns": record_columns(source),
     }
     if payload.value_schema_file:
         for name, is_set in (

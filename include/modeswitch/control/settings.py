@@ -167,8 +167,8 @@ class PipelineSettings(FlatSettings):
         ".demo/log",
         parse=parse_text,
         rule=_source_location,
-        doc="the source log's root (path or URI), or `kafka://<topic>` (its client "
-        "configuration is `kafka_connection`'s, never a setting)",
+        doc="the source log's root (path or URI), or `kafka://<topic>` (client configuration: "
+        "`kafka_connection`'s; `?headers=true` keeps the headers: [KAFKA.md](KAFKA.md#headers))",
     )
     warehouse: str = setting(
         ".demo/warehouse",

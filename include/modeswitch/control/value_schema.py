@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from modeswitch.control.field_types import MAX_DECIMAL_PRECISION, decimal_type
+from modeswitch.control.locations import record_columns
 from modeswitch.control.payload_settings import PayloadSettings, SchemaSource, describe_format
 from modeswitch.errors import ConfigError
 
@@ -345,6 +346,21 @@ class _Reader:
         raise self.fail("a COMMENT string is not closed")
 
 
+def check_beside_record(names: Sequence[str], columns: Sequence[str], *, what: str) -> None:
+    """Refuses, naming ``what`` and the field, a payload column named (case aside) as one of
+    ``columns``: those the source's records have beyond every log's
+    (:func:`~modeswitch.control.locations.record_columns`: ``headers`` where a topic is read
+    with them), which would be there twice."""
+    for name in names:
+        if name.lower() in columns:
+            raise ConfigError(
+                f"{what}: field {name!r} clashes with the column {name.lower()!r} the source "
+                "adds to every record (kafka://<topic>?headers=true); name the field "
+                "otherwise, or read the source without it",
+                setting="source",
+            )
+
+
 SCHEMA_TRANSFORM = "value_schema"
 """The ``transform`` setting that stands for the transform built from ``value_schema`` (its
 default): the payload parsed into ``value_schema``'s columns, or, with no ``value_schema``, the
@@ -423,6 +439,9 @@ def describe_payload(
             setting="event_time_field",
         )
     fields = parse_value_schema(value_schema)
+    check_beside_record(
+        [f.name for f in fields], record_columns(source), what=f"value_schema: {value_schema!r}"
+    )
     return Payload(
         spec, fields, find_event_time_field(fields, event_time_field), format=fmt, schemas=schemas
     )
@@ -435,6 +454,7 @@ __all__ = [
     "SCHEMA_TRANSFORM",
     "Payload",
     "PayloadField",
+    "check_beside_record",
     "ddl_name",
     "describe_payload",
     "find_event_time_field",

@@ -25,6 +25,7 @@ from modeswitch.control.value_schema import Payload
 from modeswitch.modes.stream_path import StreamPath, choose_stream_path
 from modeswitch.modes.wave_path import WavePath, choose_wave_path
 from modeswitch.sources import log_type
+from modeswitch.sources.base import spark_record_schema
 from modeswitch.sources.spark_options import arrow_form_options
 from modeswitch.transforms import ArrowForm, Transform, payload_transform
 
@@ -60,10 +61,11 @@ class JobPlan:
 
     @cached_property
     def arrow(self) -> ArrowForm:
-        """The transform's Arrow form on the log's records, built and checked once. Only a
+        """The transform's Arrow form on the log's records (their headers too where the source
+        keeps them), built and checked once. Only a
         path whose transform runs as ``arrow`` asks for it, and those are chosen only for a
         transform that has one."""
-        form = self.transform.arrow_form()
+        form = self.transform.arrow_form(spark_record_schema(self.source))
         assert form is not None, f"transform={self.transform.name!r} has no Arrow form"
         return form
 

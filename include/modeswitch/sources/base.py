@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 
+from modeswitch.control.locations import HEADERS_COLUMN, record_columns
 from modeswitch.errors import OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.offsets import OffsetsMap
 
@@ -37,6 +38,28 @@ RECORD_SCHEMA = pa.schema(
 event_time timestamp, key string, value string``."""
 
 SPARK_RECORD_DDL = "bucket int, offset bigint, event_time timestamp, key string, value string"
+
+HEADERS_FIELD = pa.field(
+    HEADERS_COLUMN,
+    pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])),
+)
+"""A Kafka record's headers (:data:`~modeswitch.control.locations.HEADERS_COLUMN`), the type
+Spark's Kafka source gives them: ``array<struct<key string, value binary>>``."""
+
+
+def record_schema(source: str) -> pa.Schema:
+    """The schema of ``source``'s records (the ``source`` setting): :data:`RECORD_SCHEMA`, with
+    :data:`HEADERS_FIELD` after it for a topic read with its headers
+    (``kafka://<topic>?headers=true``), so that every reader of one source gives one schema."""
+    extra = {HEADERS_COLUMN: HEADERS_FIELD}
+    return pa.schema([*RECORD_SCHEMA, *(extra[name] for name in record_columns(source))])
+
+
+def spark_record_schema(source: str) -> Any:
+    """:func:`record_schema` as Spark's ``StructType``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(record_schema(source))
 
 
 class LogCapabilities(Protocol):

@@ -23,6 +23,10 @@ What this log promises, and what it does not:
 - **Undecodable bytes are kept, not dropped**: a key or value that is not UTF-8 becomes
   :data:`NOT_UTF8_PREFIX` followed by the bytes in base64, which the transform quarantines
   with the reason ``value is not UTF-8``.
+- **Headers** are read only with ``kafka://<topic>?headers=true``: a ``headers`` column after
+  the others (:data:`~modeswitch.sources.base.HEADERS_FIELD`: each header's key as text, its
+  value as bytes, in the order written; null for a record without headers), as Spark's Kafka
+  source gives them with ``includeHeaders``.
 
 A topic's partitions and offsets (asked of the brokers, no record read) are
 :class:`~modeswitch.sources.kafka_topic.KafkaTopic`'s, which :class:`KafkaLog` extends with
@@ -55,7 +59,7 @@ from modeswitch.errors import (
     OffsetOutOfRangeError,
     UnknownBucketError,
 )
-from modeswitch.sources.base import RECORD_SCHEMA, check_range
+from modeswitch.sources.base import HEADERS_FIELD, RECORD_SCHEMA, check_range
 from modeswitch.sources.kafka_topic import KafkaTopic, confluent
 
 log = logging.getLogger(__name__)
@@ -172,7 +176,7 @@ class KafkaLog(KafkaTopic):
         consumer = kafka.Consumer(
             self._client_config(**{"fetch.max.bytes": 52_428_800, "queued.min.messages": 200_000})
         )
-        columns = _Columns(self.location.event_time_field)
+        columns = _Columns(self.location.event_time_field, headers=self.location.headers)
         try:
             consumer.assign([kafka.TopicPartition(self.topic, partition, start)])
             idle_since = time.monotonic()
@@ -285,14 +289,18 @@ class KafkaLog(KafkaTopic):
 
 class _Columns:
     """Raw record columns being gathered for one Arrow batch: decoded a batch at a time
-    (one vectorised UTF-8 check per column; per record only where it fails)."""
+    (one vectorised UTF-8 check per column; per record only where it fails). With
+    ``headers``, the records' headers too, as librdkafka gives them (a list of ``(key,
+    value)`` pairs in the order written, or None), into :data:`HEADERS_FIELD`."""
 
-    def __init__(self, field: str | None) -> None:
+    def __init__(self, field: str | None, *, headers: bool = False) -> None:
         self.field = field
+        self.schema = pa.schema([*RECORD_SCHEMA, *([HEADERS_FIELD] if headers else [])])
         self.offsets: list[int] = []
         self.stamps: list[int] = []
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
+        self.headers: list[list[tuple[str, bytes | None]] | None] | None = [] if headers else None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -311,6 +319,8 @@ class _Columns:
         self.stamps += [m.timestamp()[1] for m in messages]
         self.keys += [m.key() for m in messages]
         self.values += [m.value() for m in messages]
+        if self.headers is not None:
+            self.headers += [m.headers() for m in messages]
         return done
 
     def batch(self, partition: int) -> pa.RecordBatch:
@@ -328,10 +338,12 @@ class _Columns:
                 pa.array(micros).cast(pa.timestamp("us", tz="UTC")),
                 _utf8(self.keys),
                 values,
+                *([] if self.headers is None else [pa.array(self.headers, HEADERS_FIELD.type)]),
             ],
-            schema=RECORD_SCHEMA,
+            schema=self.schema,
         )
         self.offsets, self.stamps, self.keys, self.values = [], [], [], []
+        self.headers = None if self.headers is None else []
         return batch
 
 

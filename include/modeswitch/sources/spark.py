@@ -73,7 +73,7 @@ from pyspark.sql.types import StructType
 
 from modeswitch.errors import ModeswitchError, OffsetOutOfRangeError, UnknownBucketError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
-from modeswitch.sources.base import SPARK_RECORD_DDL, BucketedLog, check_range
+from modeswitch.sources.base import BucketedLog, check_range, spark_record_schema
 from modeswitch.sources.spark_options import BucketLogOptions, arrow_function, resolve_offsets
 from modeswitch.worker_gc import freeze_imports
 
@@ -327,7 +327,7 @@ class BucketLogDataSource(DataSource):
     def schema(self) -> Any:
         options = self._options()
         if options.arrow_schema is None:
-            return SPARK_RECORD_DDL
+            return spark_record_schema(options.path)
         return StructType.fromJson(json.loads(options.arrow_schema))
 
     def _options(self) -> BucketLogOptions:

@@ -12,7 +12,9 @@ row for row what :class:`~modeswitch.sources.kafka.KafkaLog` reads from the same
   whose field is missing, of another type or unreadable keeps its timestamp);
 - ``key`` and ``value`` are the bytes as UTF-8 text, or where they are not UTF-8,
   :data:`~modeswitch.sources.kafka.NOT_UTF8_PREFIX` and their base64 (the transform
-  quarantines such a value: "value is not UTF-8").
+  quarantines such a value: "value is not UTF-8");
+- ``headers`` only with ``kafka://<topic>?headers=true``: Spark's own column
+  (``includeHeaders``), which :class:`~modeswitch.sources.kafka.KafkaLog` gives alike.
 
 A stream subscribes to the topic (a partition added while it runs is read from its earliest
 offset), a batch read takes exact ranges with ``assign``; both under
@@ -38,6 +40,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from modeswitch.control.locations import HEADERS_COLUMN
 from modeswitch.errors import ConfigError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog, kafka_config
@@ -208,9 +211,7 @@ def read_stream(
         "kafka.request.timeout.ms": str(request),
         "kafka.default.api.timeout.ms": str(max(STREAM_API_TIMEOUT_MS, request)),
     }
-    reader = _options(spark.readStream, location.topic, begin, client).option(
-        "subscribe", location.topic
-    )
+    reader = _options(spark.readStream, location, begin, client).option("subscribe", location.topic)
     if max_records_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_records_per_trigger))
     frame = reader.load()
@@ -234,7 +235,7 @@ def read_batch(
     there are at least this many tasks (a skewed partition is read by several)."""
     location = KafkaLocation.parse(source)
     reader = (
-        _options(spark.read, location.topic, start, java_options(config))
+        _options(spark.read, location, start, java_options(config))
         .option("assign", json.dumps({location.topic: sorted(start)}))
         .option("endingOffsets", topic_offsets_json(location.topic, end))
     )
@@ -243,17 +244,17 @@ def read_batch(
     return as_records(reader.load(), location)
 
 
-def _options(reader, topic: str, start: OffsetsMap, client: Mapping[str, str]):
+def _options(reader, location: KafkaLocation, start: OffsetsMap, client: Mapping[str, str]):
     """What every read of ours sets: the client options, polls of up to
     :data:`READ_MAX_POLL_RECORDS`, the exact start, a failure (not a skip) where records the
-    range needs are gone, no headers."""
+    range needs are gone, the headers only where the source keeps them."""
     return (
         reader.format(SPARK_FORMAT)
         .option("kafka.max.poll.records", str(READ_MAX_POLL_RECORDS))
         .options(**client)
-        .option("startingOffsets", topic_offsets_json(topic, start))
+        .option("startingOffsets", topic_offsets_json(location.topic, start))
         .option("failOnDataLoss", "true")
-        .option("includeHeaders", "false")
+        .option("includeHeaders", str(location.headers).lower())
     )
 
 
@@ -271,6 +272,7 @@ def as_records(frame, location: KafkaLocation):
         stamp.alias("event_time"),
         _text(F.col("key")).alias("key"),
         _text(F.col("value")).alias("value"),
+        *([F.col(HEADERS_COLUMN)] if location.headers else []),
     )
 
 

@@ -199,7 +199,7 @@ def avro_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Avr
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform of an Avro payload (module docstring), its schemas read now."""
-    return avro_transform_of(avro_decoder(source, seen))
+    return avro_transform_of(avro_decoder(source, seen).check_beside(source))
 
 
 def avro_transform_of(decoder: AvroDecoder) -> Transform:

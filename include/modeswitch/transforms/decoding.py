@@ -13,7 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from modeswitch.control.value_schema import RESERVED_NAMES
+from modeswitch.control.payload_settings import SchemaSource
+from modeswitch.control.value_schema import RESERVED_NAMES, check_beside_record
 from modeswitch.errors import ConfigError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm
@@ -73,6 +74,12 @@ class SchemaDecoder:
                     "alone, which Spark's and Delta's column names do not tell apart"
                 )
             seen[folded] = column.name
+
+    def check_beside(self, source: SchemaSource) -> SchemaDecoder:
+        """Itself, once no column is named as one the records of ``source`` have beyond every
+        log's (:func:`~modeswitch.control.value_schema.check_beside_record`)."""
+        check_beside_record([c.name for c in self.columns], source.record_columns, what=self.what)
+        return self
 
     @property
     def struct(self) -> pa.StructType:

@@ -253,7 +253,7 @@ def protobuf_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) ->
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform of a Protobuf payload (module docstring), its schemas read now."""
-    return protobuf_transform_of(protobuf_decoder(source, seen))
+    return protobuf_transform_of(protobuf_decoder(source, seen).check_beside(source))
 
 
 def protobuf_transform_of(decoder: ProtobufDecoder) -> Transform:
