@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from avro_tools import V1, as_text, body
+from test_arrow_form import records
 
 from modeswitch.control.locations import KafkaLocation, record_columns
 from modeswitch.control.payload_settings import SchemaSource
@@ -53,19 +54,10 @@ def test_the_embedded_log_and_bad_switches() -> None:
 
 
 def _records_with_headers(values: list[str]) -> pa.RecordBatch:
-    n = len(values)
+    headers = [[{"key": "trace", "value": b"%d" % i}] for i in range(len(values))]
+    batch = records(values)
     return pa.RecordBatch.from_arrays(
-        [
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(n), pa.int64()),
-            pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(["k"] * n),
-            pa.array(values),
-            pa.array(
-                [[{"key": "trace", "value": b"%d" % i}] for i in range(n)], HEADERS_FIELD.type
-            ),
-        ],
-        schema=record_schema(WITH),
+        [*batch.columns, pa.array(headers, HEADERS_FIELD.type)], schema=record_schema(WITH)
     )
 
 
