@@ -101,24 +101,44 @@ class Orders:
         self.topic = topic
         self.partition = 0
 
-    def send(self, values: list[bytes]) -> None:
-        """Each value with two headers: who wrote it, and the how-manieth it is."""
-        for value in values:
+    def send(self, values: list[bytes], keys: list[bytes] | None = None) -> None:
+        """Each value (with its key, if given) and two headers: who wrote it, and the
+        how-manieth it is."""
+        for value, key in zip(values, keys or [None] * len(values), strict=True):
             headers = [("producer", b"orders"), ("seq", b"%d" % self.partition)]
-            self.producer.produce(self.topic, value, partition=self.partition % 4, headers=headers)
+            self.producer.produce(
+                self.topic, value, key=key, partition=self.partition % 4, headers=headers
+            )
             self.partition += 1
         assert self.producer.flush(30) == 0
 
     def write(self, schema: dict, first: int, count: int, version: int) -> None:
         serializer = AvroSerializer(self.registry, json.dumps(schema))
         context = SerializationContext(self.topic, MessageField.VALUE)
-        self.send([serializer(order(n, version), context) for n in range(first, first + count)])
+        keyed = AvroSerializer(self.registry, json.dumps(ORDER_KEY))
+        key_context = SerializationContext(self.topic, MessageField.KEY)
+        numbers = range(first, first + count)
+        self.send(
+            [serializer(order(n, version), context) for n in numbers],
+            [keyed({"id": n, "region": f"r{n % 3}"}, key_context) for n in numbers],
+        )
 
 
-def registry_pipeline(format_: str, source: str, tmp_path: Path) -> PipelineSettings:
-    """A pipeline of ``format_`` values on ``source``, in small waves and quick micro-batches."""
+ORDER_KEY = {
+    "type": "record",
+    "name": "OrderKey",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}],
+}
+"""The orders' keys, registered under ``<topic>-key`` by the serializer."""
+
+
+def registry_pipeline(format_: str, source: str, tmp_path: Path, **more: str) -> PipelineSettings:
+    """A pipeline of ``format_`` values on ``source``, in small waves and quick micro-batches
+    (and ``more`` settings)."""
     return PipelineSettings.from_mapping(
         {
+            **more,
             "pipeline": f"{format_}_orders",
             "source": source,
             "warehouse": str(tmp_path / "warehouse"),
@@ -137,7 +157,8 @@ def avro_pipeline(kafka_cluster, schema_registry, new_topic: Callable[[int], str
     registry = SchemaRegistryClient(schema_registry.config)
     orders = Orders(kafka_cluster.config, registry, KafkaLocation.parse(source).topic)
     # Read with the records' headers: the batch's consumer and Spark's Kafka source alike.
-    settings = registry_pipeline("avro", f"{source}?headers=true", tmp_path)
+    # And with the keys decoded (key_format = avro): key_id, key_region.
+    settings = registry_pipeline("avro", f"{source}?headers=true", tmp_path, key_format="avro")
     return settings, orders, registry
 
 
@@ -208,6 +229,7 @@ def test_values_before_and_after_a_compatible_change_land_in_one_table(avro_pipe
     sequence = [[(h["key"], h["value"]) for h in row["headers"]] for row in rows.values()]
     assert {tuple(k for k, _ in h) for h in sequence} == {("producer", "seq")}
     assert len({h[1][1] for h in sequence}) == 4500  # each row its own record's
+    assert all((r["key_id"], r["key_region"]) == (n, f"r{n % 3}") for n, r in rows.items())
     for n in (0, 1, 1999, 2000, 2001, 4499):
         got = {k: v for k, v in rows[n].items() if k in V3_NAMES}
         want = dict(order(n, 2), note=order(n, 2)["note"] if n >= 2000 else None)
@@ -311,8 +333,10 @@ def test_a_version_registered_while_the_stream_runs_adds_its_column(avro_pipelin
     print(f"version 3's values committed {took:.1f} s after they were sent")
     rows = sink_rows(settings)
     assert sorted(rows) == list(range(1600))
-    # The batch (Spark's Kafka source and from_avro) kept the headers as the stream did.
+    # The batch (Spark's Kafka source and from_avro) kept the headers and decoded the keys as
+    # the stream did.
     assert all(rows[n]["headers"][0] == {"key": "producer", "value": b"orders"} for n in rows)
+    assert all(rows[n]["key_id"] == n for n in rows)
     assert {rows[n]["channel"] for n in range(1300)} == {None}
     assert {rows[n]["channel"] for n in range(1300, 1600)} == {"app"}
     assert {rows[n]["note"] for n in range(1300, 1600, 2)} == {

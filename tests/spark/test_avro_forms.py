@@ -28,7 +28,7 @@ from modeswitch.errors import UnknownSchemaIdError
 from modeswitch.runners.jobs import modeswitch_errors
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.transforms import QUARANTINE_REASON
-from modeswitch.transforms.avro import AvroDecoder, avro_transform_of
+from modeswitch.transforms.avro import AvroDecoder, transform_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -37,7 +37,7 @@ def both(spark, decoder: AvroDecoder, values: list[str | None]) -> tuple[list, l
     """Each value through the Spark form and through the Arrow form: rows by offset."""
     rows = [(1, offset, None, None, value) for offset, value in enumerate(values)]
     df = spark.createDataFrame(rows, SPARK_RECORD_DDL)
-    transform = avro_transform_of(decoder)
+    transform = transform_of(decoder)
     form = transform.arrow(df.schema)
     out = []
     for frame in (transform.spark(df), df.mapInArrow(form.function, form.schema)):
@@ -93,7 +93,7 @@ def test_an_unknown_schema_id_stops_both_forms_alike(spark) -> None:
     df = spark.createDataFrame(
         [(2, offset, None, None, value) for offset, value in enumerate(values)], SPARK_RECORD_DDL
     )
-    transform = avro_transform_of(framed_decoder(2))
+    transform = transform_of(framed_decoder(2))
     form = transform.arrow(df.schema)
     said = []
     for frame in (transform.spark(df), df.mapInArrow(form.function, form.schema)):
@@ -176,3 +176,42 @@ def test_a_value_whose_fields_are_all_null_is_told_from_one_that_does_not_decode
     undecodable = "value does not decode as Avro with the schema of value_schema_file 'loose.avsc'"
     assert [r[QUARANTINE_REASON] for r in spark_rows] == [None, undecodable, undecodable, None]
     assert spark_rows[3]["b"] == 4
+
+
+def test_a_decoded_key_alike_in_both_forms(spark, tmp_path) -> None:
+    """``key_format = avro`` beside a JSON value: ``from_avro`` on the key after ``from_json``,
+    against both parses in the Python workers."""
+    from modeswitch.control.settings import PipelineSettings
+    from modeswitch.transforms import payload_transform
+
+    key_file = tmp_path / "key.avsc"
+    key_file.write_text(json.dumps(V1))
+    settings = PipelineSettings.from_mapping(
+        {
+            "source": "kafka://orders",
+            "value_schema": "amount DOUBLE NOT NULL",
+            "key_format": "avro",
+            "key_schema_file": str(key_file),
+        }
+    )
+    transform = payload_transform(settings.describe_payload())
+    key = as_text(body(V1, {"id": 7, "user": "u"}))
+    records = [
+        (0, 0, None, key, '{"amount": 1.5}'),
+        (0, 1, None, None, '{"amount": 2}'),  # no key: null key columns, no reason
+        (0, 2, None, "\x80", "{}"),  # the value's reason first
+        (0, 3, None, "\x80", '{"amount": 3}'),  # the key's
+    ]
+    df = spark.createDataFrame(records, SPARK_RECORD_DDL)
+    form = transform.arrow_form(df.schema)
+    out = []
+    for frame in (transform(df), df.mapInArrow(form.function, form.schema)):
+        assert frame.columns == [*df.columns, "amount", "key_id", "key_user", QUARANTINE_REASON]
+        out.append([r.asDict() for r in frame.orderBy("offset").collect()])
+    assert out[0] == out[1]
+    assert [(r["key_id"], r[QUARANTINE_REASON]) for r in out[0]] == [
+        (7, None),
+        (None, None),
+        (None, "field amount is missing or not a number"),
+        (None, f"key does not decode as Avro with the schema of key_schema_file '{key_file}'"),
+    ]

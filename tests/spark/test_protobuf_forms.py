@@ -18,7 +18,7 @@ from modeswitch.errors import UnknownSchemaIdError
 from modeswitch.runners.jobs import modeswitch_errors
 from modeswitch.sources.base import SPARK_RECORD_DDL
 from modeswitch.transforms import QUARANTINE_REASON
-from modeswitch.transforms.protobuf import protobuf_transform_of
+from modeswitch.transforms.protobuf import transform_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -30,7 +30,7 @@ def test_the_spark_form_lands_every_type_in_delta(spark, tmp_path) -> None:
     df = spark.createDataFrame(
         [(0, offset, None, None, value) for offset, value in enumerate(values)], SPARK_RECORD_DDL
     )
-    out = protobuf_transform_of(pb.framed_decoder(1))(df)
+    out = transform_of(pb.framed_decoder(1))(df)
     types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
     assert types["big"] == "decimal(20,0)" and types["attrs"] == "map<string,bigint>"
     assert types["stops"] == "array<struct<city:string,zip:string>>"
@@ -58,7 +58,7 @@ def test_an_unknown_schema_id_stops_the_spark_form(spark) -> None:
         [(2, 0, None, None, pb.as_text(pb.framed(41, b"")))], SPARK_RECORD_DDL
     )
     with pytest.raises(Exception) as raised:  # noqa: PT011 (Spark's own error types)
-        protobuf_transform_of(pb.framed_decoder(2))(df).collect()
+        transform_of(pb.framed_decoder(2))(df).collect()
     assert modeswitch_errors(raised.value, UnknownSchemaIdError) == [
         "unknown schema id 41 in a value of subject 'orders-value' at bucket 2 offset 0: this "
         "job reads as version 2"

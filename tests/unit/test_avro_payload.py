@@ -28,7 +28,7 @@ from modeswitch.control.payload_settings import SchemaSource
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, SchemaChangedError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
-from modeswitch.transforms.avro import NOT_FRAMED, AvroDecoder, avro_transform_of
+from modeswitch.transforms.avro import NOT_FRAMED, AvroDecoder, transform_of
 from modeswitch.transforms.avro_types import columns_of, decoding_schema
 from modeswitch.transforms.schema_ids import SchemaIdsSeen, learn_schema_id
 
@@ -233,10 +233,8 @@ def test_framed_values_are_read_with_their_own_schema_as_the_jobs_version():
     older, _ = decode(framed_decoder(1), values)  # read as version 1: note is not a column
     assert older == [{"id": 1, "user": "a"}, {"id": 2, "user": "b"}, {"id": 3, "user": "c"}]
     # What a sink's error names if a column of the version read would change type.
-    assert (
-        avro_transform_of(framed_decoder(2)).columns_from == "version 2 of subject 'orders-value'"
-    )
-    assert avro_transform_of(file_decoder()).columns_from == "value_schema_file 'order.avsc'"
+    assert transform_of(framed_decoder(2)).columns_from == "version 2 of subject 'orders-value'"
+    assert transform_of(file_decoder()).columns_from == "value_schema_file 'order.avsc'"
 
 
 def test_framing_and_compatibility_problems_are_reasons():

@@ -141,7 +141,8 @@ def _avro_job(monkeypatch: pytest.MonkeyPatch, on_change: str, registered: dict)
     monkeypatch.setattr(
         "modeswitch.modes.job.resolve_job",
         lambda s, k, seen=None: (
-            resolved.append(seen) or SimpleNamespace(payload=SimpleNamespace(schemas=source))
+            resolved.append(seen)
+            or SimpleNamespace(payload=SimpleNamespace(schema_sources={"value": source}))
         ),
     )
     monkeypatch.setattr(
@@ -166,7 +167,8 @@ def test_a_job_meeting_unknown_schema_ids_learns_them_and_runs_again(
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
     jobs.run("batch", None, settings, epoch=4)
     assert len(runs) == 3
-    assert resolved == [None, SchemaIdsSeen(frozenset({8})), SchemaIdsSeen(frozenset({8}))]
+    learned = {"value": SchemaIdsSeen(frozenset({8}))}
+    assert resolved == [{}, learned, learned]
     # Each is in the decision log, newest first.
     decisions = StateStore.from_settings(settings).decisions.list()
     assert [(d.decided_by, d.inputs["schema"]["schema_id"]) for d in decisions] == [
@@ -179,7 +181,7 @@ def test_a_job_meeting_unknown_schema_ids_learns_them_and_runs_again(
     runs, batch = _unknown_ids([9])
     monkeypatch.setitem(jobs.JOB_RUNS, "batch", batch)
     jobs.run("batch", None, settings, epoch=4)
-    assert resolved == [None, SchemaIdsSeen(read_as=2)]  # goes on reading as version 2
+    assert resolved == [{}, {"value": SchemaIdsSeen(read_as=2)}]  # reads on as version 2
 
     resolved = _avro_job(monkeypatch, "evolve", {})
     runs, batch = _unknown_ids(list(range(100, 100 + jobs.SCHEMA_ATTEMPTS)))

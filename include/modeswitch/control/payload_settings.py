@@ -27,6 +27,11 @@ it reads as (a version registered after it started): ``evolve`` (the default) an
 the job before it commits that value (the next epoch reads the new version, and with ``evolve``
 the sink adds its new columns to the table in that epoch's commit, Delta's schema evolution);
 ``quarantine`` quarantines such values and goes on.
+
+The key is read alike with ``key_format = avro`` or ``protobuf`` (:func:`describe_key`): from
+``key_schema_file``, or from the registry's subject ``key_subject`` (``<topic>-key`` by
+default) at its newest version when the job starts, under the same ``on_schema_change``. Its
+fields become columns named ``key_<field>``; the ``key`` column stays as the source gave it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from modeswitch.control.values import check_settings, parse_choice, parse_text, 
 from modeswitch.errors import ConfigError
 
 ValueFormat = Literal["auto", "json", "avro", "protobuf", "raw"]
+KeyFormat = Literal["text", "avro", "protobuf"]
+KEY_PREFIX = "key_"
+"""What a decoded key's columns are named with before its fields' names (``key_id``)."""
 OnSchemaChange = Literal["evolve", "quarantine", "fail"]
 VALUE_FORMATS: tuple[str, ...] = get_args(ValueFormat)
 ON_SCHEMA_CHANGE: tuple[str, ...] = get_args(OnSchemaChange)
@@ -118,6 +126,35 @@ class PayloadSettings(FlatSettings):
         "`MODESWITCH_SCHEMA_REGISTRY_CONFIG`",
     )
 
+    key_format: KeyFormat = setting(
+        "text",
+        parse=parse_choice,
+        doc="what each record's `key` is: `text` lands it as the `key` column (its UTF-8 text); "
+        "`avro` or `protobuf` decodes it too, into a column per field of its schema named "
+        "`key_<field>` (`key_schema_file`'s, or the registry's subject `key_subject`, each key "
+        "framed with its schema id, read as the subject's newest version when the job starts); "
+        "a key that does not decode is quarantined, a null key gives nulls "
+        "([KAFKA.md](KAFKA.md#keys))",
+    )
+    key_schema_file: str = setting(
+        "",
+        parse=parse_text,
+        doc="with `key_format = avro` or `protobuf`: the schema file the keys were written with, "
+        "each key the bare body; empty: the schema registry's",
+    )
+    key_message: str = setting(
+        "",
+        parse=parse_text,
+        shown="the schema's first",
+        doc="with `key_format = protobuf`: the message every key is, by its full name",
+    )
+    key_subject: str = setting(
+        "",
+        parse=parse_text,
+        shown="<topic>-key",
+        doc="with a binary `key_format` and a registry: the subject the keys are written with",
+    )
+
     def __post_init__(self) -> None:
         check_settings(self)
 
@@ -137,11 +174,25 @@ class SchemaSource:
     record_columns: tuple[str, ...] = ()
     """The columns the source's records have beyond every log's
     (:func:`~modeswitch.control.locations.record_columns`), which no field may be named as."""
+    column: str = "value"
+    """The record's column it decodes: ``value``, or ``key`` (its columns then named
+    :data:`KEY_PREFIX` and the field's name)."""
+
+    @property
+    def prefix(self) -> str:
+        """What its columns' names start with (:func:`column_prefix`)."""
+        return column_prefix(self.column)
 
     @property
     def framed(self) -> bool:
         """Whether every value carries the registry's framing (magic byte and schema id)."""
         return not self.schema_file
+
+
+def column_prefix(column: str) -> str:
+    """What the columns decoded from a record's ``column`` are named with before their fields'
+    names: nothing for the value's, :data:`KEY_PREFIX` for the key's."""
+    return {"value": "", "key": KEY_PREFIX}[column]
 
 
 def describe_format(
@@ -172,7 +223,6 @@ def describe_format(
             + "; leave value_schema empty, or set value_format to 'json'",
             setting="value_schema",
         )
-    pinned = payload.value_schema_version != LATEST
     names = {
         "value_schema_file": BINARY_FORMATS,
         "value_subject": BINARY_FORMATS,
@@ -188,45 +238,81 @@ def describe_format(
             )
     if fmt not in BINARY_FORMATS:
         return fmt, None
+    version = None if payload.value_schema_version == LATEST else payload.value_schema_version
+    return fmt, _schema_source(payload, "value", fmt, source, version)
+
+
+def describe_key(payload: PayloadSettings, *, source: str) -> SchemaSource | None:
+    """Where the keys' schemas come from with a binary ``key_format`` (None for ``text``: the
+    key lands as text only). Raises :class:`ConfigError` naming the setting, as
+    :func:`describe_format` does for the values: ``key_schema_file``, ``key_subject`` or
+    ``key_message`` set for a format that does not read them, a schema file beside a subject, a
+    registry without a subject to read."""
+    fmt = payload.key_format
+    names = {
+        "key_schema_file": BINARY_FORMATS,
+        "key_subject": BINARY_FORMATS,
+        "key_message": ("protobuf",),
+    }
+    for name, formats in names.items():
+        if getattr(payload, name) and fmt not in formats:
+            raise ConfigError(
+                f"{name}: {getattr(payload, name)!r} is set, and key_format is {fmt!r}; it is "
+                f"read with key_format {' or '.join(map(repr, formats))} only: set the format, "
+                f"or leave {name} empty",
+                setting=name,
+            )
+    if fmt not in BINARY_FORMATS:
+        return None
+    return _schema_source(payload, "key", fmt, source, None)
+
+
+def _schema_source(
+    payload: PayloadSettings, column: str, fmt: str, source: str, version: str | None
+) -> SchemaSource:
+    """The :class:`SchemaSource` of ``column``'s ``<column>_*`` settings (``version``: the
+    pinned one, None for the newest)."""
+    schema_file = getattr(payload, f"{column}_schema_file")
+    subject = getattr(payload, f"{column}_subject")
     common = {
         "format": fmt,
-        "message": payload.value_message,
+        "message": getattr(payload, f"{column}_message"),
         "on_schema_change": payload.on_schema_change,
         "record_columns": record_columns(source),
+        "column": column,
     }
-    if payload.value_schema_file:
-        for name, is_set in (
-            ("value_subject", bool(payload.value_subject)),
-            ("value_schema_version", pinned),
-        ):
-            if is_set:
+    if schema_file:
+        for name, value in ((f"{column}_subject", subject), (f"{column}_schema_version", version)):
+            if value:
                 raise ConfigError(
-                    f"{name}: {getattr(payload, name)!r} names a registry's schema, and "
-                    f"value_schema_file {payload.value_schema_file!r} is the schema: keep one",
+                    f"{name}: {value!r} names a registry's schema, and {column}_schema_file "
+                    f"{schema_file!r} is the schema: keep one",
                     setting=name,
                 )
-        return fmt, SchemaSource(schema_file=payload.value_schema_file, **common)
-    subject = payload.value_subject
+        return SchemaSource(schema_file=schema_file, **common)
     if not subject:
         if not is_kafka_source(source):
             raise ConfigError(
-                f"value_subject: empty, and source {source!r} is not a Kafka topic whose name "
-                "gives one (<topic>-value); name the registry's subject, or the schema file in "
-                "value_schema_file",
-                setting="value_subject",
+                f"{column}_subject: empty, and source {source!r} is not a Kafka topic whose "
+                f"name gives one (<topic>-{column}); name the registry's subject, or the schema "
+                f"file in {column}_schema_file",
+                setting=f"{column}_subject",
             )
-        subject = f"{KafkaLocation.parse(source).topic}-value"
-    return fmt, SchemaSource(
-        subject=subject, version=int(payload.value_schema_version) if pinned else None, **common
+        subject = f"{KafkaLocation.parse(source).topic}-{column}"
+    return SchemaSource(
+        subject=subject, version=None if version is None else int(version), **common
     )
 
 
 __all__ = [
     "BINARY_FORMATS",
+    "KEY_PREFIX",
     "LATEST",
     "ON_SCHEMA_CHANGE",
     "VALUE_FORMATS",
     "PayloadSettings",
     "SchemaSource",
+    "column_prefix",
     "describe_format",
+    "describe_key",
 ]

@@ -50,7 +50,12 @@ from dataclasses import dataclass
 
 from modeswitch.control.field_types import MAX_DECIMAL_PRECISION, decimal_type
 from modeswitch.control.locations import record_columns
-from modeswitch.control.payload_settings import PayloadSettings, SchemaSource, describe_format
+from modeswitch.control.payload_settings import (
+    PayloadSettings,
+    SchemaSource,
+    describe_format,
+    describe_key,
+)
 from modeswitch.errors import ConfigError
 
 DDL_TYPES: dict[str, str] = {
@@ -385,6 +390,15 @@ class Payload:
     ``raw`` (:mod:`modeswitch.control.payload_settings`)."""
     schemas: SchemaSource | None = None
     """Where a binary (``avro``, ``protobuf``) payload's schemas come from."""
+    keys: SchemaSource | None = None
+    """Where a binary key's schemas come from (``key_format``); None: the key is text only."""
+
+    @property
+    def schema_sources(self) -> dict[str, SchemaSource]:
+        """The record columns decoded with a schema (``value``, ``key``), with where it comes
+        from."""
+        found = {"value": self.schemas, "key": self.keys}
+        return {column: source for column, source in found.items() if source is not None}
 
     @property
     def from_schema(self) -> bool:
@@ -421,6 +435,7 @@ def describe_payload(
                 "with value_schema",
             ),
             ("value_format", formats.value_format.replace("auto", ""), "", "to read that format"),
+            ("key_format", formats.key_format.replace("text", ""), "", "to decode the keys"),
         ):
             if isinstance(value, str) and value.strip():
                 raise ConfigError(
@@ -443,7 +458,12 @@ def describe_payload(
         [f.name for f in fields], record_columns(source), what=f"value_schema: {value_schema!r}"
     )
     return Payload(
-        spec, fields, find_event_time_field(fields, event_time_field), format=fmt, schemas=schemas
+        spec,
+        fields,
+        find_event_time_field(fields, event_time_field),
+        format=fmt,
+        schemas=schemas,
+        keys=describe_key(formats, source=source),
     )
 
 

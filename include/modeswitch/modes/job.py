@@ -32,7 +32,7 @@ from modeswitch.transforms import ArrowForm, Transform, payload_transform
 if TYPE_CHECKING:
     from modeswitch.control.settings import PipelineSettings
     from modeswitch.sources.base import BucketedLog, LogCapabilities
-    from modeswitch.transforms.schema_ids import SchemaIdsSeen
+    from modeswitch.transforms.schema_ids import SeenByColumn
 
 JobKind = Literal["batch", "stream", "backfill"]
 
@@ -85,11 +85,11 @@ class JobPlan:
 
 
 def resolve_job(
-    settings: PipelineSettings, kind: JobKind, seen: SchemaIdsSeen | None = None
+    settings: PipelineSettings, kind: JobKind, seen: SeenByColumn | None = None
 ) -> JobPlan:
     """The :class:`JobPlan` of a ``kind`` job on ``settings``: the payload described and the
-    transform built once (an Avro payload's with what the job's earlier runs learned of its
-    schema ids, ``seen``), and the seam that job kind uses chosen. Raises
+    transform built once (a binary payload's with what the job's earlier runs learned of its
+    schema ids, ``seen``, by column), and the seam that job kind uses chosen. Raises
     :class:`~modeswitch.errors.ConfigError` naming the setting for a transform that cannot be
     loaded or a path that cannot run (``batch_reader = arrow`` with a transform without an Arrow
     form, an unknown reader or writer)."""

@@ -166,7 +166,7 @@ def run(
     assert target is not None, (
         f"a {kind} job needs its {'command' if kind == 'backfill' else 'epoch'}"
     )
-    seen = None
+    seen: dict = {}  # what the runs learned of each decoded column's schema ids
     for attempt in range(1, SCHEMA_ATTEMPTS + 1):
         job = resolve_job(settings, kind, seen)
         try:
@@ -177,12 +177,16 @@ def run(
 
             # The Spark form's message is in a failed query's plan too, without its values.
             said = [m for m in modeswitch_errors(exc, UnknownSchemaIdError) if unknown_id(m)]
-            if not said or job.payload.schemas is None or attempt == SCHEMA_ATTEMPTS:
+            if not said or attempt == SCHEMA_ATTEMPTS:
+                raise
+            column = unknown_id(said[-1]).column  # the value's subject, or the key's
+            source = job.payload.schema_sources.get(column)
+            if source is None:
                 raise
             # Nothing of the wave or micro-batch that met the id was committed: the registry,
             # asked, says what it is, and the job resolved again reads it (or stops, ``fail``).
-            learned = learn_schema_id(said[-1], job.payload.schemas, seen or SchemaIdsSeen())
-            seen = learned.seen
+            learned = learn_schema_id(said[-1], source, seen.get(column, SchemaIdsSeen()))
+            seen = {**seen, column: learned.seen}
             log.warning("%s job: %s; %s", kind, said[-1], learned.said)
             record_schema_change(settings, kind, epoch, learned)
 

@@ -68,9 +68,10 @@ from modeswitch.transforms.decoding import (
 )
 from modeswitch.transforms.schema_ids import SchemaIdsSeen, read_as_seen
 
-NOT_FRAMED = (
-    "value is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
+_NOT_FRAMED = (
+    "is not in the schema registry's wire format (a zero magic byte and a 4-byte schema id)"
 )
+NOT_FRAMED = f"value {_NOT_FRAMED}"
 
 
 class AvroDecoder(SchemaDecoder):
@@ -91,9 +92,16 @@ class AvroDecoder(SchemaDecoder):
         version: int = 0,
         foreign: frozenset[int] = frozenset(),
         what: str,
+        column: str = "value",
     ) -> None:
         super().__init__(
-            reader, writers, subject=subject, version=version, foreign=foreign, what=what
+            reader,
+            writers,
+            subject=subject,
+            version=version,
+            foreign=foreign,
+            what=what,
+            column=column,
         )
         self.columns = columns_of(decoding_schema(reader), what=what)
         self.check_names()
@@ -123,7 +131,8 @@ class AvroDecoder(SchemaDecoder):
 
     @property
     def not_framed(self) -> str:
-        return NOT_FRAMED
+        """:data:`NOT_FRAMED`, naming the decoder's column."""
+        return f"{self.column} {_NOT_FRAMED}"
 
     def decode(
         self, values: pa.Array, buckets: pa.Array, offsets: pa.Array
@@ -139,11 +148,11 @@ class AvroDecoder(SchemaDecoder):
         for index, text in enumerate(values.to_pylist()):
             row, reason, schema_id = None, None, None
             if text is None:
-                reason = "value is null"
+                reason = self.null_reason
             else:
                 raw = value_bytes(text)
                 if self.framed and (len(raw) < 5 or raw[0] != 0):
-                    reason = NOT_FRAMED
+                    reason = self.not_framed
                 elif self.framed:
                     schema_id = int.from_bytes(raw[1:5], "big")
                     writer, reason = self._writer(schema_id, buckets, offsets, index)
@@ -178,31 +187,35 @@ def avro_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Avr
     fields have no column."""
     if not source.framed:
         path = Path(source.schema_file)
-        what = f"value_schema_file {source.schema_file!r}"
+        setting = f"{source.column}_schema_file"
+        what = f"{setting} {source.schema_file!r}"
         try:
             text = path.read_text()
         except OSError as exc:
-            raise ConfigError(
-                f"{what}: cannot be read ({exc.strerror})", setting="value_schema_file"
-            ) from exc
+            raise ConfigError(f"{what}: cannot be read ({exc.strerror})", setting=setting) from exc
         try:
-            return AvroDecoder(text, {}, what=what)
+            return AvroDecoder(text, {}, what=what, column=source.column)
         except ConfigError:
             raise
         except Exception as exc:  # not JSON, not an Avro schema
-            raise ConfigError(
-                f"{what}: not an Avro schema ({exc})", setting="value_schema_file"
-            ) from exc
+            raise ConfigError(f"{what}: not an Avro schema ({exc})", setting=setting) from exc
     subject, named = read_as_seen(source, seen, kind="AVRO")
-    return AvroDecoder(subject.reader, subject.writers, **named)
+    return AvroDecoder(subject.reader, subject.writers, **named, column=source.column)
+
+
+def binary_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> AvroDecoder:
+    """The decoder of an Avro value or key (``source.column``), its schemas read now
+    (:func:`avro_decoder`), its columns checked beside those every record of the source
+    has."""
+    return avro_decoder(source, seen).check_beside(source)
 
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
-    """The transform of an Avro payload (module docstring), its schemas read now."""
-    return avro_transform_of(avro_decoder(source, seen).check_beside(source))
+    """The transform of a Avro payload (module docstring), its schemas read now."""
+    return transform_of(binary_decoder(source, seen))
 
 
-def avro_transform_of(decoder: AvroDecoder) -> Transform:
+def transform_of(decoder: AvroDecoder) -> Transform:
     """The transform that runs ``decoder``: Spark's ``from_avro``
     (:mod:`modeswitch.transforms.avro_spark`) in its Spark form, fastavro in its Arrow form."""
     return Transform(
@@ -218,6 +231,7 @@ __all__ = [
     "NOT_FRAMED",
     "AvroDecoder",
     "avro_decoder",
-    "avro_transform_of",
+    "binary_decoder",
     "binary_transform",
+    "transform_of",
 ]

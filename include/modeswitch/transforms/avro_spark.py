@@ -55,7 +55,7 @@ def decode_with_spark(df: Any, *, decoder: Any) -> Any:
     from pyspark.sql import functions as F
 
     kept = [f"`{name}`" for name in df.columns]
-    value = F.col("value")
+    value = F.col(decoder.column)
     raw = F.when(
         value.startswith(NOT_UTF8_PREFIX),
         F.unbase64(F.substring(value, len(NOT_UTF8_PREFIX) + 1, _REST)),
@@ -66,7 +66,10 @@ def decode_with_spark(df: Any, *, decoder: Any) -> Any:
     decoded = staged.select(*kept, _RAW, _ID, found.decoded().alias(_PAYLOAD))
     return decoded.select(
         *kept,
-        *(f"`{_PAYLOAD}`.`{column.name}`" for column in decoder.columns),
+        *(
+            F.col(_PAYLOAD)[column.name].alias(name)
+            for column, name in zip(decoder.columns, decoder.names, strict=True)
+        ),
         found.reason().alias(QUARANTINE_REASON),
     )
 
@@ -125,7 +128,8 @@ class _Found:
         from pyspark.sql import functions as F
 
         failed = F.col(_PAYLOAD)[self.marker].isNull()
-        reason = F.when(F.col("value").isNull(), F.lit("value is null"))
+        column = F.col(self.decoder.column)
+        reason = F.when(column.isNull(), F.lit(self.decoder.null_reason).cast("string"))
         if not self.decoder.framed:
             return reason.when(failed, F.lit(self.decoder.undecodable(None)))
         schema_id = F.col(_ID)

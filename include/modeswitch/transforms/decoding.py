@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from modeswitch.control.payload_settings import SchemaSource
+from modeswitch.control.payload_settings import SchemaSource, column_prefix
 from modeswitch.control.value_schema import RESERVED_NAMES, check_beside_record
 from modeswitch.errors import ConfigError, UnknownSchemaIdError
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
@@ -29,10 +29,12 @@ class SchemaDecoder:
     schema every value is read as (in the format's own form); ``writers`` maps each schema id
     the job knows to its version and schema (empty for a schema file: every value is the bare
     body written with ``reader``); ``foreign`` the ids found not to be the subject's;
-    ``subject``/``version`` name them in reasons and errors, ``what`` the schema's source. A
-    subclass sets :attr:`columns` (the payload's Arrow fields) and :attr:`decodes_as`, then
-    calls :meth:`check_names`, and gives ``decode(values, buckets, offsets)``: the columns and
-    the reasons of a batch's values."""
+    ``subject``/``version`` name them in reasons and errors, ``what`` the schema's source;
+    ``column`` is the record's column it decodes (``value``, or ``key``: reasons then name the
+    key, its columns are named ``key_<field>``, and a null key is no reason). A subclass sets
+    :attr:`columns` (the schema's fields as Arrow fields) and :attr:`decodes_as`, then calls
+    :meth:`check_names`, and gives ``decode(values, buckets, offsets)``: the columns and the
+    reasons of a batch's values (or keys)."""
 
     columns: list[pa.Field]
     decodes_as: str
@@ -47,7 +49,12 @@ class SchemaDecoder:
         version: int,
         foreign: frozenset[int],
         what: str,
+        column: str = "value",
     ) -> None:
+        self.column = column
+        self.prefix = column_prefix(column)
+        self.null_reason = {"value": "value is null", "key": None}[column]
+        """The reason of a null value; a null key is none (its columns are null)."""
         self.reader = reader
         self.writers = dict(writers)
         self.foreign = frozenset(foreign)
@@ -61,25 +68,35 @@ class SchemaDecoder:
         """Refuses, naming the fields, a column named as every record's are, or two whose
         names differ in case alone."""
         seen: dict[str, str] = {}
-        for column in self.columns:
-            folded = column.name.lower()
+        for name in self.names:
+            folded = name.lower()
             if folded in RESERVED_NAMES:
                 raise ConfigError(
-                    f"{self.what}: field {column.name!r} clashes with a column every record has "
+                    f"{self.what}: field {name!r} clashes with a column every record has "
                     f"already ({', '.join(RESERVED_NAMES)})"
                 )
             if folded in seen:
                 raise ConfigError(
-                    f"{self.what}: fields {seen[folded]!r} and {column.name!r} differ in case "
+                    f"{self.what}: fields {seen[folded]!r} and {name!r} differ in case "
                     "alone, which Spark's and Delta's column names do not tell apart"
                 )
-            seen[folded] = column.name
+            seen[folded] = name
 
     def check_beside(self, source: SchemaSource) -> SchemaDecoder:
         """Itself, once no column is named as one the records of ``source`` have beyond every
         log's (:func:`~modeswitch.control.value_schema.check_beside_record`)."""
-        check_beside_record([c.name for c in self.columns], source.record_columns, what=self.what)
+        check_beside_record(self.names, source.record_columns, what=self.what)
         return self
+
+    @property
+    def names(self) -> list[str]:
+        """Its columns' names in the transform's output: the fields', after :attr:`prefix`."""
+        return [self.prefix + column.name for column in self.columns]
+
+    @property
+    def output_columns(self) -> list[pa.Field]:
+        """Its columns as the transform's output has them (:attr:`names`)."""
+        return [c.with_name(n) for c, n in zip(self.columns, self.names, strict=True)]
 
     @property
     def struct(self) -> pa.StructType:
@@ -89,7 +106,7 @@ class SchemaDecoder:
     def unknown_id_template(self) -> str:
         """The message of a value naming an id the job does not know, in every form
         (:func:`~modeswitch.transforms.schema_ids.unknown_id_template`)."""
-        return unknown_id_template(self.subject, self.version)
+        return unknown_id_template(self.subject, self.version, self.column)
 
     def not_known(self, schema_id: int, buckets: pa.Array, offsets: pa.Array, index: int) -> str:
         """The reason of a value framed with ``schema_id``, not one of :attr:`writers`: one
@@ -106,12 +123,14 @@ class SchemaDecoder:
     def undecodable(self, schema_id: int | None) -> str:
         """The reason of a value that does not decode, or not as the job's version."""
         if schema_id is None:
-            return f"value does not decode as {self.decodes_as} with the schema of {self.what}"
+            return (
+                f"{self.column} does not decode as {self.decodes_as} with the schema of {self.what}"
+            )
         version = self.writers[schema_id][0]
         read_as = "" if version == self.version else f" read as version {self.version}"
         return (
-            f"value does not decode as {self.decodes_as} with schema id {schema_id} (version "
-            f"{version} of {self.subject}){read_as}"
+            f"{self.column} does not decode as {self.decodes_as} with schema id {schema_id} "
+            f"(version {version} of {self.subject}){read_as}"
         )
 
     _built: Any = None
@@ -160,7 +179,7 @@ def decoder_form(input_schema: Any, *, decoder: Any) -> ArrowForm:
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StringType, StructField, StructType
 
-    payload = from_arrow_schema(pa.schema(decoder.columns))
+    payload = from_arrow_schema(pa.schema(decoder.output_columns))
     out = StructType(
         [*input_schema.fields, *payload.fields, StructField(QUARANTINE_REASON, StringType())]
     )
@@ -174,10 +193,10 @@ def decoded_batches(
 ) -> Iterator[pa.RecordBatch]:
     """The Arrow form's work: each batch's ``keep`` columns with the payload's columns and the
     reason added."""
-    names = [column.name for column in decoder.columns]
+    names = decoder.names
     for batch in batches:
         columns, reasons = decoder.decode(
-            batch.column("value"), batch.column("bucket"), batch.column("offset")
+            batch.column(decoder.column), batch.column("bucket"), batch.column("offset")
         )
         yield pa.RecordBatch.from_arrays(
             [*(batch.column(name) for name in keep), *columns, reasons],

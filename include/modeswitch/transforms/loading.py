@@ -17,10 +17,11 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import Payload, describe_payload
 from modeswitch.errors import ConfigError
 from modeswitch.transforms.contract import DEFAULT_TRANSFORM, Transform
+from modeswitch.transforms.keys import check_key_names, with_key
 from modeswitch.transforms.payload import schema_transform
 
 if TYPE_CHECKING:
-    from modeswitch.transforms.schema_ids import SchemaIdsSeen
+    from modeswitch.transforms.schema_ids import SeenByColumn
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,36 @@ BINARY_DECODERS = {
     "avro": "modeswitch.transforms.avro",
     "protobuf": "modeswitch.transforms.protobuf",
 }
-"""The module of each binary format's decoder; its ``binary_transform(source, seen)`` builds the
-transform, its schemas read now. Imported only for such a payload (they import pyarrow)."""
+"""The module of each binary format's decoder: its ``binary_decoder(source, seen)`` reads the
+schemas now, its ``transform_of(decoder)`` is the transform that runs it. Imported only for
+such a payload (they import pyarrow)."""
+
+
+def _schema_transform(payload: Payload, seen: SeenByColumn) -> Transform:
+    """The transform built from the payload settings: the value's (its fields' parse, or its
+    decoder), then the key's decoder where ``key_format`` is binary, their columns checked
+    apart."""
+    modules = {
+        column: importlib.import_module(BINARY_DECODERS[source.format])
+        for column, source in payload.schema_sources.items()
+    }
+    decoders = {
+        column: module.binary_decoder(payload.schema_sources[column], seen.get(column))
+        for column, module in modules.items()
+    }
+    value = decoders.get("value")
+    transform = (
+        schema_transform(payload.fields, event_time=payload.event_time)
+        if value is None
+        else modules["value"].transform_of(value)
+    )
+    key = decoders.get("key")
+    if key is None:
+        return transform
+    value_names = [f.name for f in payload.fields] if value is None else value.names
+    check_key_names(key.names, value_names, what=transform.columns_from or "the value")
+    return with_key(transform, modules["key"].transform_of(key))
+
 
 MOVED_MODULES = {"modeswitch.arrow_parse": "modeswitch.transforms.arrow"}
 """Modules a ``transform`` setting may still name from before the package's subpackages."""
@@ -51,14 +80,15 @@ def pipeline_transform(settings: PipelineSettings) -> Transform:
     return payload_transform(settings.describe_payload())
 
 
-def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Transform:
+def payload_transform(payload: Payload, seen: SeenByColumn | None = None) -> Transform:
     """The transform ``payload`` describes.
 
     ``value_schema`` (:data:`~modeswitch.transforms.contract.DEFAULT_TRANSFORM`) is the
     transform built from the payload's fields
-    (:func:`modeswitch.transforms.payload.schema_transform`), or for an Avro payload its
-    decoder, whose schemas are read now (:data:`BINARY_DECODERS`: Avro's or Protobuf's, with
-    what the job's earlier runs learned of its schema ids, ``seen``).
+    (:func:`modeswitch.transforms.payload.schema_transform`), or for an Avro or Protobuf
+    payload its decoder, whose schemas are read now (:data:`BINARY_DECODERS`, with what the
+    job's earlier runs learned of its schema ids, ``seen``, by column); with a binary
+    ``key_format``, followed by the key's decoder (:func:`~modeswitch.transforms.keys.with_key`).
     Any other spec is ``module:function``; ``function`` may be a dotted path inside the module
     (``pkg.mod:Parsers.orders``). A :class:`Transform` is used as is; a plain function becomes
     a Transform named ``spec`` with no Arrow form. A module that moved (:data:`MOVED_MODULES`)
@@ -68,11 +98,8 @@ def payload_transform(payload: Payload, seen: SchemaIdsSeen | None = None) -> Tr
     place, no longer read: build a :class:`Transform` with ``arrow=`` instead).
     """
     spec = payload.transform
-    if payload.schemas is not None:
-        module = importlib.import_module(BINARY_DECODERS[payload.schemas.format])
-        return module.binary_transform(payload.schemas, seen)
     if payload.from_schema:
-        return schema_transform(payload.fields, event_time=payload.event_time)
+        return _schema_transform(payload, seen or {})
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise ConfigError(
             f"transform={spec!r}: expected {DEFAULT_TRANSFORM!r} or 'module:function'"

@@ -67,10 +67,11 @@ from modeswitch.transforms.protobuf_schemas import (
 from modeswitch.transforms.protobuf_types import message_columns, row_reader
 from modeswitch.transforms.schema_ids import SchemaIdsSeen, read_as_seen
 
-NOT_FRAMED = (
-    "value is not in the schema registry's wire format for Protobuf (a zero magic byte, a "
-    "4-byte schema id, the message indexes)"
+_NOT_FRAMED = (
+    "is not in the schema registry's wire format for Protobuf (a zero magic byte, a 4-byte "
+    "schema id, the message indexes)"
 )
+NOT_FRAMED = f"value {_NOT_FRAMED}"
 ROOT = "modeswitch_registered.proto"
 """The file name a registered schema is compiled under (no schema imports it)."""
 FIRST_MESSAGE = (0,)
@@ -129,9 +130,16 @@ class ProtobufDecoder(SchemaDecoder):
         version: int = 0,
         foreign: frozenset[int] = frozenset(),
         what: str,
+        column: str = "value",
     ) -> None:
         super().__init__(
-            reader, writers, subject=subject, version=version, foreign=foreign, what=what
+            reader,
+            writers,
+            subject=subject,
+            version=version,
+            foreign=foreign,
+            what=what,
+            column=column,
         )
         descriptor = find_message(reader, message, what=what)
         self.message = descriptor.full_name
@@ -177,16 +185,18 @@ class ProtobufDecoder(SchemaDecoder):
         ids: list[int | None] = []
         direct = parts["direct"]
         for index, text in enumerate(values.to_pylist()):
-            row, reason, schema_id, body = None, None, None, b""
-            if text is None:
-                reason = "value is null"
+            if text is None:  # no body to parse: a null key's columns are null too
+                rows.append(None)
+                reasons.append(self.null_reason)
+                ids.append(None)
+                continue
+            row, reason = None, None
+            raw = value_bytes(text)
+            schema_id = direct.get(raw[:DIRECT])
+            if schema_id is not None:  # the job's message, as most values are
+                body = raw[DIRECT:]
             else:
-                raw = value_bytes(text)
-                schema_id = direct.get(raw[:DIRECT])
-                if schema_id is not None:  # the job's message, as most values are
-                    body = raw[DIRECT:]
-                else:
-                    body, reason, schema_id = self._body(raw, buckets, offsets, index)
+                body, reason, schema_id = self._body(raw, buckets, offsets, index)
             if reason is None:
                 try:
                     row = row_of(parse(body))
@@ -206,7 +216,7 @@ class ProtobufDecoder(SchemaDecoder):
             return raw, None, None
         indexed = message_indexes(raw) if len(raw) > 5 and raw[0] == 0 else None
         if indexed is None:
-            return b"", NOT_FRAMED, None
+            return b"", f"{self.column} {_NOT_FRAMED}", None
         schema_id = int.from_bytes(raw[1:5], "big")
         if schema_id not in self.writers:
             return b"", self.not_known(schema_id, buckets, offsets, index), None
@@ -216,7 +226,8 @@ class ProtobufDecoder(SchemaDecoder):
             path = "[" + ", ".join(map(str, indexes)) + "]"
             return (
                 b"",
-                (f"value is message {named or path} of schema id {schema_id}, not {self.message}"),
+                f"{self.column} is message {named or path} of schema id {schema_id}, not "
+                f"{self.message}",
                 schema_id,
             )
         return raw[start:], None, schema_id
@@ -229,12 +240,13 @@ def protobuf_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) ->
     :class:`ConfigError` naming the setting for a schema that cannot be read or compiled, a
     message it lacks, or a field without a column."""
     if not source.framed:
-        what = f"value_schema_file {source.schema_file!r}"
+        setting = f"{source.column}_schema_file"
+        what = f"{setting} {source.schema_file!r}"
         try:
             content = schema_file_set(source.schema_file, what=what)
         except ConfigError as exc:
-            raise ConfigError(str(exc), setting="value_schema_file") from exc
-        return ProtobufDecoder(content, source.message, {}, what=what)
+            raise ConfigError(str(exc), setting=setting) from exc
+        return ProtobufDecoder(content, source.message, {}, what=what, column=source.column)
     subject, named = read_as_seen(source, seen, kind="PROTOBUF")
     writers = {
         schema_id: (
@@ -242,21 +254,30 @@ def protobuf_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) ->
             descriptor_set(
                 {**subject.imports[schema_id], ROOT: registered_file(text)},
                 ROOT,
-                what=f"value_subject: version {number} of subject {subject.subject!r} (schema "
-                f"id {schema_id}) at {subject.registry}",
+                what=f"{source.column}_subject: version {number} of subject "
+                f"{subject.subject!r} (schema id {schema_id}) at {subject.registry}",
             ),
         )
         for schema_id, (number, text) in subject.writers.items()
     }
-    return ProtobufDecoder(writers[subject.reader_id][1], source.message, writers, **named)
+    return ProtobufDecoder(
+        writers[subject.reader_id][1], source.message, writers, **named, column=source.column
+    )
+
+
+def binary_decoder(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> ProtobufDecoder:
+    """The decoder of a Protobuf value or key (``source.column``), its schemas read now
+    (:func:`protobuf_decoder`), its columns checked beside those every record of the source
+    has."""
+    return protobuf_decoder(source, seen).check_beside(source)
 
 
 def binary_transform(source: SchemaSource, seen: SchemaIdsSeen | None = None) -> Transform:
     """The transform of a Protobuf payload (module docstring), its schemas read now."""
-    return protobuf_transform_of(protobuf_decoder(source, seen).check_beside(source))
+    return transform_of(binary_decoder(source, seen))
 
 
-def protobuf_transform_of(decoder: ProtobufDecoder) -> Transform:
+def transform_of(decoder: ProtobufDecoder) -> Transform:
     """The transform that runs ``decoder``: in the Python workers in both forms (the Spark form
     through ``mapInArrow``)."""
     return Transform(
@@ -277,8 +298,9 @@ __all__ = [
     "FIRST_MESSAGE",
     "NOT_FRAMED",
     "ProtobufDecoder",
+    "binary_decoder",
     "binary_transform",
     "message_indexes",
     "protobuf_decoder",
-    "protobuf_transform_of",
+    "transform_of",
 ]

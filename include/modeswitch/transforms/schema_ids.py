@@ -12,19 +12,21 @@ asks the registry what the id is (:func:`learn_schema_id`) and the job is resolv
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from modeswitch.control.payload_settings import SchemaSource
 from modeswitch.errors import SchemaChangedError
 
 
-def unknown_id_template(subject: str, version: int) -> str:
-    """The message of a value naming an id the job does not know (``{schema_id}``,
-    ``{bucket}`` and ``{offset}`` to fill), in every form; :func:`unknown_id` reads it back."""
+def unknown_id_template(subject: str, version: int, column: str = "value") -> str:
+    """The message of a value (or a key, ``column``) naming an id the job does not know
+    (``{schema_id}``, ``{bucket}`` and ``{offset}`` to fill), in every form; :func:`unknown_id`
+    reads it back."""
     quoted = repr(subject).replace("{", "{{").replace("}", "}}")
     return (
-        f"unknown schema id {{schema_id}} in a value of subject {quoted} at bucket "
+        f"unknown schema id {{schema_id}} in a {column} of subject {quoted} at bucket "
         f"{{bucket}} offset {{offset}}: this job reads as version {version}"
     )
 
@@ -40,14 +42,29 @@ class SchemaIdsSeen:
     read_as: int | None = None
 
 
-_UNKNOWN = re.compile(r"unknown schema id (\d+) in a value of subject .*reads as version (\d+)")
+SeenByColumn = Mapping[str, SchemaIdsSeen]
+"""What a job learned of each decoded column's ids (``value``, ``key``)."""
+
+_UNKNOWN = re.compile(
+    r"unknown schema id (\d+) in a (value|key) of subject .*reads as version (\d+)"
+)
 
 
-def unknown_id(message: str) -> tuple[int, int] | None:
-    """The schema id and the job's version an :class:`UnknownSchemaIdError`'s ``message``
-    (:func:`unknown_id_template`) names, or None for another text."""
+class UnknownId(NamedTuple):
+    """What an :class:`UnknownSchemaIdError`'s message names (:func:`unknown_id`)."""
+
+    schema_id: int
+    read_as: int
+    """The version the job reads as."""
+    column: str
+    """The record's column whose schema id it is: ``value`` or ``key``."""
+
+
+def unknown_id(message: str) -> UnknownId | None:
+    """The schema id, the job's version and the column an :class:`UnknownSchemaIdError`'s
+    ``message`` (:func:`unknown_id_template`) names, or None for another text."""
     found = _UNKNOWN.search(message)
-    return None if found is None else (int(found[1]), int(found[2]))
+    return None if found is None else UnknownId(int(found[1]), int(found[3]), found[2])
 
 
 @dataclass(frozen=True)
@@ -76,13 +93,13 @@ def learn_schema_id(message: str, source: SchemaSource, seen: SchemaIdsSeen) -> 
     found = unknown_id(message)
     if found is None:
         raise ValueError(f"not an unknown schema id's message: {message!r}")
-    schema_id, read_as = found
+    schema_id, read_as, column = found
     registered = find_schema_id(schema_id, source.subject)
     subject = repr(source.subject)
     if registered is None:
         return SchemaIdLearned(
             replace(seen, foreign=seen.foreign | {schema_id}),
-            f"schema id {schema_id} is not a version of subject {subject}: its values are "
+            f"schema id {schema_id} is not a version of subject {subject}: its {column}s are "
             "quarantined",
             schema_id,
             None,
@@ -100,7 +117,7 @@ def learn_schema_id(message: str, source: SchemaSource, seen: SchemaIdsSeen) -> 
     if source.on_schema_change == "quarantine":
         return SchemaIdLearned(
             replace(seen, read_as=read_as),
-            f"{what}: its values are read as version {read_as} (on_schema_change = quarantine)",
+            f"{what}: its {column}s are read as version {read_as} (on_schema_change = quarantine)",
             schema_id,
             version,
         )
@@ -135,6 +152,8 @@ def read_as_seen(
 __all__ = [
     "SchemaIdLearned",
     "SchemaIdsSeen",
+    "SeenByColumn",
+    "UnknownId",
     "learn_schema_id",
     "read_as_seen",
     "unknown_id",
