@@ -223,19 +223,7 @@ def describe_format(
             + "; leave value_schema empty, or set value_format to 'json'",
             setting="value_schema",
         )
-    names = {
-        "value_schema_file": BINARY_FORMATS,
-        "value_subject": BINARY_FORMATS,
-        "value_message": ("protobuf",),
-    }
-    for name, formats in names.items():
-        if getattr(payload, name) and fmt not in formats:
-            raise ConfigError(
-                f"{name}: {getattr(payload, name)!r} is set, and value_format is {fmt!r}; it "
-                f"is read with value_format {' or '.join(map(repr, formats))} only: set the "
-                f"format, or leave {name} empty",
-                setting=name,
-            )
+    _check_read_with(payload, "value", fmt)
     if fmt not in BINARY_FORMATS:
         return fmt, None
     version = None if payload.value_schema_version == LATEST else payload.value_schema_version
@@ -249,22 +237,28 @@ def describe_key(payload: PayloadSettings, *, source: str) -> SchemaSource | Non
     ``key_message`` set for a format that does not read them, a schema file beside a subject, a
     registry without a subject to read."""
     fmt = payload.key_format
-    names = {
-        "key_schema_file": BINARY_FORMATS,
-        "key_subject": BINARY_FORMATS,
-        "key_message": ("protobuf",),
-    }
-    for name, formats in names.items():
-        if getattr(payload, name) and fmt not in formats:
-            raise ConfigError(
-                f"{name}: {getattr(payload, name)!r} is set, and key_format is {fmt!r}; it is "
-                f"read with key_format {' or '.join(map(repr, formats))} only: set the format, "
-                f"or leave {name} empty",
-                setting=name,
-            )
+    _check_read_with(payload, "key", fmt)
     if fmt not in BINARY_FORMATS:
         return None
     return _schema_source(payload, "key", fmt, source, None)
+
+
+def _check_read_with(payload: PayloadSettings, column: str, fmt: str) -> None:
+    """Refuses, naming it, a ``<column>_schema_file``, ``_subject`` or ``_message`` set for a
+    ``<column>_format`` (``fmt``) that does not read it."""
+    for part, formats in (
+        ("schema_file", BINARY_FORMATS),
+        ("subject", BINARY_FORMATS),
+        ("message", ("protobuf",)),
+    ):
+        name = f"{column}_{part}"
+        if getattr(payload, name) and fmt not in formats:
+            raise ConfigError(
+                f"{name}: {getattr(payload, name)!r} is set, and {column}_format is {fmt!r}; it "
+                f"is read with {column}_format {' or '.join(map(repr, formats))} only: set the "
+                f"format, or leave {name} empty",
+                setting=name,
+            )
 
 
 def _schema_source(
