@@ -56,7 +56,21 @@ def _plan(variables) -> dict:
     return {"pipeline": "orders", "epoch": 1, "mode": "batch", "settings": settings.to_json()}
 
 
-def test_an_avro_jobs_environment_carries_the_registrys_connection(variables) -> None:
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        # A key framed by the registry beside a value that is not: the Connection all the same.
+        {
+            "modeswitch_value_format": "raw",
+            "modeswitch_value_subject": "",
+            "modeswitch_key_format": "avro",
+            "modeswitch_key_subject": "orders-key",
+        },
+    ],
+)
+def test_an_avro_jobs_environment_carries_the_registrys_connection(variables, payload) -> None:
+    variables.update(payload)
     plan = _plan(variables)
     assert SECRET not in plan["settings"]  # the settings name the connection only
     job = EpochJobOperator(task_id="backlog_batch", kind="batch")

@@ -307,12 +307,12 @@ def connection_kafka_environment(settings: PipelineSettings) -> dict[str, str]:
 
 
 def connection_registry_config(settings: PipelineSettings) -> dict[str, str] | None:
-    """The schema registry's client settings for a payload framed by a registry
-    (:func:`registry_config_from_connection` of the Connection named by the
+    """The schema registry's client settings for a payload whose values or keys are framed by
+    a registry (:func:`registry_config_from_connection` of the Connection named by the
     ``schema_registry_connection`` setting). None for any other payload, whose jobs never ask a
     registry: no Connection is looked up then. Never logged."""
-    schemas = settings.describe_payload().schemas
-    if schemas is None or not schemas.framed:
+    sources = settings.describe_payload().schema_sources.values()
+    if not any(source.framed for source in sources):
         return None
     connection = _connection(settings.payload.schema_registry_connection, _REGISTRY)
     return registry_config_from_connection(connection)
