@@ -103,12 +103,14 @@ def read_subject(
     config: Mapping[str, str] | None = None,
     *,
     kind: str = "AVRO",
+    column: str = "value",
 ) -> SubjectSchemas:
     """Every version of ``subject`` and the one to read as (``version``, or the newest when
     None), each a ``kind`` schema (``AVRO`` or ``PROTOBUF``, whose references are read too).
-    Raises :class:`ConfigError` naming the subject and the registry when the subject or the
-    version is not there, or a version is of another kind or (Avro) refers to others; a
-    :class:`ModeswitchError` when the registry cannot be asked."""
+    Raises :class:`ConfigError` naming the subject, the registry and the ``column``'s setting
+    (``value_subject``, ``key_subject``) when the subject or the version is not there, or a
+    version is of another kind or (Avro) refers to others; a :class:`ModeswitchError` when the
+    registry cannot be asked."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     config = registry_config() if config is None else dict(config)
@@ -120,9 +122,9 @@ def read_subject(
     except SchemaRegistryError as exc:
         if exc.http_status_code == 404:
             raise ConfigError(
-                f"value_subject: subject {subject!r} is not in the schema registry at {where}; "
-                "register its schema, or name another subject",
-                setting="value_subject",
+                f"{column}_subject: subject {subject!r} is not in the schema registry at "
+                f"{where}; register its schema, or name another subject",
+                setting=f"{column}_subject",
             ) from exc
         raise ModeswitchError(f"schema registry at {where}: subject {subject!r}: {exc}") from exc
     except Exception as exc:  # connection refused, timeouts: the client's own errors
@@ -135,10 +137,10 @@ def read_subject(
         if found != kind or (kind == "AVRO" and schema.references):
             what = f"a {found} schema" if found != kind else "an Avro schema with references"
             raise ConfigError(
-                f"value_subject: version {entry.version} of subject {subject!r} (schema id "
-                f"{entry.schema_id}) at {where} is {what}; value_format {kind.lower()!r} reads "
-                f"{kind} schemas" + (" without references" if kind == "AVRO" else ""),
-                setting="value_subject",
+                f"{column}_subject: version {entry.version} of subject {subject!r} (schema id "
+                f"{entry.schema_id}) at {where} is {what}; {column}_format {kind.lower()!r} "
+                f"reads {kind} schemas" + (" without references" if kind == "AVRO" else ""),
+                setting=f"{column}_subject",
             )
         writers[int(entry.schema_id)] = (int(entry.version), schema.schema_str)
         imports[int(entry.schema_id)] = _referenced(client, schema.references or [], where)

@@ -140,7 +140,7 @@ def read_as_seen(
 
     seen = seen or SchemaIdsSeen()
     version = source.version if seen.read_as is None else seen.read_as
-    subject = read_subject(source.subject, version, kind=kind)
+    subject = read_subject(source.subject, version, kind=kind, column=source.column)
     return subject, {
         "subject": subject.subject,
         "version": subject.version,
