@@ -207,3 +207,71 @@ def test_the_event_time_from_a_payload_field_is_the_same_by_both_forms(
         # A quarantined record keeps the log's timestamp: its value held no time.
         assert all(row["event_time"] < T0 + timedelta(days=1) for row in landed[batch_reader][1])
     assert landed["arrow"] == landed["bucketlog"]
+
+
+def test_nested_types_land_as_from_json_reads_them(spark, tmp_path: Path) -> None:
+    """A payload with a struct, an array of structs and a map: the batch (batch_reader = auto:
+    Spark's Parquet reader and from_json, the only form for nested types) writes them as
+    Delta's nested types, each mistyped part as Spark 4.2 reads it."""
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=1)
+    values = [
+        {
+            "id": 0,
+            "ship": {"city": "Oslo", "zip": 150},
+            "lines": [{"sku": "a", "qty": 2}],
+            "attrs": {"x": 1},
+        },
+        {"id": 1, "ship": {"city": "Rome", "zip": "bad"}, "lines": [], "attrs": {}},
+        {
+            "id": 2,
+            "ship": 7,
+            "lines": [{"sku": "b", "qty": 1}, {"sku": "c", "qty": "two"}],
+            "attrs": {"x": 1, "y": "bad"},
+        },
+        {"id": 3, "lines": None},
+        {"ship": {"city": "Lima"}},  # no id: quarantined
+    ]
+    log.append(
+        0,
+        pa.table(
+            {
+                "event_time": [T0] * len(values),
+                "key": ["k"] * len(values),
+                "value": [json.dumps(v) for v in values],
+            }
+        ),
+    )
+    schema = (
+        "id BIGINT NOT NULL, ship STRUCT<city: STRING, zip: INT>, "
+        "lines ARRAY<STRUCT<sku: STRING, qty: INT>>, attrs MAP<STRING, BIGINT>"
+    )
+    settings = PipelineSettings.from_mapping(
+        {
+            "pipeline": "nested",
+            "source": str(tmp_path / "log"),
+            "warehouse": str(tmp_path / "wh"),
+            "value_schema": schema,
+        }
+    )
+    job = resolve_job(settings, "batch")
+    assert job.waves.reader == "native"
+    plan = decide(settings, force_mode="batch")
+    run_batch_epoch(spark, job, plan.epoch)
+    assert close_epoch(settings, plan.epoch)[0] == "completed"
+    sink = table(settings.sink)
+    assert sink.schema.field("ship").type == pa.struct([("city", pa.string()), ("zip", pa.int32())])
+    assert sink.schema.field("lines").type == pa.list_(
+        pa.struct([("sku", pa.string()), ("qty", pa.int32())])
+    )
+    rows = {r["id"]: r for r in sink.to_pylist()}
+    assert rows[0]["ship"] == {"city": "Oslo", "zip": 150}
+    assert rows[0]["lines"] == [{"sku": "a", "qty": 2}] and rows[0]["attrs"] == [("x", 1)]
+    assert rows[1]["ship"] == {"city": "Rome", "zip": None}  # a struct's mistyped field
+    assert rows[1]["lines"] == [] and rows[1]["attrs"] == []
+    # Not an object: null. A struct's mistyped field inside an array: that field null. A map
+    # (or an array) holding one mistyped value of its own: null whole.
+    assert (rows[2]["ship"], rows[2]["attrs"]) == (None, None)
+    assert rows[2]["lines"] == [{"sku": "b", "qty": 1}, {"sku": "c", "qty": None}]
+    assert (rows[3]["ship"], rows[3]["lines"]) == (None, None)
+    [bad] = table(settings.quarantine).to_pylist()
+    assert bad["reason"] == "field id is missing or not an integer"

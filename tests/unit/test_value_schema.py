@@ -3,6 +3,7 @@ with no JVM), the transform built from it, and the records landing raw without o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import re
@@ -106,7 +107,12 @@ def test_a_flat_ddl_schema_is_read_without_spark() -> None:
         ("price DECIMAL(3,4)", r"DECIMAL\(3,4\) is not a decimal Spark and Delta hold"),
         ("price NUMERIC(3,)", r"field 'price': a decimal's size is \(precision\[, scale\]\)"),
         ("price DEC<3>", r"field 'price' has type 'DEC<3>'"),
-        ("tags ARRAY<STRING>", r"field 'tags' has type 'ARRAY<STRING>'"),
+        ("tags ARRAY<TIMESTAMP>", r"field 'tags\[\]' is a TIMESTAMP inside a nested type"),
+        ("attrs MAP<INT, STRING>", r"field 'attrs': a MAP's keys are STRING"),
+        ("ship STRUCT<city STRING NOT NULL>", r"'ship.city': NOT NULL and COMMENT go with top"),
+        ("ship STRUCT<city STRING, City INT>", r"field 'ship.City' is there twice"),
+        ("tags ARRAY<STRING", r"field 'tags': expected '>' or ',' in its type"),
+        ("tags ARRAY<TINYINT>", r"field 'tags\[\]' has type 'TINYINT': Spark's from_json"),
         ("name VARCHAR(10)", r"field 'name' has type 'VARCHAR\(10\)'"),
         ("day DATE(3)", r"field 'day' has type 'DATE\(3\)'"),
         ("n TINYINT", r"field 'n' has type 'TINYINT': Spark's from_json reads 128 to 255"),
@@ -563,3 +569,32 @@ def test_event_time_field_is_checked_where_the_settings_are_built() -> None:
     assert PipelineSettings.from_mapping(
         {**timed, "event_time_field": "", "source": "kafka://o?event_time=ts"}
     )
+
+
+NESTED = (
+    "id BIGINT NOT NULL, ship STRUCT<city: STRING, `zip-code` INT>, "
+    "lines ARRAY<STRUCT<sku STRING, price DECIMAL(7,2)>>, attrs MAP<STRING, BIGINT>"
+)
+
+
+def test_nested_types_are_read_by_from_json_alone() -> None:
+    from modeswitch.modes.job import resolve_job
+    from modeswitch.transforms.payload import payload_struct, schema_transform
+
+    fields = parse_value_schema(NESTED)
+    assert [f.type for f in fields] == [
+        "long",
+        "struct<city:string,`zip-code`:integer>",
+        "array<struct<sku:string,price:decimal(7,2)>>",
+        "map<string,long>",
+    ]
+    assert payload_struct(fields).simpleString() == (
+        "struct<id:bigint,ship:struct<city:string,zip-code:int>,"
+        "lines:array<struct<sku:string,price:decimal(7,2)>>,attrs:map<string,bigint>>"
+    )
+    transform = schema_transform(fields)
+    assert transform.arrow is None and transform.faster == "spark"
+    settings = PipelineSettings(value_schema=NESTED)
+    assert resolve_job(settings, "batch").waves.reader == "native"  # batch_reader = auto
+    with pytest.raises(ConfigError, match="a value_schema with a nested type is read by from_j"):
+        resolve_job(dataclasses.replace(settings, batch_reader="arrow"), "batch")

@@ -8,7 +8,7 @@ and the ``event_time_field`` setting: which of its fields is the record's event 
 driver when the settings are built, with no JVM, and refuses, naming the setting and the
 value, what either form could not parse the same way.
 
-The grammar is the flat part of Spark's DDL: ``name TYPE [NOT NULL] [COMMENT 'text']``, fields
+The grammar is Spark's DDL: ``name TYPE [NOT NULL] [COMMENT 'text']``, fields
 separated by commas; a name is an identifier (letters, digits, ``_``, not starting with a
 digit) or any text between backquotes (`` `user-id` ``, a backquote doubled inside); keywords
 in any case. The types (:data:`DDL_TYPES`) are those the Arrow parse reads exactly as the Spark
@@ -16,8 +16,11 @@ form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SH
 ``DOUBLE``, ``FLOAT``/``REAL``, ``DECIMAL(p,s)`` (``DEC``, ``NUMERIC``), ``STRING``,
 ``BOOLEAN``, ``DATE``, ``TIMESTAMP``/``TIMESTAMP_LTZ`` (an instant: text with its offset)
 and ``TIMESTAMP_NTZ`` (a wall-clock time: text without one): how a JSON value becomes a
-DECIMAL, a DATE or a timestamp is :mod:`modeswitch.control.field_types`. Binary,
-``VARCHAR``/``CHAR`` and nested types are refused: read such a field as
+DECIMAL, a DATE or a timestamp is :mod:`modeswitch.control.field_types`. The nested types
+(:data:`NESTED_TYPES`: ``STRUCT<name: TYPE, ...>``, ``ARRAY<TYPE>``, ``MAP<STRING, TYPE>``, of
+those types but the times, at any depth) are read by ``from_json`` alone, as Spark reads them
+(:mod:`modeswitch.transforms.payload`); ``NOT NULL`` and ``COMMENT`` go with top-level fields.
+Binary and ``VARCHAR``/``CHAR`` are refused: read such a field as
 ``STRING`` and convert it in a transform of your own. So is ``TINYINT``/``BYTE``:
 ``from_json`` reads 128 to 255 into one as negative numbers (Jackson's byte), where the Arrow
 parse quarantines them; use ``SMALLINT``.
@@ -81,6 +84,16 @@ DDL_TYPES: dict[str, str] = {
 """The DDL type names ``value_schema`` takes (any case), and the Spark type each stands for
 (its ``DataType.typeName()``); a decimal's may give its precision and scale,
 ``DECIMAL(p[,s])``."""
+
+NESTED_TYPES = {
+    "struct": "STRUCT<name: TYPE, ...>",
+    "array": "ARRAY<TYPE>",
+    "map": "MAP<STRING, TYPE>",
+}
+"""The nested types ``value_schema`` takes (any case), as written: a nested type's Spark type
+name is ``struct<name:type,...>`` (a name that is not an identifier backquoted),
+``array<type>`` or ``map<string,type>`` of the same names."""
+_TIMES = ("timestamp", "timestamp_ntz", "date")
 
 RESERVED_NAMES = ("bucket", "offset", "event_time", "key", "value", "_quarantine_reason")
 """Columns every transform's output has already (the source's and the quarantine reason): a
@@ -199,6 +212,18 @@ _DDL_NAMES = {
 }
 
 
+def _quoted(name: str) -> str:
+    """A struct field's name in a nested type's name: backquoted unless an identifier."""
+    if _IDENTIFIER.fullmatch(name):
+        return name
+    return "`" + name.replace("`", "``") + "`"
+
+
+def is_nested(type_name: str) -> bool:
+    """Whether a field's Spark type name is a nested type's (:data:`NESTED_TYPES`)."""
+    return type_name.startswith(("struct<", "array<", "map<"))
+
+
 def ddl_name(type_name: str) -> str:
     """How ``value_schema`` writes a Spark type name (``decimal(7,2)`` -> ``DECIMAL(7,2)``)."""
     return _DDL_NAMES.get(type_name, type_name.upper())
@@ -272,27 +297,7 @@ class _Reader:
     def field(self) -> PayloadField:
         name = self.name()
         self.space()
-        start = self.at
-        kind = self.word()
-        if kind is None:
-            found = self.text[self.at : self.at + 12] or "the end"
-            raise self.fail(f"field {name!r} has no type (found {found!r})")
-        spark_type = DDL_TYPES.get(kind.lower())
-        if decimal_type(spark_type or "") is not None:
-            spark_type = self.decimal_size(name)
-        if spark_type is None or self.text.startswith(("(", "<"), self.at):
-            self.at = start
-            shown = self.type_text()
-            if kind.lower() in ("tinyint", "byte") and shown.lower() == kind.lower():
-                raise self.fail(
-                    f"field {name!r} has type {shown!r}: Spark's from_json reads 128 to 255 into "
-                    "it as negative numbers, which the Arrow parse would not; use SMALLINT"
-                )
-            raise self.fail(
-                f"field {name!r} has type {shown!r}, which value_schema does not take; it takes "
-                f"{', '.join(t.upper() for t in DDL_TYPES)} (read another as STRING and convert "
-                "it in a transform of your own)"
-            )
+        spark_type = self.data_type(name)
         required = False
         self.space()
         if (self.peek_word() or "").lower() == "not":
@@ -311,6 +316,99 @@ class _Reader:
             found = self.text[self.at : self.at + 12]
             raise self.fail(f"field {name!r}: unexpected {found!r} after its type")
         return PayloadField(name, spark_type, required)
+
+    def data_type(self, name: str, *, nested: bool = False) -> str:
+        """The type of field ``name`` (a path inside a nested type: ``ship.city``), from here:
+        its Spark type name (:data:`DDL_TYPES`), or a nested type's (:data:`NESTED_TYPES`).
+        Inside a nested type a time (``DATE``, ``TIMESTAMP``...) is refused: the text rules
+        that read one are the top level's."""
+        start = self.at
+        kind = self.word()
+        if kind is None:
+            found = self.text[self.at : self.at + 12] or "the end"
+            raise self.fail(f"field {name!r} has no type (found {found!r})")
+        self.space()
+        if kind.lower() in NESTED_TYPES and self.text.startswith("<", self.at):
+            self.at += 1
+            return getattr(self, f"{kind.lower()}_type")(name)
+        self.at = start + len(kind)
+        spark_type = DDL_TYPES.get(kind.lower())
+        if decimal_type(spark_type or "") is not None:
+            spark_type = self.decimal_size(name)
+        if spark_type is None or self.text.startswith(("(", "<"), self.at):
+            self.at = start
+            shown = self.type_text()
+            if kind.lower() in ("tinyint", "byte") and shown.lower() == kind.lower():
+                raise self.fail(
+                    f"field {name!r} has type {shown!r}: Spark's from_json reads 128 to 255 into "
+                    "it as negative numbers, which the Arrow parse would not; use SMALLINT"
+                )
+            raise self.fail(
+                f"field {name!r} has type {shown!r}, which value_schema does not take; it takes "
+                f"{', '.join(t.upper() for t in DDL_TYPES)} and "
+                f"{', '.join(NESTED_TYPES.values())} (read another as STRING and convert it in "
+                "a transform of your own)"
+            )
+        if nested and spark_type in _TIMES:
+            raise self.fail(
+                f"field {name!r} is a {ddl_name(spark_type)} inside a nested type, which "
+                "value_schema reads at the top level only; read it as STRING"
+            )
+        return spark_type
+
+    def array_type(self, name: str) -> str:
+        self.space()
+        element = self.data_type(f"{name}[]", nested=True)
+        self.close(name)
+        return f"array<{element}>"
+
+    def map_type(self, name: str) -> str:
+        self.space()
+        key = self.data_type(f"{name}{{key}}", nested=True)
+        if key != "string":
+            raise self.fail(f"field {name!r}: a MAP's keys are STRING (JSON object names)")
+        self.space()
+        self.expect(",")
+        self.space()
+        value = self.data_type(f"{name}{{}}", nested=True)
+        self.close(name)
+        return f"map<string,{value}>"
+
+    def struct_type(self, name: str) -> str:
+        fields: dict[str, str] = {}
+        seen: dict[str, str] = {}
+        while True:
+            self.space()
+            inner = self.name()
+            self.space()
+            if self.text.startswith(":", self.at):
+                self.at += 1
+                self.space()
+            path = f"{name}.{inner}"
+            fields[inner] = self.data_type(path, nested=True)
+            if inner.lower() in seen:
+                raise self.fail(
+                    f"field {path!r} is there twice (as {seen[inner.lower()]!r}; Spark matches "
+                    "names case-insensitively)"
+                )
+            seen[inner.lower()] = inner
+            self.space()
+            if (self.peek_word() or "").lower() in ("not", "comment"):
+                raise self.fail(
+                    f"field {path!r}: NOT NULL and COMMENT go with top-level fields only"
+                )
+            if self.text.startswith(",", self.at):
+                self.at += 1
+                continue
+            self.close(name)
+            return "struct<" + ",".join(f"{_quoted(n)}:{t}" for n, t in fields.items()) + ">"
+
+    def close(self, name: str) -> None:
+        self.space()
+        if not self.text.startswith(">", self.at):
+            found = self.text[self.at : self.at + 12] or "the end"
+            raise self.fail(f"field {name!r}: expected '>' or ',' in its type, found {found!r}")
+        self.at += 1
 
     def decimal_size(self, name: str) -> str:
         """A decimal's Spark type name from its optional ``(precision[, scale])``, after the
@@ -333,7 +431,7 @@ class _Reader:
     def type_text(self) -> str:
         """The type written from here to the next top-level comma (for a message)."""
         depth, end = 0, self.at
-        while end < len(self.text) and (depth or self.text[end] != ","):
+        while end < len(self.text) and (depth or self.text[end] not in ",>"):
             depth += {"(": 1, "<": 1, ")": -1, ">": -1}.get(self.text[end], 0)
             end += 1
         return self.text[self.at : end].strip()
@@ -478,5 +576,6 @@ __all__ = [
     "ddl_name",
     "describe_payload",
     "find_event_time_field",
+    "is_nested",
     "parse_value_schema",
 ]

@@ -158,9 +158,9 @@ def choose_wave_path(
         if not has_arrow:
             raise ConfigError(
                 f"batch_reader: 'arrow' runs the transform's Arrow form, and transform="
-                f"{transform.name!r} has none (modeswitch.transforms, 'An Arrow form'); use "
-                "'native' or 'bucketlog', or a transform with one such as the default, "
-                "'value_schema'"
+                f"{transform.name!r} has none (modeswitch.transforms, 'An Arrow form'; a "
+                "value_schema with a nested type is read by from_json alone); use 'native' or "
+                "'bucketlog', or a transform with one"
             )
         return WavePath(
             "arrow", "arrow", "arrow", capabilities.contiguous, "batch_reader='arrow': Arrow waves"

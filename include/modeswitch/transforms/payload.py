@@ -5,8 +5,12 @@ the records' JSON ``value`` (:mod:`modeswitch.control.value_schema`: its grammar
 what ``NOT NULL`` means). :func:`schema_transform` builds the pipeline's
 :class:`~modeswitch.transforms.Transform` from it:
 
-- with a schema, the payload parse in both forms, giving the same rows and the same quarantine
-  reasons: the Spark form is Spark SQL's ``from_json``
+- with a schema, the payload parse in both forms (in the Spark form alone for a schema with a
+  nested type: ``STRUCT``, ``ARRAY``, ``MAP``, which ``from_json`` reads, each as Spark 4.2 reads
+  it: a struct's mistyped field null, its other fields kept, in an array too; an array or a map
+  holding one mistyped value of its own null whole), giving the same rows and the same
+  quarantine reasons: the
+  Spark form is Spark SQL's ``from_json``
   (:func:`modeswitch.transforms.parse_json_values`, no Python worker), the Arrow form is the
   msgspec parse (:func:`modeswitch.transforms.arrow.json_values_form`) that batch waves and the
   ``bucketlog`` reader run in their Python workers. The ``NOT NULL`` fields are the required
@@ -34,6 +38,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DateType,
@@ -42,6 +47,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructField,
@@ -51,7 +57,7 @@ from pyspark.sql.types import (
 )
 
 from modeswitch.control.field_types import decimal_type
-from modeswitch.control.value_schema import SCHEMA_TRANSFORM, PayloadField
+from modeswitch.control.value_schema import SCHEMA_TRANSFORM, PayloadField, is_nested
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX
 from modeswitch.transforms.arrow import json_values_form
 from modeswitch.transforms.contract import QUARANTINE_REASON, ArrowForm, Transform
@@ -86,9 +92,58 @@ def payload_struct(fields: tuple[PayloadField, ...]) -> StructType:
 
 
 def spark_type(type_name: str) -> DataType:
-    """The Spark type of a ``value_schema`` field's type name (``long``, ``decimal(7,2)``)."""
-    size = decimal_type(type_name)
-    return _SPARK_TYPES[type_name] if size is None else DecimalType(*size)
+    """The Spark type of a ``value_schema`` field's type name (``long``, ``decimal(7,2)``, a
+    nested type's: ``struct<city:string,zip:integer>``, ``array<long>``,
+    ``map<string,double>``; :data:`~modeswitch.control.value_schema.NESTED_TYPES`)."""
+    dtype, end = _read_type(type_name, 0)
+    assert end == len(type_name), f"not a value_schema type name: {type_name!r}"
+    return dtype
+
+
+def _read_type(text: str, at: int) -> tuple[DataType, int]:
+    """The type whose name starts at ``at`` of ``text``, and where its name ends."""
+    if text.startswith("array<", at):
+        element, at = _read_type(text, at + len("array<"))
+        return ArrayType(element), at + 1
+    if text.startswith("map<string,", at):
+        value, at = _read_type(text, at + len("map<string,"))
+        return MapType(StringType(), value), at + 1
+    if text.startswith("struct<", at):
+        at += len("struct<")
+        fields = []
+        while True:
+            name, at = _read_name(text, at)
+            dtype, at = _read_type(text, at + 1)  # after the ':'
+            fields.append(StructField(name, dtype))
+            at += 1  # the ',' or the '>'
+            if text[at - 1] == ">":
+                return StructType(fields), at
+    if text.startswith("decimal(", at):  # its size holds a comma
+        end = text.index(")", at) + 1
+    else:
+        end = at
+        while end < len(text) and text[end] not in ",>":
+            end += 1
+    name = text[at:end]
+    size = decimal_type(name)
+    return (_SPARK_TYPES[name] if size is None else DecimalType(*size)), end
+
+
+def _read_name(text: str, at: int) -> tuple[str, int]:
+    """A struct field's name from ``at`` (backquoted, a doubled backquote inside, or an
+    identifier), and where it ends."""
+    if text[at] != "`":
+        end = text.index(":", at)
+        return text[at:end], end
+    out, at = [], at + 1
+    while True:
+        end = text.index("`", at)
+        out.append(text[at:end])
+        if text.startswith("``", end):
+            out.append("`")
+            at = end + 2
+            continue
+        return "".join(out), end + 1
 
 
 def schema_transform(
@@ -104,14 +159,19 @@ def schema_transform(
     schema = payload_struct(fields)
     required = tuple(f.name for f in fields if f.required)
     event_time_name = None if event_time is None else event_time.name
+    nested = any(is_nested(f.type) for f in fields)
     return Transform(
         name=SCHEMA_TRANSFORM,
         spark=functools.partial(
             _parse_spark, schema=schema, required=required, event_time=event_time_name
         ),
-        arrow=functools.partial(
+        # The Arrow parse reads flat payloads: a nested type's is from_json's alone.
+        arrow=None
+        if nested
+        else functools.partial(
             _parse_arrow, schema=schema, required=required, event_time=event_time_name
         ),
+        faster="spark" if nested else "arrow",
         columns_from="value_schema",
     )
 

@@ -291,6 +291,9 @@ TYPE_WORDS = {
     "timestamp": "a timestamp",
     "timestamp_ntz": "a timestamp without an offset",
     "date": "a date",
+    "struct": "an object",
+    "map": "an object",
+    "array": "an array",
 }
 """How a quarantine reason names a payload field's type, by Spark type name; an event-time
 field's long is named as :data:`~modeswitch.control.value_schema.EVENT_TIME_TYPES` says."""
