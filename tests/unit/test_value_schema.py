@@ -594,6 +594,8 @@ def test_nested_types_are_read_by_from_json_alone() -> None:
     )
     transform = schema_transform(fields)
     assert transform.arrow is None and transform.faster == "spark"
+    # A stream's warm-up writes values of every field's type: empty ones for nested types.
+    assert warm_up_payload(fields, 3) == {"id": 3, "ship": {}, "lines": [], "attrs": {}}
     settings = PipelineSettings(value_schema=NESTED)
     assert resolve_job(settings, "batch").waves.reader == "native"  # batch_reader = auto
     with pytest.raises(ConfigError, match="a value_schema with a nested type is read by from_j"):

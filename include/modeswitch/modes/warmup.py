@@ -119,11 +119,15 @@ def kafka_tail(source: str, records: int) -> OffsetsMap | None:
 def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any]:
     """A well-formed payload of ``value_schema``'s ``fields`` (every field set, of its type):
     what a warm-up's good records hold, so that they take the parse's path to the table."""
-    return {f.name: _SAMPLES.get(f.type, _decimal_sample)(index) for f in fields}
+    return {f.name: _sample(f.type, index) for f in fields}
 
 
-def _decimal_sample(index: int) -> int:
-    return 0  # fits any DECIMAL(p,s), DECIMAL(3,3) too
+def _sample(type_name: str, index: int) -> Any:
+    """A value of a field of ``type_name``: an empty object or array for a nested type's, 0
+    for a decimal's (it fits any DECIMAL(p,s), DECIMAL(3,3) too)."""
+    empty = {"struct<": {}, "map<": {}, "array<": []}
+    nested = [value for prefix, value in empty.items() if type_name.startswith(prefix)]
+    return _SAMPLES[type_name](index) if type_name in _SAMPLES else (nested or [0])[0]
 
 
 class WarmingUp:
