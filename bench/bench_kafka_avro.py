@@ -21,7 +21,8 @@ Protobuf with ``arrow`` and ``native`` (both run its one decoder, in the Python 
 ``batch_reader = auto`` runs ``arrow`` for JSON and Protobuf, ``native`` for Avro.
 Records per second of wall time and per CPU-second of the job's process tree; the issue's
 target: Avro >= JSON by records per CPU-second. ``latency``: bench_kafka's live latency (a
-batch epoch, then the stream at 5 000 records/s, 100 ms trigger) on an Avro topic.
+batch epoch, then the stream at 5 000 records/s, 100 ms trigger) on an Avro topic and on a
+Protobuf topic (the binary ones of ``--formats``).
 """
 
 from __future__ import annotations
@@ -133,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--only", default="batch,latency", help="among: batch, latency")
-    parser.add_argument("--formats", default="json,avro,protobuf", help="the batch's topics")
+    parser.add_argument(
+        "--formats", default="json,avro,protobuf", help="the topics (latency: avro, protobuf)"
+    )
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--logs", help="keep the job processes' output in this folder")
     args = parser.parse_args(argv)
@@ -172,18 +175,27 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((run, kafka.broker_cpu(broker) - before))
                     print(f"{run.name}: {run.rate:,.0f} records/s", flush=True)
                 kafka.print_table(rows)
-            if "latency" in only:
-                schema_id = register(registry, "live_avro")
+            live = {
+                "avro": ("Avro", register, AvroTopic, AVRO),
+                "protobuf": ("Protobuf", register_protobuf, ProtobufTopic, PROTOBUF),
+            }
+            for fmt in (
+                [f for f in args.formats.split(",") if f in live] if "latency" in only else []
+            ):
+                name, registered, writer, extra = live[fmt]
+                topic = f"live_{fmt}"
+                schema_id = registered(registry, topic)
+                (scratch / topic).mkdir()  # a pipeline of its own per topic
                 result = kafka.run_latency(
                     broker,
-                    scratch,
+                    scratch / topic,
                     args.latency_seconds,
-                    "live_avro",
-                    lambda log: AvroTopic(log, schema_id),
-                    **AVRO,
+                    topic,
+                    lambda log, writer=writer, schema_id=schema_id: writer(log, schema_id),
+                    **extra,
                 )
                 print(
-                    f"Avro, live at 5 000 records/s, 100 ms trigger, {result['records']:,} "
+                    f"{name}, live at 5 000 records/s, 100 ms trigger, {result['records']:,} "
                     f"records: p50 {result['p50'] * 1000:.0f} ms, p95 {result['p95'] * 1000:.0f} "
                     f"ms, p99 {result['p99'] * 1000:.0f} ms, max {result['max'] * 1000:.0f} ms "
                     "(targets: p50 <= 300 ms, p99 <= 600 ms); handoff, the batch's last commit "
