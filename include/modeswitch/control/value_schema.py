@@ -1,6 +1,12 @@
 """The ``value_schema`` setting: a record's JSON payload as a Spark DDL schema, read without Spark;
 and the ``event_time_field`` setting: which of its fields is the record's event time.
 
+Why this module stays whole (over 500 lines): it is the one definition of what these settings
+mean. The grammar's reader (``_Reader``), the types it takes (:data:`DDL_TYPES`,
+:data:`NESTED_TYPES`), what ``NOT NULL`` and the event time mean, and :func:`describe_payload`'s
+rules between the payload settings are read together whenever one changes; the reader is private
+to :func:`parse_value_schema` and has no other user.
+
 ``value_schema = "id BIGINT NOT NULL, user STRING, amount DOUBLE"`` says what each record's
 ``value`` holds; the pipeline's default transform (``transform = "value_schema"``,
 :mod:`modeswitch.transforms.payload`) parses it into those columns, in both of its forms
