@@ -172,8 +172,12 @@ def test_the_subject_is_read_with_its_versions_and_a_pinned_one(schema_registry)
     assert json.loads(read_subject("read-value", 1).reader)["fields"] == V1["fields"]
     with pytest.raises(ConfigError, match="'nowhere-value' is not in the schema registry"):
         read_subject("nowhere-value", None)
-    with pytest.raises(ConfigError, match=r"3 is not a version .*its versions: 1, 2"):
+    with pytest.raises(ConfigError, match=r"3 is not a version .*its versions: 1, 2") as caught:
         read_subject("read-value", 3)
+    assert caught.value.setting == "value_schema_version"
+    with pytest.raises(ConfigError, match=r"^key_schema_version: 3 is not") as caught:
+        read_subject("read-value", 3, column="key")  # a key's subject pinned (key_schema_version)
+    assert caught.value.setting == "key_schema_version"
     incompatible = dict(V1, fields=[{"name": "id", "type": "string"}])
     registry.set_compatibility("read-value", "BACKWARD")
     with pytest.raises(Exception, match=r"(?i)incompatible"):  # the registry's rule

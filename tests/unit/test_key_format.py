@@ -38,6 +38,8 @@ def test_the_key_s_schemas_come_from_its_subject_or_its_file() -> None:
     assert named.describe_payload().keys.message == "shop.Key"
     from_file = settings(key_format="avro", key_schema_file="/k.avsc").describe_payload().keys
     assert not from_file.framed and from_file.schema_file == "/k.avsc"
+    pinned = settings(key_format="avro", key_schema_version="2").describe_payload()
+    assert pinned.keys.version == 2 and pinned.schemas is None  # the value is raw
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,13 @@ def test_the_key_s_schemas_come_from_its_subject_or_its_file() -> None:
             r"parses the records itself",
         ),
         ({"key_format": "json"}, "key_format", "json"),
+        ({"key_schema_version": "2"}, "key_schema_version", "key_format 'avro' or 'protobuf'"),
+        ({"key_format": "avro", "key_schema_version": "v2"}, "key_schema_version", "version"),
+        (
+            {"key_format": "avro", "key_schema_version": "2", "key_schema_file": "/k.avsc"},
+            "key_schema_version",
+            r"names a registry's schema, and key_schema_file '/k.avsc' is the schema",
+        ),
     ],
 )
 def test_key_settings_that_cannot_work_are_refused_naming_them(values, setting, words) -> None:

@@ -30,7 +30,8 @@ the sink adds its new columns to the table in that epoch's commit, Delta's schem
 
 The key is read alike with ``key_format = avro`` or ``protobuf`` (:func:`describe_key`): from
 ``key_schema_file``, or from the registry's subject ``key_subject`` (``<topic>-key`` by
-default) at its newest version when the job starts, under the same ``on_schema_change``. Its
+default) at ``key_schema_version`` (its newest when the job starts by default), under the same
+``on_schema_change``. Its
 fields become columns named ``key_<field>``; the ``key`` column stays as the source gave it.
 """
 
@@ -154,6 +155,13 @@ class PayloadSettings(FlatSettings):
         shown="<topic>-key",
         doc="with a binary `key_format` and a registry: the subject the keys are written with",
     )
+    key_schema_version: str = setting(
+        LATEST,
+        parse=parse_text,
+        rule=_version_rule,
+        doc="with a binary `key_format` and a registry: the subject's version every key is read "
+        "as; `latest`: its newest when the job starts",
+    )
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -234,13 +242,21 @@ def describe_key(payload: PayloadSettings, *, source: str) -> SchemaSource | Non
     """Where the keys' schemas come from with a binary ``key_format`` (None for ``text``: the
     key lands as text only). Raises :class:`ConfigError` naming the setting, as
     :func:`describe_format` does for the values: ``key_schema_file``, ``key_subject`` or
-    ``key_message`` set for a format that does not read them, a schema file beside a subject, a
-    registry without a subject to read."""
+    ``key_message`` or a pinned ``key_schema_version`` set for a format that does not read them,
+    a schema file beside a subject or a version, a registry without a subject to read."""
     fmt = payload.key_format
     _check_read_with(payload, "key", fmt)
     if fmt not in BINARY_FORMATS:
+        if payload.key_schema_version != LATEST:
+            raise ConfigError(
+                f"key_schema_version: {payload.key_schema_version!r} is set, and key_format is "
+                f"{fmt!r}; it is read with key_format 'avro' or 'protobuf' only: set the format, "
+                "or leave key_schema_version at 'latest'",
+                setting="key_schema_version",
+            )
         return None
-    return _schema_source(payload, "key", fmt, source, None)
+    version = None if payload.key_schema_version == LATEST else payload.key_schema_version
+    return _schema_source(payload, "key", fmt, source, version)
 
 
 def _check_read_with(payload: PayloadSettings, column: str, fmt: str) -> None:

@@ -108,9 +108,9 @@ def read_subject(
     """Every version of ``subject`` and the one to read as (``version``, or the newest when
     None), each a ``kind`` schema (``AVRO`` or ``PROTOBUF``, whose references are read too).
     Raises :class:`ConfigError` naming the subject, the registry and the ``column``'s setting
-    (``value_subject``, ``key_subject``) when the subject or the version is not there, or a
-    version is of another kind or (Avro) refers to others; a :class:`ModeswitchError` when the
-    registry cannot be asked."""
+    (``<column>_subject``, ``<column>_schema_version``) when the subject or the version is not
+    there, or a version is of another kind or (Avro) refers to others; a
+    :class:`ModeswitchError` when the registry cannot be asked."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     config = registry_config() if config is None else dict(config)
@@ -147,9 +147,9 @@ def read_subject(
     chosen = max(v for v, _ in writers.values()) if version is None else version
     if chosen not in {v for v, _ in writers.values()}:
         raise ConfigError(
-            f"value_schema_version: {version} is not a version of subject {subject!r} at "
+            f"{column}_schema_version: {version} is not a version of subject {subject!r} at "
             f"{where} (its versions: {', '.join(str(v) for v in sorted(versions))})",
-            setting="value_schema_version",
+            setting=f"{column}_schema_version",
         )
     return SubjectSchemas(subject, where, chosen, writers, imports)
 

@@ -112,7 +112,7 @@ def learn_schema_id(message: str, source: SchemaSource, seen: SchemaIdsSeen) -> 
         raise SchemaChangedError(
             f"{message}: {what}; on_schema_change = fail: nothing of this wave or micro-batch "
             "is committed, and the job stops until the settings say what to read as "
-            "(value_schema_version, or on_schema_change = evolve or quarantine)"
+            f"({source.column}_schema_version, or on_schema_change = evolve or quarantine)"
         )
     if source.on_schema_change == "quarantine":
         return SchemaIdLearned(
