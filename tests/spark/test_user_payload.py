@@ -25,6 +25,7 @@ from modeswitch.modes.job import resolve_job
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
 from modeswitch.sources.segments import SegmentLog
+from modeswitch.transforms.loading import load_transform
 
 RECORDS = 1_000
 USER_SCHEMA = "id BIGINT NOT NULL, user STRING, amount DOUBLE"
@@ -275,3 +276,67 @@ def test_nested_types_land_as_from_json_reads_them(spark, tmp_path: Path) -> Non
     assert (rows[3]["ship"], rows[3]["lines"]) == (None, None)
     [bad] = table(settings.quarantine).to_pylist()
     assert bad["reason"] == "field id is missing or not an integer"
+
+
+def test_times_inside_nested_types_read_by_the_top_level_s_text_rules(spark) -> None:
+    """A timestamp, a wall-clock time and a date inside a struct, an array, a map and an array
+    of arrays: each read by the text rules of a top-level field of its type, and one whose
+    text does not read is a mistyped value as Spark reads one there (a struct's field null,
+    its siblings kept; an array or a map holding it null whole, through the arrays around it)."""
+    transform = load_transform(
+        value_schema="id INT, ship STRUCT<at: TIMESTAMP, day: DATE, n: INT>, "
+        "stops ARRAY<TIMESTAMP_NTZ>, due MAP<STRING, DATE>, legs ARRAY<ARRAY<DATE>>"
+    )
+    values = [
+        {
+            "id": 0,
+            "ship": {"at": "2026-05-01T12:00:00.250+02:00", "day": "2026-05-01", "n": 1},
+            "stops": ["2026-05-01T08:30:00"],
+            "due": {"a": "2026-06-01"},
+            "legs": [["2026-01-02"], []],
+        },
+        {
+            "id": 1,
+            "ship": {"at": "2026-05-01T12:00:00", "day": "2026-02-30", "n": 2},
+            "stops": ["2026-05-01T08:30:00", "2026-05-01T08:30:00Z"],
+            "due": {"a": "2026-06-01", "b": 5},
+            "legs": [["2026-01-02"], ["x"]],
+        },
+        {
+            "id": 2,
+            "ship": {"at": None},
+            "stops": [None],
+            "due": {"a": None},
+            "legs": [None, [None]],
+        },
+        {"id": 3, "ship": "2026-05-01", "stops": "2026-05-01T08:30:00", "legs": [["2026-01-02"]]},
+    ]
+    df = spark.createDataFrame(
+        [(0, i, T0, "k", json.dumps(v)) for i, v in enumerate(values)],
+        "bucket int, offset long, event_time timestamp, key string, value string",
+    )
+    out = transform.spark(df)
+    types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
+    assert types["ship"] == "struct<at:timestamp,day:date,n:int>"
+    assert (types["stops"], types["due"]) == ("array<timestamp_ntz>", "map<string,date>")
+    assert types["legs"] == "array<array<date>>"
+    rows = {r["id"]: r.asDict(recursive=True) for r in out.collect()}
+    assert all(r["_quarantine_reason"] is None for r in rows.values())
+    at = datetime(2026, 5, 1, 10, 0, 0, 250_000, tzinfo=UTC)
+    assert rows[0]["ship"]["at"].astimezone(UTC) == at
+    assert (rows[0]["ship"]["day"], rows[0]["ship"]["n"]) == (date(2026, 5, 1), 1)
+    assert rows[0]["stops"] == [datetime(2026, 5, 1, 8, 30)]
+    assert rows[0]["due"] == {"a": date(2026, 6, 1)}
+    assert rows[0]["legs"] == [[date(2026, 1, 2)], []]
+    # No offset for a TIMESTAMP, a day that does not exist: those fields null, `n` kept.
+    assert rows[1]["ship"] == {"at": None, "day": None, "n": 2}
+    # An offset for a TIMESTAMP_NTZ, a number for a DATE, a bad date two arrays deep: null whole.
+    assert (rows[1]["stops"], rows[1]["due"], rows[1]["legs"]) == (None, None, None)
+    assert rows[2]["ship"] == {"at": None, "day": None, "n": None}
+    assert (rows[2]["stops"], rows[2]["due"], rows[2]["legs"]) == (
+        [None],
+        {"a": None},
+        [None, [None]],
+    )
+    assert (rows[3]["ship"], rows[3]["stops"], rows[3]["due"]) == (None, None, None)
+    assert rows[3]["legs"] == [[date(2026, 1, 2)]]

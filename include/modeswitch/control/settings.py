@@ -327,7 +327,7 @@ class PipelineSettings(FlatSettings):
         "(`2026-05-01`), `TIMESTAMP` (RFC 3339 text with its offset, "
         "`2026-05-01T12:00:00.250+02:00`), `TIMESTAMP_NTZ` (a wall-clock time, the same text "
         "without an offset, kept as written), `STRUCT<a: INT, ...>`, `ARRAY<T>`, `MAP<STRING, T>` "
-        "(no times inside; read by `from_json` alone); others (`TINYINT`) are refused. A `NOT "
+        "(times inside too; read by `from_json` alone); others (`TINYINT`) are refused. A `NOT "
         "NULL` field must be present and of its type, or the record is quarantined (`field id "
         "is missing or not an integer`); another is null when missing or mistyped. Used by the "
         "default `transform`; `make demo` sets the demo's events (`payload.EVENT_VALUE_SCHEMA`)",

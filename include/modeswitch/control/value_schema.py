@@ -24,7 +24,8 @@ form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SH
 and ``TIMESTAMP_NTZ`` (a wall-clock time: text without one): how a JSON value becomes a
 DECIMAL, a DATE or a timestamp is :mod:`modeswitch.control.field_types`. The nested types
 (:data:`NESTED_TYPES`: ``STRUCT<name: TYPE, ...>``, ``ARRAY<TYPE>``, ``MAP<STRING, TYPE>``, of
-those types but the times, at any depth) are read by ``from_json`` alone, as Spark reads them
+those types, at any depth) are read by ``from_json`` alone, as Spark reads them, the times
+inside them by the top level's text rules
 (:mod:`modeswitch.transforms.payload`); ``NOT NULL`` and ``COMMENT`` go with top-level fields.
 Binary and ``VARCHAR``/``CHAR`` are refused: read such a field as
 ``STRING`` and convert it in a transform of your own. So is ``TINYINT``/``BYTE``:
@@ -99,7 +100,6 @@ NESTED_TYPES = {
 """The nested types ``value_schema`` takes (any case), as written: a nested type's Spark type
 name is ``struct<name:type,...>`` (a name that is not an identifier backquoted),
 ``array<type>`` or ``map<string,type>`` of the same names."""
-_TIMES = ("timestamp", "timestamp_ntz", "date")
 
 RESERVED_NAMES = ("bucket", "offset", "event_time", "key", "value", "_quarantine_reason")
 """Columns every transform's output has already (the source's and the quarantine reason): a
@@ -323,11 +323,9 @@ class _Reader:
             raise self.fail(f"field {name!r}: unexpected {found!r} after its type")
         return PayloadField(name, spark_type, required)
 
-    def data_type(self, name: str, *, nested: bool = False) -> str:
+    def data_type(self, name: str) -> str:
         """The type of field ``name`` (a path inside a nested type: ``ship.city``), from here:
-        its Spark type name (:data:`DDL_TYPES`), or a nested type's (:data:`NESTED_TYPES`).
-        Inside a nested type a time (``DATE``, ``TIMESTAMP``...) is refused: the text rules
-        that read one are the top level's."""
+        its Spark type name (:data:`DDL_TYPES`), or a nested type's (:data:`NESTED_TYPES`)."""
         start = self.at
         kind = self.word()
         if kind is None:
@@ -355,28 +353,23 @@ class _Reader:
                 f"{', '.join(NESTED_TYPES.values())} (read another as STRING and convert it in "
                 "a transform of your own)"
             )
-        if nested and spark_type in _TIMES:
-            raise self.fail(
-                f"field {name!r} is a {ddl_name(spark_type)} inside a nested type, which "
-                "value_schema reads at the top level only; read it as STRING"
-            )
         return spark_type
 
     def array_type(self, name: str) -> str:
         self.space()
-        element = self.data_type(f"{name}[]", nested=True)
+        element = self.data_type(f"{name}[]")
         self.close(name)
         return f"array<{element}>"
 
     def map_type(self, name: str) -> str:
         self.space()
-        key = self.data_type(f"{name}{{key}}", nested=True)
+        key = self.data_type(f"{name}{{key}}")
         if key != "string":
             raise self.fail(f"field {name!r}: a MAP's keys are STRING (JSON object names)")
         self.space()
         self.expect(",")
         self.space()
-        value = self.data_type(f"{name}{{}}", nested=True)
+        value = self.data_type(f"{name}{{}}")
         self.close(name)
         return f"map<string,{value}>"
 
@@ -391,7 +384,7 @@ class _Reader:
                 self.at += 1
                 self.space()
             path = f"{name}.{inner}"
-            fields[inner] = self.data_type(path, nested=True)
+            fields[inner] = self.data_type(path)
             if inner.lower() in seen:
                 raise self.fail(
                     f"field {path!r} is there twice (as {seen[inner.lower()]!r}; Spark matches "

@@ -15,12 +15,14 @@ from collections.abc import Callable, Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     DataType,
     DateType,
     DecimalType,
     DoubleType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -101,12 +103,9 @@ def parse_json_values(
     names = [f.name for f in schema.fields]
     required = check_parse_inputs(df.columns, schema, required, event_time=event_time)
 
-    # Timestamps and dates as text, converted by their rules below; a decimal by from_json
-    # itself (a number's exact digits: as text it would be a double's).
-    read_fields = [
-        StructField(f.name, StringType()) if type(f.dataType) in _FROM_TEXT else f
-        for f in schema.fields
-    ]
+    # Timestamps and dates as text (inside nested types too), converted by their rules below;
+    # a decimal by from_json itself (a number's exact digits: as text it would be a double's).
+    read_fields = [StructField(f.name, read_type(f.dataType)) for f in schema.fields]
     parse_schema = StructType([*read_fields, StructField(_CORRUPT, StringType())])
     value = F.col("value")
     parsed = F.col(_PARSED)
@@ -130,9 +129,9 @@ def parse_json_values(
     # projection of their own, so that each conversion runs once per row.
     conversions: dict[str, Column] = {}
     for f in schema.fields:
-        from_text = _FROM_TEXT.get(type(f.dataType))
-        if from_text is not None:
-            conversions[f.name] = from_text(parsed.getField(f.name))
+        converted = from_text(parsed.getField(f.name), f.dataType)
+        if converted is not None:
+            conversions[f.name] = converted
         elif f.name == event_time:
             millis = parsed.getField(f.name)
             conversions[f.name] = F.when(millis.between(MIN_MILLIS, MAX_MILLIS), millis)
@@ -248,6 +247,56 @@ _FROM_TEXT: dict[type[DataType], Callable[[Column], Column]] = {
 as the Arrow form's table of the same name does."""
 
 
+def read_type(dtype: DataType) -> DataType:
+    """The type ``from_json`` reads a ``dtype`` field as: the same, with every time in it (a
+    timestamp, a wall-clock time, a date, at any depth) read as its text."""
+    if type(dtype) in _FROM_TEXT:
+        return StringType()
+    if isinstance(dtype, StructType):
+        return StructType([StructField(f.name, read_type(f.dataType)) for f in dtype.fields])
+    if isinstance(dtype, ArrayType):
+        return ArrayType(read_type(dtype.elementType))
+    if isinstance(dtype, MapType):
+        return MapType(dtype.keyType, read_type(dtype.valueType))
+    return dtype
+
+
+def from_text(column: Column, dtype: DataType) -> Column | None:
+    """``column`` (a field read as :func:`read_type` reads ``dtype``) converted to ``dtype``:
+    each time by its text rules (:data:`_FROM_TEXT`); None when ``dtype`` holds no time. At
+    any depth, a time that does not read is what a value of another type is to ``from_json``
+    (measured on Spark 4.2): a struct's field is null and its siblings are kept; an array or a
+    map holding one (in itself, or in an array or a map inside it) is null whole."""
+    if read_type(dtype) == dtype:
+        return None
+    convert = _FROM_TEXT.get(type(dtype))
+    if convert is not None:
+        return convert(column)
+    if isinstance(dtype, StructType):
+        return F.when(column.isNotNull(), F.struct(*[_field(column, f) for f in dtype.fields]))
+    inner = dtype.elementType if isinstance(dtype, ArrayType) else dtype.valueType
+
+    def one(item: Column) -> Column:
+        return _item(item, dtype=inner)
+
+    if isinstance(dtype, ArrayType):
+        items, converted = column, F.transform(column, one)
+    else:
+        items, converted = F.map_values(column), F.transform_values(column, lambda _, v: one(v))
+    unread = F.exists(items, lambda item: item.isNotNull() & one(item).isNull())
+    return F.when(~unread, converted)
+
+
+def _field(struct: Column, field: StructField) -> Column:
+    part = struct.getField(field.name)
+    return _item(part, dtype=field.dataType).alias(field.name)
+
+
+def _item(item: Column, *, dtype: DataType) -> Column:
+    converted = from_text(item, dtype)
+    return item if converted is None else converted
+
+
 def check_parse_inputs(
     columns: Sequence[str],
     schema: StructType,
@@ -324,8 +373,10 @@ __all__ = [
     "TYPE_WORDS",
     "check_parse_inputs",
     "date_from_text",
+    "from_text",
     "parse_events",
     "parse_json_values",
+    "read_type",
     "timestamp_from_text",
     "type_name",
     "type_word",
