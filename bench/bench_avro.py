@@ -80,13 +80,16 @@ def as_text(raw: bytes) -> str:
         return NOT_UTF8_PREFIX + base64.b64encode(raw).decode("ascii")
 
 
-def avro_values(records: list[dict]) -> list[str]:
+def avro_values(records: list[dict], *, raw: bool = False) -> list[str] | list[bytes]:
+    """The records as registry-framed Avro, each kept as a source keeps values (text), or
+    ``raw``: the bytes."""
     schema = fastavro.parse_schema(EVENT_AVRO)
     out = []
     for record in records:
         body = io.BytesIO()
         fastavro.schemaless_writer(body, schema, record)
-        out.append(as_text(b"\x00" + (1).to_bytes(4, "big") + body.getvalue()))
+        value = b"\x00" + (1).to_bytes(4, "big") + body.getvalue()
+        out.append(value if raw else as_text(value))
     return out
 
 

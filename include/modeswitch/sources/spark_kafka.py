@@ -270,13 +270,13 @@ def as_records(frame, location: KafkaLocation):
         F.col("partition").cast("int").alias("bucket"),
         F.col("offset").cast("bigint").alias("offset"),
         stamp.alias("event_time"),
-        _text(F.col("key")).alias("key"),
-        _text(F.col("value")).alias("value"),
+        bytes_as_text(F.col("key")).alias("key"),
+        bytes_as_text(F.col("value")).alias("value"),
         *([F.col(HEADERS_COLUMN)] if location.headers else []),
     )
 
 
-def _text(column):
+def bytes_as_text(column):
     """Bytes as text; bytes that are not UTF-8 as the prefix and their base64."""
     from pyspark.sql import functions as F
 
@@ -321,6 +321,7 @@ __all__ = [
     "STREAM_API_TIMEOUT_MS",
     "STREAM_FETCH_MAX_WAIT_MS",
     "as_records",
+    "bytes_as_text",
     "java_options",
     "read_batch",
     "read_stream",
