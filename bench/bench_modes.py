@@ -154,8 +154,8 @@ class PeakMemory:
 
 LOGS: Path | None = None
 """Where the job processes' output goes (``--logs``); discarded when None."""
-WAVE_RECORDS = "2000000"
-"""The batch epochs' waves: ``--wave-records``."""
+WAVE_RECORDS: str | None = None
+"""The batch epochs' waves: ``--wave-records``; None: the setting's default."""
 
 
 def start(command: list[str]) -> subprocess.Popen:
@@ -186,9 +186,7 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
             "pipeline": f"bench_{name}",
             "source": log_root,
             "warehouse": str(scratch / name),
-            "wave_records": WAVE_RECORDS,
-            "max_split_records": "1000000",
-            "parallelism": "2",
+            **({} if WAVE_RECORDS is None else {"wave_records": WAVE_RECORDS}),
             # BENCH_BATCH_READER / BENCH_BATCH_WRITER: compare the batch path's data paths.
             **(
                 {"batch_writer": os.environ["BENCH_BATCH_WRITER"]}
@@ -455,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", default=None, help="keep the job processes' output here")
     parser.add_argument(
         "--wave-records",
-        default="2000000",
-        help="the batch epochs' waves (default 2 M, the history's; the setting's default: 10 M)",
+        default=None,
+        help="the batch epochs' waves (default: the setting's, what a user gets; the history's "
+        "runs before session 45 set 2 M)",
     )
     args = parser.parse_args(argv)
     global LOGS, WAVE_RECORDS

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--wave-records", default="2000000", help="default: (a)'s 2 M (the setting's: 10 M)"
+        "--wave-records", default=None, help="default: the setting's (before session 45: 2 M)"
     )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--workdir", help="default: a temporary folder, removed at the end")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             log.root,
             engine="warm",
             max_stream_runtime="2s",
-            wave_records=args.wave_records,
+            **({} if args.wave_records is None else {"wave_records": args.wave_records}),
         )
         with open_runner(settings, log_dir=work / "logs") as runner:
             results.append(batch_epoch(runner, settings, "first (starts the engine)"))
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = [r for r in results if r["epoch"].startswith("warm")]
     summary = {
         "records": args.records,
-        "wave_records": int(args.wave_records),
+        "wave_records": settings.planner.wave_records,
         "warm_median_s": statistics.median(r["seconds"] for r in warm),
         "warm_median_records_per_s": round(statistics.median(r["records_per_s"] for r in warm)),
         "warm_median_cpu_s": statistics.median(r["cpu_s"] for r in warm),

@@ -14,6 +14,10 @@ from typing import Any
 from modeswitch.modes.job import JobPlan
 from modeswitch.modes.stream_path import StreamPath
 from modeswitch.offsets import offsets_from_json
+from modeswitch.sinks.delta import SINK_NAME
+from modeswitch.sinks.delta import register as register_sink
+from modeswitch.sources.spark import SOURCE_NAME
+from modeswitch.sources.spark import register as register_source
 from modeswitch.sources.spark_kafka import read_stream
 from modeswitch.storage import is_local
 
@@ -52,7 +56,8 @@ def read_kafka_stream(spark: Any, job: JobPlan, source: str, start_json: str) ->
 
 def bucketlog_stream(spark: Any, source: str, start_json: str, limit: int | None) -> Any:
     """A stream reader of the ``bucketlog`` source from ``start_json`` (with the read limit)."""
-    reader = spark.readStream.format("bucketlog").option("startingOffsets", start_json)
+    register_source(spark)
+    reader = spark.readStream.format(SOURCE_NAME).option("startingOffsets", start_json)
     return reader.options(**({} if limit is None else {"maxRecordsPerTrigger": str(limit)}))
 
 
@@ -80,12 +85,15 @@ STREAM_READERS: Mapping[tuple[str, str], Callable[[Any, JobPlan, str, str], Any]
 """The transformed rows of a stream, by ``StreamPath`` (reader, transform)."""
 
 
-def write_to_sink(stream: Any, options: dict[str, str], checkpoint: str) -> Any:
+def write_to_sink(spark: Any, stream: Any, options: dict[str, str], checkpoint: str) -> Any:
     """The ``modeswitch_delta`` sink (``stream_writer = python``)."""
-    return stream.format("modeswitch_delta").options(**options)
+    register_sink(spark)
+    return stream.format(SINK_NAME).options(**options)
 
 
-def write_with_delta_spark(stream: Any, options: dict[str, str], checkpoint: str) -> Any:
+def write_with_delta_spark(
+    spark: Any, stream: Any, options: dict[str, str], checkpoint: str
+) -> Any:
     """Delta's own writer in ``foreachBatch`` (``stream_writer = delta_spark``,
     :mod:`modeswitch.sinks.delta_spark`); its options are checked here, before the query
     starts."""
@@ -94,7 +102,7 @@ def write_with_delta_spark(stream: Any, options: dict[str, str], checkpoint: str
     return stream.foreachBatch(stream_writer(options)).option("checkpointLocation", checkpoint)
 
 
-STREAM_WRITERS: Mapping[str, Callable[[Any, dict[str, str], str], Any]] = {
+STREAM_WRITERS: Mapping[str, Callable[[Any, Any, dict[str, str], str], Any]] = {
     "python": write_to_sink,
     "delta_spark": write_with_delta_spark,
 }
@@ -126,7 +134,7 @@ def sink_stream(
         "offsetsStart": start_json,
         "checkpointLocation": checkpoint,
     }
-    return STREAM_WRITERS[path.writer](stream, options, checkpoint)
+    return STREAM_WRITERS[path.writer](spark, stream, options, checkpoint)
 
 
 __all__ = [

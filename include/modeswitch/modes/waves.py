@@ -22,6 +22,8 @@ from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks import arrow_wave
 from modeswitch.sinks.native import write_batch
 from modeswitch.sources.native import read_segments
+from modeswitch.sources.spark import SOURCE_NAME
+from modeswitch.sources.spark import register as register_source
 from modeswitch.sources.spark_kafka import read_batch
 
 if TYPE_CHECKING:
@@ -92,7 +94,8 @@ def read_bucketlog(spark: Any, job: JobPlan, read: WaveRead, *, in_reader: bool)
     """The ``bucketlog`` data source on exactly the read's partitions; with ``in_reader`` it
     runs the transform's Arrow form where it reads and gives the transformed rows."""
     options = job.reader_arrow_options if in_reader else {}
-    reader = spark.read.format("bucketlog").option("partitions", read.partitions_json())
+    register_source(spark)
+    reader = spark.read.format(SOURCE_NAME).option("partitions", read.partitions_json())
     return reader.options(**options).load(job.source)
 
 

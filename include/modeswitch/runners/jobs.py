@@ -115,7 +115,9 @@ def _create_spark_session(kind: JobKind, args: argparse.Namespace, settings: Pip
 
     name = _target(args).replace(" ", "-")
     return create_spark_session(
-        f"modeswitch-{args.pipeline}-{kind}-{name}", conf=job_spark_conf(kind, settings)
+        f"modeswitch-{args.pipeline}-{kind}-{name}",
+        conf=job_spark_conf(kind, settings),
+        data_sources=False,  # each path registers the one it uses, where it uses it
     )
 
 

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 from modeswitch.errors import ModeswitchError
 from modeswitch.sinks.committer import CommitOutcome, commit_files
-from modeswitch.sinks.delta import SINK_NAME, prepare_write
+from modeswitch.sinks.delta import SINK_NAME, prepare_write, register
 from modeswitch.sinks.files import (
     DeltaCommitMessage,
     count_reasons,
@@ -105,6 +105,7 @@ def write_batch(
         raise ValueError(f"writer={writer!r}: expected one of {', '.join(BATCH_WRITERS)}")
     raw = {k: str(v) for k, v in options.items()}
     if writer == "python" or DeltaSinkOptions.parse({**raw, "path": path}).partition_by:
+        register(df.sparkSession)
         df.write.format(SINK_NAME).mode("append").options(**raw).save(path)
         return None
     if ROUTE_COLUMN in df.columns:
