@@ -292,18 +292,23 @@ def run_latency(scratch: Path, seconds: float) -> dict:
         max_records_per_trigger="100000",
         max_stream_runtime="1h",
         stream_standby=os.environ.get("BENCH_STANDBY", "on"),
-        # BENCH_ENGINE: submit (default, the history's: the local runner, a job per epoch)
-        # or auto / warm (the warm engine, `modeswitch run`'s default).
-        engine=os.environ.get("BENCH_ENGINE", "submit"),
+        # BENCH_ENGINE: auto (default: the warm engine, `modeswitch run`'s default), or
+        # submit (the history's before session 45: the local runner, a job per epoch).
+        engine=os.environ.get("BENCH_ENGINE", "auto"),
         # BENCH_STANDBY_LEAD: how long before the batch's expected end the standby starts.
         **(
             {"stream_standby_lead": os.environ["BENCH_STANDBY_LEAD"]}
             if os.environ.get("BENCH_STANDBY_LEAD")
             else {}
         ),
-        # Waves of 100 000: the standby starts once a wave has shown the batch's throughput.
-        wave_records="100000",
-        max_split_records="50000",
+        # BENCH_LATENCY_WAVES=100000: the history's waves (before session 45), with splits of
+        # 50 000, so that the local runner's standby starts once a wave has shown the batch's
+        # throughput. Unset: the settings' defaults, what a user gets.
+        **(
+            {"wave_records": os.environ["BENCH_LATENCY_WAVES"], "max_split_records": "50000"}
+            if os.environ.get("BENCH_LATENCY_WAVES")
+            else {}
+        ),
     )
     stop = threading.Event()
     appended: list[tuple[int, int, int, float]] = []  # (bucket, start, end, published at)

@@ -61,3 +61,21 @@ def test_an_idle_stream_records_its_decision_seldom_and_any_movement_at_once(
     now[0] += timedelta(seconds=1)
     supervisor.evaluate()
     assert recorded() == 4
+
+
+class Reported:
+    """A query's recent progress reports, as pyspark gives them."""
+
+    def __init__(self, reports: list[dict]) -> None:
+        self.recentProgress = reports
+
+
+def test_the_first_micro_batch_s_time_is_said_longest_first() -> None:
+    from modeswitch.modes.stream import first_progress
+
+    first = {"durationMs": {"walCommit": 9, "addBatch": 1644, "triggerExecution": 1698}}
+    later = {"durationMs": {"addBatch": 90}}
+    assert first_progress(Reported([first, later])) == (
+        "triggerExecution 1698 ms, addBatch 1644 ms, walCommit 9 ms"
+    )
+    assert first_progress(Reported([])) == "no progress report yet"

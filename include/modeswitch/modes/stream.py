@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import pendulum
 
@@ -301,6 +302,16 @@ def stream_deadline(settings: PipelineSettings, started_at: datetime) -> tuple[d
     return runtime_end, f"max_stream_runtime {settings.max_stream_runtime} reached"
 
 
+def first_progress(query: Any) -> str:
+    """Where a query's first micro-batch spent its time, from its first progress report
+    (Spark's ``durationMs``, the longest first): what a handoff's last step is made of."""
+    reports = query.recentProgress[:1]
+    if not reports:
+        return "no progress report yet"
+    durations = sorted(reports[0]["durationMs"].items(), key=lambda item: -item[1])
+    return ", ".join(f"{name} {ms} ms" for name, ms in durations)
+
+
 def run_stream_epoch(
     spark,
     job: JobPlan,
@@ -372,7 +383,12 @@ def run_stream_epoch(
             time.sleep(poll.total_seconds())
             new = supervisor.follow_commits()
             if new and supervisor.micro_batches == len(new):
-                log.info("stream epoch %d: first micro-batch committed", epoch_id)
+                log.info(
+                    "stream epoch %d: first micro-batch committed, %d records (%s)",
+                    epoch_id,
+                    new[0].records,
+                    first_progress(query),
+                )
             pending = None
             if commands_checked is None or clock() - commands_checked >= COMMAND_POLL_EVERY:
                 pending = _stop_command(store)
