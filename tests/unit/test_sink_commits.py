@@ -459,6 +459,29 @@ def test_malformed_records_go_to_the_quarantine_with_their_reason(tmp_path: Path
     assert committed_offsets(str(tmp_path / "sink"), "orders") == {0: 20}
 
 
+def test_micro_batches_that_quarantine_load_each_table_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's commits come from one reused Python process: the sink and the quarantine
+    tables are each loaded once there, then brought up to date (``update_incremental``)."""
+    import deltalake
+
+    loads: list[str] = []
+    real = deltalake.DeltaTable.__init__
+
+    def counted(self, path, *args, **kwargs):
+        loads.append(Path(str(path)).name)
+        real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counted)
+    for sequence in range(4):
+        quarantine_wave(tmp_path, 1, sequence, sequence * 10, sequence * 10 + 10, {sequence * 10})
+    # Each: once finding no table (the first commit makes it), once more after that.
+    assert loads.count("sink") <= 2 and loads.count("quarantine") <= 2, loads
+    got = DeltaTable(str(tmp_path / "quarantine")).to_pyarrow_table()["offset"].to_pylist()
+    assert sorted(got) == [0, 10, 20, 30]
+
+
 def test_a_crash_between_sink_and_quarantine_commits_is_repaired_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

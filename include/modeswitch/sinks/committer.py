@@ -32,7 +32,13 @@ from modeswitch.sinks.commits import (
     user_metadata,
 )
 from modeswitch.sinks.features import check_table_features
-from modeswitch.sinks.fencing import check_fencing, check_replay, next_sink_commit, open_sink_table
+from modeswitch.sinks.fencing import (
+    check_fencing,
+    check_replay,
+    next_sink_commit,
+    open_delta_table,
+    open_sink_table,
+)
 from modeswitch.sinks.files import (
     QUARANTINE_SCHEMA,
     DeltaCommitMessage,
@@ -246,8 +252,7 @@ def sync_quarantine(options: DeltaSinkOptions, table: Any = _UNSET) -> int:
 
 def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], version: int) -> int:
     """One quarantine commit for the sink commit with app-transaction ``version``."""
-    from deltalake import CommitProperties, DeltaTable, Transaction
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake import CommitProperties, Transaction
     from deltalake.transaction import AddAction
 
     assert options.pipeline is not None and options.quarantine_path is not None
@@ -257,10 +262,7 @@ def commit_quarantine(options: DeltaSinkOptions, files: Sequence[WrittenFile], v
     ]
 
     def attempt(number: int) -> int:
-        try:
-            table = DeltaTable(options.quarantine_path, storage_options=options.storage_options)
-        except TableNotFoundError:
-            table = None
+        table = open_delta_table(options.quarantine_path, options.storage_options)
         current = table.transaction_version(options.pipeline) if table is not None else None
         if current is not None and current >= version:
             return 0
