@@ -1,9 +1,9 @@
 """Benchmark: where a live micro-batch spends its time, by Spark's own progress reports.
 
-    .venv/bin/python bench/bench_micro_batch.py [--seconds 45] [--rate 5000] [--malformed 0.0]
+    .venv/bin/python bench/bench_micro_batch.py [--seconds 45] [--malformed 0.0]
 
 One session (the stream job's: local, the checkpoint through the FileSystem API), a 16-bucket
-embedded log fed by the demo's producer at ``--rate`` records/s (``--malformed``: the fraction
+embedded log fed by the latency run's producer at 5 000 records/s (``--malformed``: the fraction
 of values that are not JSON, which the sink quarantines), and the stream epoch's query as the
 defaults build it: the ``bucketlog`` source running the Arrow parse in its reader, the
 ``modeswitch_delta`` sink, a 100 ms trigger. After ``--seconds``, the last 60 micro-batches'
@@ -16,26 +16,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from datetime import timedelta
 
-from modeswitch.devtools.produce import EventGenerator, produce_live
+from bench_modes import BUCKETS, live_producer  # bench/ is on the path
+
+from modeswitch.devtools.produce import EventGenerator
 from modeswitch.modes.stream_query import LOCAL_CHECKPOINT_CONF
 from modeswitch.runners.session import create_spark_session
 from modeswitch.sources.segments import SegmentLog
 from modeswitch.transforms import load_transform
 
-BUCKETS = 16
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=45)
-    parser.add_argument("--rate", type=float, default=5000)
     parser.add_argument("--malformed", type=float, default=0.0)
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="modeswitch-bench-micro-batch-")
@@ -45,18 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     generator = EventGenerator(
         seed=3, buckets=BUCKETS, skew="zipf:1.1", malformed_fraction=args.malformed
     )
-    producer = threading.Thread(
-        target=produce_live,
-        args=(log, generator),
-        kwargs={
-            "rate": args.rate,
-            "duration": timedelta(hours=1),
-            "first": 10_000_000,
-            "flush_every": timedelta(milliseconds=50),
-            "should_stop": stop.is_set,
-        },
-        daemon=True,
-    )
+    producer = live_producer(log, [], stop, generator)
     try:
         producer.start()
         transform = load_transform("modeswitch.transforms.arrow:parse_events_arrow")
@@ -84,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop.set()
         spark.stop()
-    print(f"{len(reports)} micro-batches, {args.rate:g} records/s, malformed {args.malformed:g}")
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"{len(reports)} micro-batches, 5 000 records/s, malformed {args.malformed:g}")
     print("| durationMs | p50 | p90 |\n|---|---|---|")
     for name in sorted({k for r in reports for k in r["durationMs"]}):
         values = sorted(r["durationMs"].get(name, 0) for r in reports)

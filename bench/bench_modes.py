@@ -389,13 +389,17 @@ def batch_then_live(settings: PipelineSettings, seconds: float, *, log_dir: Path
 
 
 def live_producer(
-    log: SegmentLog, appended: list[tuple[int, int, int, float]], stop: threading.Event
+    log: SegmentLog,
+    appended: list[tuple[int, int, int, float]],
+    stop: threading.Event,
+    generator: EventGenerator | None = None,
 ) -> threading.Thread:
     """A thread that appends 5 000 records/s to ``log`` until ``stop`` is set, noting each
-    append (bucket, first offset, end, when it was published) in ``appended``."""
+    append (bucket, first offset, end, when it was published) in ``appended``; the demo's
+    events by default, ``generator``'s when given."""
     return threading.Thread(
         target=produce_live,
-        args=(log, EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
+        args=(log, generator or EventGenerator(seed=3, buckets=BUCKETS, skew="zipf:1.1")),
         kwargs={
             "rate": 5000.0,
             "duration": timedelta(hours=1),
