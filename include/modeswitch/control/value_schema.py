@@ -24,10 +24,10 @@ form does: integers (``BIGINT``/``LONG``, ``INT``/``INTEGER``, ``SMALLINT``/``SH
 and ``TIMESTAMP_NTZ`` (a wall-clock time: text without one): how a JSON value becomes a
 DECIMAL, a DATE or a timestamp is :mod:`modeswitch.control.field_types`. The nested types
 (:data:`NESTED_TYPES`: ``STRUCT<name: TYPE, ...>``, ``ARRAY<TYPE>``, ``MAP<STRING, TYPE>``, of
-those types, at any depth) are read by ``from_json`` alone, as Spark reads them, the times
-inside them by the top level's text rules
-(:mod:`modeswitch.transforms.payload`); ``NOT NULL`` and ``COMMENT`` go with top-level fields.
-Binary and ``VARCHAR``/``CHAR`` are refused: read such a field as
+those types, at any depth) are read by ``from_json`` alone, as Spark reads them
+(:mod:`modeswitch.transforms.payload`), the times inside them by the top level's text rules
+(:func:`modeswitch.transforms.spark_json.from_text`); ``NOT NULL`` and ``COMMENT`` go with
+top-level fields. Binary and ``VARCHAR``/``CHAR`` are refused: read such a field as
 ``STRING`` and convert it in a transform of your own. So is ``TINYINT``/``BYTE``:
 ``from_json`` reads 128 to 255 into one as negative numbers (Jackson's byte), where the Arrow
 parse quarantines them; use ``SMALLINT``.
