@@ -85,6 +85,7 @@ def test_the_format_follows_value_schema_unless_set():
             "value_format 'avro' or 'protobuf' only",
         ),
         ({"value_subject": "s"}, "value_subject", "value_format 'avro' or 'protobuf' only"),
+        ({"value_schema_version": "2"}, "value_schema_version", "leave value_schema_version at"),
         (
             {"value_format": "avro", "value_schema_file": "o.avsc", "value_subject": "s"},
             "value_subject",

@@ -247,32 +247,28 @@ def describe_key(payload: PayloadSettings, *, source: str) -> SchemaSource | Non
     fmt = payload.key_format
     _check_read_with(payload, "key", fmt)
     if fmt not in BINARY_FORMATS:
-        if payload.key_schema_version != LATEST:
-            raise ConfigError(
-                f"key_schema_version: {payload.key_schema_version!r} is set, and key_format is "
-                f"{fmt!r}; it is read with key_format 'avro' or 'protobuf' only: set the format, "
-                "or leave key_schema_version at 'latest'",
-                setting="key_schema_version",
-            )
         return None
     version = None if payload.key_schema_version == LATEST else payload.key_schema_version
     return _schema_source(payload, "key", fmt, source, version)
 
 
 def _check_read_with(payload: PayloadSettings, column: str, fmt: str) -> None:
-    """Refuses, naming it, a ``<column>_schema_file``, ``_subject`` or ``_message`` set for a
-    ``<column>_format`` (``fmt``) that does not read it."""
-    for part, formats in (
-        ("schema_file", BINARY_FORMATS),
-        ("subject", BINARY_FORMATS),
-        ("message", ("protobuf",)),
+    """Refuses, naming it, a ``<column>_schema_file``, ``_subject``, ``_message`` or pinned
+    ``_schema_version`` set for a ``<column>_format`` (``fmt``) that does not read it."""
+    for part, formats, unset in (
+        ("schema_file", BINARY_FORMATS, ""),
+        ("subject", BINARY_FORMATS, ""),
+        ("message", ("protobuf",), ""),
+        ("schema_version", BINARY_FORMATS, LATEST),
     ):
         name = f"{column}_{part}"
-        if getattr(payload, name) and fmt not in formats:
+        value = getattr(payload, name)
+        if value != unset and fmt not in formats:
+            leave = f"leave {name} at {unset!r}" if unset else f"leave {name} empty"
             raise ConfigError(
-                f"{name}: {getattr(payload, name)!r} is set, and {column}_format is {fmt!r}; it "
-                f"is read with {column}_format {' or '.join(map(repr, formats))} only: set the "
-                f"format, or leave {name} empty",
+                f"{name}: {value!r} is set, and {column}_format is {fmt!r}; it is read with "
+                f"{column}_format {' or '.join(map(repr, formats))} only: set the format, or "
+                f"{leave}",
                 setting=name,
             )
 

@@ -18,7 +18,7 @@ import pendulum
 import pyarrow as pa
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.control.value_schema import PayloadField
+from modeswitch.control.value_schema import PayloadField, is_nested
 from modeswitch.errors import StreamQueryError
 from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
@@ -125,9 +125,11 @@ def warm_up_payload(fields: Sequence[PayloadField], index: int) -> dict[str, Any
 def _sample(type_name: str, index: int) -> Any:
     """A value of a field of ``type_name``: an empty object or array for a nested type's, 0
     for a decimal's (it fits any DECIMAL(p,s), DECIMAL(3,3) too)."""
-    empty = {"struct<": {}, "map<": {}, "array<": []}
-    nested = [value for prefix, value in empty.items() if type_name.startswith(prefix)]
-    return _SAMPLES[type_name](index) if type_name in _SAMPLES else (nested or [0])[0]
+    if type_name in _SAMPLES:
+        return _SAMPLES[type_name](index)
+    if is_nested(type_name):
+        return [] if type_name.startswith("array<") else {}
+    return 0
 
 
 class WarmingUp:
