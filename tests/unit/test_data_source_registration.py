@@ -71,5 +71,5 @@ def test_the_python_writers_register_the_sink(job) -> None:
     write_batch(session, job.settings.sink, writer="python", pipeline="p")
     assert session.used == ["modeswitch_delta"]
     streaming = Session()
-    STREAM_WRITERS["python"](streaming, Chain(streaming), {}, "/checkpoint")
+    STREAM_WRITERS["python"](streaming, job, job.source, Chain(streaming), {})
     assert streaming.used == ["modeswitch_delta"]

@@ -50,6 +50,26 @@ def test_bucketlog_with_a_spark_only_transform_runs_it_on_the_frame() -> None:
     assert "Spark form only" in found.reason
 
 
+@pytest.mark.parametrize("log", [SEGMENTS, KAFKA])
+@pytest.mark.parametrize("writer", ["auto", "arrow"])
+def test_an_arrow_form_is_run_in_each_micro_batch_s_wave_on_either_log(log, writer: str) -> None:
+    found = choose_stream_path(log, arrow_form=True, stream_writer=writer)
+    assert shape(found) == (log.spark_source, "wave", "arrow")
+    assert "Arrow wave" in found.reason and repr(writer) in found.reason
+
+
+@pytest.mark.parametrize("log", [SEGMENTS, KAFKA])
+def test_auto_without_an_arrow_form_is_the_python_writer(log) -> None:
+    found = choose_stream_path(log, arrow_form=False, stream_writer="auto")
+    assert shape(found) == (log.spark_source, "spark", "python")
+
+
+def test_the_arrow_writer_without_an_arrow_form_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"^stream_writer: 'arrow' needs a transform") as err:
+        choose_stream_path(KAFKA, arrow_form=False, stream_writer="arrow")
+    assert err.value.setting == "stream_writer"
+
+
 def test_an_unknown_stream_writer_is_refused_naming_the_setting() -> None:
     with pytest.raises(ConfigError, match=r"^stream_writer: 'foreach' is not one of") as err:
         choose_stream_path(SEGMENTS, arrow_form=True, stream_writer="foreach")
@@ -67,7 +87,7 @@ def test_each_job_kind_gets_its_own_seam_and_the_payload_read_once(tmp_path: Pat
     settings = _settings(tmp_path, value_schema=schema, event_time_field="at")
     stream = resolve_job(settings, "stream")
     assert stream.waves is None and stream.stream is not None
-    assert shape(stream.stream) == ("bucketlog", "arrow", "python")
+    assert shape(stream.stream) == ("bucketlog", "wave", "arrow")
     assert stream.payload == describe_payload("value_schema", schema, "at")
     assert stream.payload.event_time is not None and stream.payload.event_time.name == "at"
     batch = resolve_job(settings, "batch")

@@ -18,8 +18,8 @@ from modeswitch.sinks.commits import (
 BASE = {"pipeline": "p", "source": "/tmp/log", "warehouse": "/tmp/wh"}
 
 
-def test_the_default_stream_writer_is_the_python_one_and_delta_spark_can_be_chosen() -> None:
-    assert PipelineSettings.from_mapping(BASE).stream_writer == "python"
+def test_the_default_stream_writer_is_auto_and_delta_spark_can_be_chosen() -> None:
+    assert PipelineSettings.from_mapping(BASE).stream_writer == "auto"
     chosen = PipelineSettings.from_mapping({**BASE, "stream_writer": " Delta_Spark "})
     assert chosen.stream_writer == "delta_spark"
 

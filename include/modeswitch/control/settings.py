@@ -11,11 +11,8 @@ value_schema). The groups it holds are :mod:`modeswitch.control.setting_groups`;
 (code defaults < config file < Airflow Variables < run params),
 :mod:`modeswitch.control.settings_layers`.
 
-Not pydantic-settings (installed with Airflow): its sources (environment, files) are not our
-layers (Airflow Variables, one per setting, and a run's param); its errors name a field path
-and a pydantic error type where ours name the Airflow Variable or the param and the bad value;
-and durations (``250ms``, ``PT5M``), ``none`` thresholds and cross-field rules (enter above
-exit) would still be our own validators.
+Not pydantic-settings: its sources are not our layers, its errors name a field path where ours
+name the Variable or param and the bad value, and our parsers (``250ms``, ``none``) would stay.
 """
 
 from __future__ import annotations
@@ -77,7 +74,7 @@ __all__ = [
 
 StreamTrigger = Literal["processing_time", "available_now"]
 BatchWriter = Literal["native", "python"]
-StreamWriter = Literal["python", "delta_spark"]
+StreamWriter = Literal["auto", "arrow", "python", "delta_spark"]
 BatchReader = Literal["auto", "arrow", "bucketlog", "native"]
 StartFrom = Literal["earliest", "latest"]
 Engine = Literal["auto", "submit", "warm"]
@@ -241,8 +238,7 @@ class PipelineSettings(FlatSettings):
         "Python workers warmed by a throwaway stream) and hand it the stream epoch, for a "
         "faster handoff; under Airflow see `modeswitch_engine`",
     )
-    # Its start-up and warm-up took 20-30 s here while a batch job ran, and an estimate from
-    # the first wave alone runs long: that wave pays for the job's first Spark query.
+    # Start-up and warm-up took 20-30 s here beside a batch; a first wave's estimate runs long.
     stream_standby_lead: timedelta = setting(
         timedelta(seconds=60),
         parse=parse_duration,
@@ -260,11 +256,18 @@ class PipelineSettings(FlatSettings):
         "uses; [SINK.md](SINK.md))",
     )
     stream_writer: StreamWriter = setting(
-        "python",
+        "auto",
         parse=parse_choice,
-        doc="how a stream epoch writes each micro-batch: `python` (the `modeswitch_delta` data "
-        "source writer: pyarrow files, one delta-rs commit) or `delta_spark` (delta-spark's "
-        "own writer in `foreachBatch`, with `txnAppId`/`txnVersion`; [SINK.md](SINK.md))",
+        doc="a stream's micro-batches: `arrow` (an Arrow wave each, as a batch's; `auto`'s for a "
+        "transform with an Arrow form, else `python`), `python` (the `modeswitch_delta` data "
+        "source) or `delta_spark` (delta-spark's writer in `foreachBatch`; [SINK.md](SINK.md))",
+    )
+    stream_driver_records: int = setting(
+        50_000,
+        parse=parse_positive_int,
+        rule=greater_than_zero,
+        doc="`arrow` writer: a micro-batch of at most this many records runs in the driver, a "
+        "larger one in Spark tasks",
     )
     # The readers: modeswitch.sinks.arrow_wave (arrow), modeswitch.modes.wave_path.
     batch_reader: BatchReader = setting(
@@ -296,8 +299,7 @@ class PipelineSettings(FlatSettings):
         "local master it bounds the job's memory whatever the backlog; `none`: Spark's default "
         "(a quarter of the machine's memory)",
     )
-    # The transforms: modeswitch.transforms (the Transform object), .payload (the one built
-    # from value_schema), .arrow (the Arrow parse and its deliberate differences).
+    # The transforms: modeswitch.transforms, .payload (from value_schema), .arrow (its parse).
     transform: str = setting(
         SCHEMA_TRANSFORM,
         parse=parse_text,
@@ -332,8 +334,7 @@ class PipelineSettings(FlatSettings):
         "is missing or not an integer`); another is null when missing or mistyped. Used by the "
         "default `transform`; `make demo` sets the demo's events (`payload.EVENT_VALUE_SCHEMA`)",
     )
-    # The event time's rule: modeswitch.control.value_schema; what backfills do with it:
-    # modeswitch.modes.backfill.
+    # The event time's rule: modeswitch.control.value_schema; backfills: modeswitch.modes.backfill.
     event_time_field: str = setting(
         "",
         parse=parse_text,
@@ -416,8 +417,7 @@ class PipelineSettings(FlatSettings):
         "offsets of the epoch that opens, and fill the history below them with backfills "
         "([OPERATIONS.md](OPERATIONS.md#backfills))",
     )
-    # Within an epoch Spark keeps its last spark.sql.streaming.minBatchesToRetain
-    # micro-batches (100 by default).
+    # Within an epoch Spark keeps its last spark.sql.streaming.minBatchesToRetain (100) batches.
     stream_checkpoints_kept: int = setting(
         3,
         parse=parse_positive_int,

@@ -1,0 +1,121 @@
+"""The ``arrow`` stream writer: each micro-batch of a stream epoch committed as an Arrow wave.
+
+The query is Spark's own (its source, trigger, checkpoint and offsets log, its progress and
+its retries) but its micro-batch DataFrame is not read: in ``foreachBatch`` the micro-batch's
+offsets (from the query's offsets log, :func:`~modeswitch.sinks.delta.stream_commit_range`) are
+read, transformed and written as a batch wave's are (:mod:`modeswitch.sinks.arrow_wave`: the
+log's own reader, the transform's Arrow form, the sink's pyarrow writer), and committed with
+the pipeline's exactly-once commit, sequence = the option ``sequence`` + the micro-batch id.
+No record crosses between the JVM and Python.
+
+Where the wave's work runs is :func:`where_micro_batch_runs`'s choice, by the micro-batch's
+size: a micro-batch of at most ``stream_driver_records`` records runs in the driver's own
+process, with no Spark job at all; a larger one (a catch-up, the first micro-batch after a long
+batch) in Spark tasks, cut as the planner cuts a wave (:func:`micro_batch_partitions`). A
+job with Python tasks costs 100-130 ms here before it reads a record (a trivial
+``mapInArrow`` of two tasks on a warm session), which is most of a live micro-batch; the driver
+reads, parses and writes about 3.5 µs a record (docs/BENCHMARKS.md), so below some 50 000
+records it is the faster.
+
+What Spark's own reports lose: the query's progress counts no input rows (its reader never
+runs), so a micro-batch's records are those of its sink commit (the pipeline's progress table
+and metrics count from those). A replayed micro-batch (the query restarted between the sink's
+commit and Spark's) is found by the commit and its files removed, as with the other writers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from modeswitch.control.planning import plan_batch
+from modeswitch.offsets import OffsetsMap, offsets_to_json
+from modeswitch.sinks.arrow_wave import write_wave
+from modeswitch.sinks.committer import CommitOutcome
+from modeswitch.sinks.delta import stream_commit_range
+from modeswitch.sinks.options import DeltaSinkOptions
+
+log = logging.getLogger(__name__)
+
+Ranges = tuple[tuple[int, int, int], ...]
+
+
+def where_micro_batch_runs(records: int, driver_records: int) -> str:
+    """``driver`` for a micro-batch of at most ``driver_records`` records, else ``spark``
+    (:data:`~modeswitch.sinks.arrow_wave.TASK_RUNNERS`): see the module docstring."""
+    return "driver" if records <= driver_records else "spark"
+
+
+def micro_batch_partitions(
+    start: OffsetsMap, end: OffsetsMap, *, max_split_records: int, parallelism: int
+) -> tuple[Ranges, ...]:
+    """The ranges ``[start, end)`` per bucket, cut and balanced into at most ``parallelism``
+    partitions as the planner cuts one wave (:func:`~modeswitch.control.planning.plan_batch`);
+    one empty partition when there is nothing to read (Kafka's offsets may move over
+    transaction markers only), so the micro-batch still commits its offsets."""
+    total = sum(end[b] - start.get(b, 0) for b in end)
+    plan = plan_batch(
+        start,
+        end,
+        max_split_records=max_split_records,
+        wave_records=max(1, total),
+        parallelism=parallelism,
+    )
+    if not plan.waves:
+        return ((),)
+    return tuple(
+        tuple((s.bucket, s.start, s.end) for s in partition)
+        for partition in plan.waves[0].partitions
+    )
+
+
+@dataclass(frozen=True)
+class MicroBatchWaves:
+    """The ``foreachBatch`` function of a stream epoch with the ``arrow`` writer."""
+
+    source: str
+    transform: Any  # the transform's Arrow form (a callable on Arrow batches)
+    output: Any  # its Spark schema, with the quarantine reason
+    options: dict[str, str]
+    """The sink options of the epoch's writes (``path``, ``sequence``, ``offsetsStart``,
+    ``checkpointLocation`` among them)."""
+    count_checked: bool
+    """Whether the log is contiguous, so a micro-batch's offsets are its record count."""
+    max_split_records: int
+    parallelism: int
+    driver_records: int
+
+    def __call__(self, frame: Any, batch_id: int) -> CommitOutcome:
+        parsed = DeltaSinkOptions.parse(self.options)
+        start, end = stream_commit_range(parsed, batch_id)
+        assert start is not None and end is not None, "a stream epoch's writes have a pipeline"
+        partitions = micro_batch_partitions(
+            start, end, max_split_records=self.max_split_records, parallelism=self.parallelism
+        )
+        records = sum(hi - lo for partition in partitions for _, lo, hi in partition)
+        options = {
+            key: value
+            for key, value in self.options.items()
+            if key not in ("path", "checkpointLocation")
+        }
+        options.update(
+            sequence=str((parsed.sequence or 0) + batch_id),
+            offsetsStart=offsets_to_json(start),
+            offsetsEnd=offsets_to_json(end),
+        )
+        if self.count_checked:
+            options["expectedRecords"] = str(records)
+        return write_wave(
+            frame.sparkSession,
+            self.source,
+            partitions,
+            self.transform,
+            self.output,
+            self.options["path"],
+            runs_in=where_micro_batch_runs(records, self.driver_records),
+            **options,
+        )
+
+
+__all__ = ["MicroBatchWaves", "micro_batch_partitions", "where_micro_batch_runs"]

@@ -1,0 +1,52 @@
+"""The ``arrow`` stream writer's choices (modeswitch.modes.stream_waves): where a micro-batch's
+wave runs, by its size, and how a large one is cut into tasks."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from modeswitch.control.settings import PipelineSettings
+from modeswitch.errors import ConfigError
+from modeswitch.modes.stream_waves import micro_batch_partitions, where_micro_batch_runs
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("records", "runs_in"), [(0, "driver"), (1, "driver"), (50_000, "driver"), (50_001, "spark")]
+)
+def test_a_micro_batch_up_to_the_limit_runs_in_the_driver(records: int, runs_in: str) -> None:
+    assert where_micro_batch_runs(records, 50_000) == runs_in
+
+
+def test_the_limit_is_a_setting_above_zero() -> None:
+    base = {"pipeline": "p", "source": "/tmp/log", "warehouse": "/tmp/wh"}
+    assert PipelineSettings.from_mapping(base).stream_driver_records == 50_000
+    with pytest.raises(ConfigError, match="stream_driver_records"):
+        PipelineSettings.from_mapping({**base, "stream_driver_records": "0"})
+
+
+def test_a_micro_batch_is_cut_and_balanced_as_a_wave_and_covers_its_offsets() -> None:
+    start = {0: 100, 1: 0, 2: 7}
+    end = {0: 400, 1: 50, 2: 7, 3: 20}  # bucket 3 is new: read from 0
+    partitions = micro_batch_partitions(start, end, max_split_records=100, parallelism=2)
+    assert len(partitions) == 2
+    ranges = sorted(r for partition in partitions for r in partition)
+    assert all(hi - lo <= 100 for _, lo, hi in ranges)
+    covered: dict[int, list[tuple[int, int]]] = {}
+    for bucket, lo, hi in ranges:
+        covered.setdefault(bucket, []).append((lo, hi))
+    # Each bucket's pieces join end to end from its start to its end: no gap, no overlap.
+    for bucket, pieces in covered.items():
+        assert pieces[0][0] == start.get(bucket, 0) and pieces[-1][1] == end[bucket]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
+    assert set(covered) == {0, 1, 3}
+    sizes = sorted(sum(hi - lo for _, lo, hi in p) for p in partitions)
+    assert sizes[1] - sizes[0] <= 100  # balanced
+
+
+def test_a_micro_batch_with_nothing_to_read_is_one_empty_partition() -> None:
+    # Kafka's offsets can move over transaction markers alone: the offsets still commit.
+    assert micro_batch_partitions({0: 5}, {0: 5}, max_split_records=10, parallelism=2) == ((),)
