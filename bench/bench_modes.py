@@ -204,6 +204,12 @@ def settings_for(scratch: Path, name: str, log_root: str, **extra: str) -> Pipel
                 if os.environ.get("BENCH_STREAM_WRITER")
                 else {}
             ),
+            # BENCH_STREAM_DRIVER_RECORDS: the arrow writer's micro-batches run in the driver.
+            **(
+                {"stream_driver_records": os.environ["BENCH_STREAM_DRIVER_RECORDS"]}
+                if os.environ.get("BENCH_STREAM_DRIVER_RECORDS")
+                else {}
+            ),
             # BENCH_BATCH_DRIVER_MEMORY: the batch job's fixed driver heap (default 1g).
             "batch_driver_memory": os.environ.get("BENCH_BATCH_DRIVER_MEMORY", "1g"),
             # BENCH_TRANSFORM: the transform setting (default: the Arrow parse of the demo's

@@ -15,10 +15,13 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(
-    ("records", "runs_in"), [(0, "driver"), (1, "driver"), (50_000, "driver"), (50_001, "spark")]
+    ("records", "runs_in"),
+    [(0, ("driver", 1)), (1, ("driver", 1)), (50_000, ("driver", 1)), (50_001, ("spark", 3))],
 )
-def test_a_micro_batch_up_to_the_limit_runs_in_the_driver(records: int, runs_in: str) -> None:
-    assert where_micro_batch_runs(records, 50_000) == runs_in
+def test_a_micro_batch_up_to_the_limit_runs_in_the_driver_as_one_partition(
+    records: int, runs_in: tuple[str, int]
+) -> None:
+    assert where_micro_batch_runs(records, 50_000, 3) == runs_in
 
 
 def test_the_limit_is_a_setting_above_zero() -> None:

@@ -41,10 +41,11 @@ log = logging.getLogger(__name__)
 Ranges = tuple[tuple[int, int, int], ...]
 
 
-def where_micro_batch_runs(records: int, driver_records: int) -> str:
-    """``driver`` for a micro-batch of at most ``driver_records`` records, else ``spark``
-    (:data:`~modeswitch.sinks.arrow_wave.TASK_RUNNERS`): see the module docstring."""
-    return "driver" if records <= driver_records else "spark"
+def where_micro_batch_runs(records: int, driver_records: int, parallelism: int) -> tuple[str, int]:
+    """Where a micro-batch of ``records`` runs (:data:`~modeswitch.sinks.arrow_wave.TASK_RUNNERS`)
+    and in how many partitions: ``driver`` and one (one file per table, not one per task) for
+    at most ``driver_records``, else ``spark`` and ``parallelism``; see the module docstring."""
+    return ("driver", 1) if records <= driver_records else ("spark", parallelism)
 
 
 def micro_batch_partitions(
@@ -90,10 +91,11 @@ class MicroBatchWaves:
         parsed = DeltaSinkOptions.parse(self.options)
         start, end = stream_commit_range(parsed, batch_id)
         assert start is not None and end is not None, "a stream epoch's writes have a pipeline"
+        records = sum(end[b] - start.get(b, 0) for b in end)
+        runs_in, tasks = where_micro_batch_runs(records, self.driver_records, self.parallelism)
         partitions = micro_batch_partitions(
-            start, end, max_split_records=self.max_split_records, parallelism=self.parallelism
+            start, end, max_split_records=self.max_split_records, parallelism=tasks
         )
-        records = sum(hi - lo for partition in partitions for _, lo, hi in partition)
         options = {
             key: value
             for key, value in self.options.items()
@@ -113,7 +115,7 @@ class MicroBatchWaves:
             self.transform,
             self.output,
             self.options["path"],
-            runs_in=where_micro_batch_runs(records, self.driver_records),
+            runs_in=runs_in,
             **options,
         )
 
