@@ -95,6 +95,45 @@ def test_exact_range_reads_equal_a_plain_consumer_across_transaction_gaps(
     log.close()
 
 
+def test_ranges_of_every_partition_read_at_once_equal_a_plain_consumer(
+    kafka_cluster: KafkaBroker, new_topic: Callable[[int], str], transactions
+) -> None:
+    """One consumer for a wave's or a micro-batch's ranges (read_ranges): each partition's
+    records exactly as a plain consumer reads them, across transaction gaps, with a split
+    bucket's pieces joined and a range that is not next to the one before read after it."""
+    source = new_topic(3)
+    topic = _topic(source)
+    transactions(topic, partitions=3, transactions=40)
+    log = open_log(source)
+    latest = log.latest_offsets()
+    rng = random.Random(2)
+    for _ in range(4):
+        ranges = []
+        for partition in log.buckets():
+            a, b = sorted(rng.randrange(3, latest[partition] + 1) for _ in range(2))
+            middle = (a + b) // 2
+            ranges += [(partition, a, middle), (partition, middle, b)]  # a split bucket
+        first = ranges[0][1]
+        ranges.append((0, first - 3, first))  # partition 0 again, before: a second round
+        got: dict[tuple[int, int, int], list] = {r: [] for r in ranges}
+        for batch in log.read_ranges(ranges):
+            partition = batch.column("bucket")[0].as_py()
+            for offset, key, value in zip(
+                batch.column("offset").to_pylist(),
+                batch.column("key").to_pylist(),
+                batch.column("value").to_pylist(),
+                strict=True,
+            ):
+                owner = next(r for r in ranges if r[0] == partition and r[1] <= offset < r[2])
+                got[owner].append((offset, key, value))
+        for partition, start, end in ranges:
+            expected = plain_read(kafka_cluster, topic, partition, start, end)
+            assert got[partition, start, end] == expected, (partition, start, end)
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.read_ranges([(0, 0, 1), (1, 0, latest[1] + 5)]))
+    log.close()
+
+
 def test_event_time_from_the_timestamp_or_a_json_field_and_offset_at(
     kafka_cluster: KafkaBroker, new_topic: Callable[[int], str]
 ) -> None:

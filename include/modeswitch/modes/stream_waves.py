@@ -25,15 +25,19 @@ commit and Spark's) is found by the commit and its files removed, as with the ot
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
+import pyarrow as pa
+
 from modeswitch.control.planning import plan_batch
-from modeswitch.offsets import OffsetsMap, offsets_to_json
-from modeswitch.sinks.arrow_wave import write_wave
+from modeswitch.offsets import OffsetsMap
+from modeswitch.sinks.arrow_wave import write_prepared_wave
 from modeswitch.sinks.committer import CommitOutcome
-from modeswitch.sinks.delta import stream_commit_range
+from modeswitch.sinks.delta import prepare_write, stream_commit_range
 from modeswitch.sinks.options import DeltaSinkOptions
 
 log = logging.getLogger(__name__)
@@ -87,36 +91,37 @@ class MicroBatchWaves:
     parallelism: int
     driver_records: int
 
+    @cached_property
+    def prepared(self) -> tuple[DeltaSinkOptions, pa.Schema]:
+        """The epoch's sink options and the table's schema, checked once per query
+        (:func:`~modeswitch.sinks.delta.prepare_write`; each commit checks the table again)."""
+        return prepare_write(self.options, self.output, overwrite=False, streaming=True)
+
     def __call__(self, frame: Any, batch_id: int) -> CommitOutcome:
-        parsed = DeltaSinkOptions.parse(self.options)
-        start, end = stream_commit_range(parsed, batch_id)
+        epoch, schema = self.prepared
+        start, end = stream_commit_range(epoch, batch_id)
         assert start is not None and end is not None, "a stream epoch's writes have a pipeline"
         records = sum(end[b] - start.get(b, 0) for b in end)
         runs_in, tasks = where_micro_batch_runs(records, self.driver_records, self.parallelism)
         partitions = micro_batch_partitions(
             start, end, max_split_records=self.max_split_records, parallelism=tasks
         )
-        options = {
-            key: value
-            for key, value in self.options.items()
-            if key not in ("path", "checkpointLocation")
-        }
-        options.update(
-            sequence=str((parsed.sequence or 0) + batch_id),
-            offsetsStart=offsets_to_json(start),
-            offsetsEnd=offsets_to_json(end),
+        micro_batch = dataclasses.replace(
+            epoch,
+            sequence=(epoch.sequence or 0) + batch_id,
+            offsets_start=start,
+            offsets_end=end,
+            expected_records=records if self.count_checked else None,
         )
-        if self.count_checked:
-            options["expectedRecords"] = str(records)
-        return write_wave(
+        return write_prepared_wave(
             frame.sparkSession,
             self.source,
             partitions,
             self.transform,
             self.output,
-            self.options["path"],
+            micro_batch,
+            schema,
             runs_in=runs_in,
-            **options,
         )
 
 

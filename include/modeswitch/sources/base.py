@@ -14,7 +14,7 @@ only an upper bound (the planner sizes splits with it). A log whose ``contiguous
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -129,6 +129,12 @@ class BucketedLog(LogCapabilities, Protocol):
         Raises :class:`OffsetOutOfRangeError` if the range is not entirely retained and
         published, :class:`UnknownBucketError` for a bucket the log does not have.
         """
+        ...
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
+        """The records of every ``(bucket, start, end)`` range, each in offset order (the
+        batches of different ranges may come interleaved); a wave's task reads its ranges
+        with it. Same errors as :meth:`read`."""
         ...
 
     def held_offsets(self, bucket: int, start: int, end: int) -> np.ndarray:

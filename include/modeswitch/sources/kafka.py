@@ -44,7 +44,7 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -155,80 +155,125 @@ class KafkaLog(KafkaTopic):
         return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
 
     def read(self, bucket: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        # Each Spark task reads a few ranges: ask for this partition's offsets only.
+        yield from self.read_ranges([(bucket, start, end)])
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> Iterator[pa.RecordBatch]:
+        """The records of every ``(bucket, start, end)`` range, each checked as :meth:`read`
+        checks one, read by one consumer assigned to all of them: a micro-batch's ranges
+        over every partition cost one consumer's start and one fetch round, not one per
+        partition."""
         what = f"kafka topic {self.topic!r}"
         known = self.buckets()
-        if bucket not in known:
-            raise UnknownBucketError(
-                f"{what}: bucket {bucket} does not exist (buckets are {known})"
+        for bucket, start, end in ranges:
+            if bucket not in known:
+                raise UnknownBucketError(
+                    f"{what}: bucket {bucket} does not exist (buckets are {known})"
+                )
+            low, high = self._watermark(bucket)
+            check_range(
+                bucket, start, end, earliest={bucket: low}, latest={bucket: high}, what=what
             )
-        low, high = self._watermark(bucket)
-        check_range(bucket, start, end, earliest={bucket: low}, latest={bucket: high}, what=what)
-        yield from self._read(bucket, start, end)
+        for round_ in _rounds(ranges):
+            yield from self._read(round_)
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _read(self, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        """The records of ``[start, end)``: done when the position passes ``end - 1``."""
-        if start >= end:
+    def _read(self, ranges: Mapping[int, tuple[int, int]]) -> Iterator[pa.RecordBatch]:
+        """The records of ``[start, end)`` of each partition (``{partition: (start, end)}``):
+        a partition is done when its position passes ``end - 1``."""
+        ranges = {p: (start, end) for p, (start, end) in ranges.items() if start < end}
+        if not ranges:
             return
         kafka = confluent()
         consumer = kafka.Consumer(
             self._client_config(**{"fetch.max.bytes": 52_428_800, "queued.min.messages": 200_000})
         )
-        columns = _Columns(self.location.event_time_field, headers=self.location.headers)
+        columns = {
+            p: _Columns(self.location.event_time_field, headers=self.location.headers)
+            for p in ranges
+        }
+        ends = {p: end for p, (_, end) in ranges.items()}
+        at = {p: start for p, (start, _) in ranges.items()}  # the next offset to come
+        reading = set(ranges)
         try:
-            consumer.assign([kafka.TopicPartition(self.topic, partition, start)])
+            consumer.assign([kafka.TopicPartition(self.topic, p, at[p]) for p in ranges])
             idle_since = time.monotonic()
-            done = False
-            while not done:
-                # consume(n) waits for n messages or the timeout: keep the wait short, so a
-                # range that ends in a transaction marker ends as soon as EOF arrives.
-                messages = consumer.consume(CONSUME_BATCH, timeout=0.1)
+            while reading:
+                # consume(n) waits for n messages or the timeout: ask for no more than the
+                # ranges can still hold, so a read ends as soon as its last record arrives
+                # (a range that ends in a transaction marker ends at EOF or the timeout).
+                left = sum(ends[p] - at[p] for p in reading)
+                messages = consumer.consume(max(1, min(CONSUME_BATCH, left)), timeout=0.1)
                 if not messages:
-                    position = consumer.position([kafka.TopicPartition(self.topic, partition)])
-                    if position[0].offset >= end:
-                        break
-                    if time.monotonic() - idle_since > READ_IDLE_TIMEOUT:
-                        raise ModeswitchError(
-                            f"kafka {self.servers}: topic {self.topic!r} partition {partition}: "
-                            f"no record for {READ_IDLE_TIMEOUT:.0f} s while reading offsets "
-                            f"[{start}, {end}) (at {position[0].offset}); an open transaction "
-                            "holds the read back, or the broker is unreachable"
-                        )
+                    self._check_positions(consumer, reading, ends, idle_since, ranges)
                     continue
                 idle_since = time.monotonic()
-                # Records come in offset order, errors (EOF, mostly) rarely: the runs of
-                # records between errors are taken a field at a time, by list comprehensions
-                # (2-7 % less CPU for the whole read than one loop over the records).
-                run = 0
-                for i in [*(i for i, m in enumerate(messages) if m.error() is not None), None]:
-                    done = columns.take(messages[run:i], end)
-                    if done or i is None:
-                        break
-                    run = i + 1
-                    error = messages[i].error()
-                    if error.code() == kafka.KafkaError._PARTITION_EOF:
-                        if messages[i].offset() >= end:
-                            done = True
-                            break
+                for partition, run, failed in _runs(messages):
+                    if partition not in reading:
+                        continue  # a partition read to its end: what follows is not wanted
+                    if failed is not None:
+                        if self._at_eof(partition, failed, ranges[partition]):
+                            reading.discard(partition)
                         continue
-                    if error.code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise OffsetOutOfRangeError(
-                            f"kafka topic {self.topic!r} partition {partition}: offsets "
-                            f"[{start}, {end}) are no longer retained ({error.str()}); "
-                            "rewind the pipeline to the earliest offsets to go on"
-                        )
-                    raise ModeswitchError(
-                        f"kafka {self.servers}: topic {self.topic!r} partition "
-                        f"{partition}: read of [{start}, {end}) failed: {error.str()}"
-                    )
-                if len(columns) >= BATCH_RECORDS:
-                    yield columns.batch(partition)
-            if len(columns):
-                yield columns.batch(partition)
+                    # Records come in offset order: the runs between errors are taken a field
+                    # at a time, by list comprehensions (2-7 % less CPU for the whole read
+                    # than one loop over the records).
+                    if columns[partition].take(run, ends[partition]):
+                        reading.discard(partition)
+                    at[partition] = run[-1].offset() + 1
+                    if len(columns[partition]) >= BATCH_RECORDS:
+                        yield columns[partition].batch(partition)
+            for partition, gathered in columns.items():
+                if len(gathered):
+                    yield gathered.batch(partition)
         finally:
             consumer.close()
+
+    def _check_positions(
+        self,
+        consumer: Any,
+        reading: set[int],
+        ends: Mapping[int, int],
+        idle_since: float,
+        ranges: Mapping[int, tuple[int, int]],
+    ) -> None:
+        """After a wait with no message: the partitions whose position passed their end are
+        read; one still short after :data:`READ_IDLE_TIMEOUT` fails the read."""
+        kafka = confluent()
+        positions = consumer.position([kafka.TopicPartition(self.topic, p) for p in reading])
+        for position in positions:
+            if position.offset >= ends[position.partition]:
+                reading.discard(position.partition)
+        if reading and time.monotonic() - idle_since > READ_IDLE_TIMEOUT:
+            partition = min(reading)
+            start, end = ranges[partition]
+            at = next(p.offset for p in positions if p.partition == partition)
+            raise ModeswitchError(
+                f"kafka {self.servers}: topic {self.topic!r} partition {partition}: "
+                f"no record for {READ_IDLE_TIMEOUT:.0f} s while reading offsets "
+                f"[{start}, {end}) (at {at}); an open transaction "
+                "holds the read back, or the broker is unreachable"
+            )
+
+    def _at_eof(self, partition: int, failed: Any, range_: tuple[int, int]) -> bool:
+        """True when the message ``failed`` (an error) is the partition's end at or past the
+        range's end; an EOF before it is passed over; any other error fails the read, naming
+        the range."""
+        kafka = confluent()
+        start, end = range_
+        error = failed.error()
+        if error.code() == kafka.KafkaError._PARTITION_EOF:
+            return failed.offset() >= end
+        if error.code() == kafka.KafkaError.OFFSET_OUT_OF_RANGE:
+            raise OffsetOutOfRangeError(
+                f"kafka topic {self.topic!r} partition {partition}: offsets "
+                f"[{start}, {end}) are no longer retained ({error.str()}); "
+                "rewind the pipeline to the earliest offsets to go on"
+            )
+        raise ModeswitchError(
+            f"kafka {self.servers}: topic {self.topic!r} partition "
+            f"{partition}: read of [{start}, {end}) failed: {error.str()}"
+        )
 
     # -- writing (the producer CLI, demos, tests) -------------------------------------------
 
@@ -285,6 +330,41 @@ class KafkaLog(KafkaTopic):
                 f"in 60 s; errors: {failures[:3]}"
             )
         return counts
+
+
+def _rounds(ranges: Sequence[tuple[int, int, int]]) -> list[dict[int, tuple[int, int]]]:
+    """``ranges`` as rounds of at most one range per partition, in order: the ranges of a
+    partition that follow on from each other (a split bucket's pieces) joined into one."""
+    rounds: list[dict[int, tuple[int, int]]] = []
+    for partition, start, end in ranges:
+        for round_ in rounds:
+            held = round_.get(partition)
+            if held is None or held[1] == start:
+                round_[partition] = (start if held is None else held[0], end)
+                break
+        else:
+            rounds.append({partition: (start, end)})
+    return rounds
+
+
+def _runs(messages: list[Any]) -> Iterator[tuple[int, list[Any], Any]]:
+    """``messages`` as ``(partition, records, None)`` for each run of records of one partition
+    between errors, and ``(partition, [], message)`` for each error."""
+    run: list[Any] = []
+    for message in messages:
+        partition = message.partition()
+        if message.error() is not None:
+            if run:
+                yield run[0].partition(), run, None
+                run = []
+            yield partition, [], message
+        elif run and run[0].partition() != partition:
+            yield run[0].partition(), run, None
+            run = [message]
+        else:
+            run.append(message)
+    if run:
+        yield run[0].partition(), run, None
 
 
 class _Columns:
