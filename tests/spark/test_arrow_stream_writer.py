@@ -70,7 +70,7 @@ def streamed(spark, tmp_path_factory: pytest.TempPathFactory):
     places: list[str] = []
     runners = dict(arrow_wave.TASK_RUNNERS)
     noted = {
-        name: (lambda spark_, task, name=name, run=run: places.append(name) or run(spark_, task))
+        name: (lambda *args, name=name, run=run: places.append(name) or run(*args))
         for name, run in runners.items()
     }
     arrow_wave.TASK_RUNNERS.update(noted)

@@ -39,6 +39,8 @@ from modeswitch.sinks.arrow_wave import write_prepared_wave
 from modeswitch.sinks.committer import CommitOutcome
 from modeswitch.sinks.delta import prepare_write, stream_commit_range
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.sources import open_log
+from modeswitch.sources.base import BucketedLog
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,12 @@ class MicroBatchWaves:
         (:func:`~modeswitch.sinks.delta.prepare_write`; each commit checks the table again)."""
         return prepare_write(self.options, self.output, overwrite=False, streaming=True)
 
+    @cached_property
+    def log(self) -> BucketedLog:
+        """The log, open for the query's life: its clients (a Kafka consumer) are kept from
+        one micro-batch run in the driver to the next."""
+        return open_log(self.source)
+
     def __call__(self, frame: Any, batch_id: int) -> CommitOutcome:
         epoch, schema = self.prepared
         start, end = stream_commit_range(epoch, batch_id)
@@ -122,6 +130,7 @@ class MicroBatchWaves:
             micro_batch,
             schema,
             runs_in=runs_in,
+            source_log=self.log,
         )
 
 

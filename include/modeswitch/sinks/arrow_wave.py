@@ -48,6 +48,7 @@ from modeswitch.sinks.files import DeltaCommitMessage, write_files
 from modeswitch.sinks.native import FOLDER_PREFIX, remove_attempt_folder
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.sinks.parquet_files import WrittenFile
+from modeswitch.sources.base import BucketedLog
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,13 @@ class WaveTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from modeswitch.sources import open_log
 
-        source = open_log(self.source)
+        return self.run(batches, open_log(self.source))
+
+    def run(
+        self, batches: Iterator[pa.RecordBatch], source: BucketedLog
+    ) -> Iterator[pa.RecordBatch]:
+        """:meth:`__call__` on the log ``source``, already open (a stream's, kept from
+        micro-batch to micro-batch in the driver)."""
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 ranges = self.partitions[index]
@@ -156,24 +163,27 @@ class WaveTask:
         return dataclasses.replace(written, path=f"{self.folder}/{written.path}")
 
 
-def run_in_spark_tasks(spark: Any, task: WaveTask) -> list[bytes]:
+def run_in_spark_tasks(spark: Any, task: WaveTask, source: BucketedLog | None) -> list[bytes]:
     """``task`` run in one Spark task per partition (``spark.range(n).mapInArrow``), so it runs
-    unchanged on a cluster: the answers, pickled."""
+    unchanged on a cluster, each task opening the log itself: the answers, pickled."""
     count = max(1, len(task.partitions))
     rows = spark.range(count, numPartitions=count).mapInArrow(task, "message binary").collect()
     return [row.message for row in rows]
 
 
-def run_in_driver(spark: Any, task: WaveTask) -> list[bytes]:
-    """``task`` run here, in the driver's own process, partition after partition: no Spark
-    job. A job with Python tasks costs about 100-130 ms before any record is read (a trivial
-    ``mapInArrow`` of two tasks, measured on a warm session here), most of a small
-    micro-batch's time."""
+def run_in_driver(spark: Any, task: WaveTask, source: BucketedLog | None) -> list[bytes]:
+    """``task`` run here, in the driver's own process, partition after partition, on the log
+    ``source`` if it is open already: no Spark job. A job with Python tasks costs about
+    100-130 ms before any record is read (a trivial ``mapInArrow`` of two tasks, measured on a
+    warm session here), most of a small micro-batch's time."""
+    from modeswitch.sources import open_log
+
     ids = pa.RecordBatch.from_arrays([pa.array(range(len(task.partitions)), pa.int64())], ["id"])
-    return [answer.column(0)[0].as_py() for answer in task(iter([ids]))]
+    answers = task.run(iter([ids]), source or open_log(task.source))
+    return [answer.column(0)[0].as_py() for answer in answers]
 
 
-TASK_RUNNERS: dict[str, Callable[[Any, WaveTask], list[bytes]]] = {
+TASK_RUNNERS: dict[str, Callable[[Any, WaveTask, BucketedLog | None], list[bytes]]] = {
     "spark": run_in_spark_tasks,
     "driver": run_in_driver,
 }
@@ -214,10 +224,12 @@ def write_prepared_wave(
     schema: pa.Schema,
     *,
     runs_in: str = "spark",
+    source_log: BucketedLog | None = None,
 ) -> CommitOutcome:
     """:func:`write_wave` with its options already checked
     (:func:`~modeswitch.sinks.delta.prepare_write`): what a stream's micro-batches do, which
-    check their options once per query (a check opens the table: 9 ms a micro-batch)."""
+    check their options once per query (a check opens the table: 9 ms a micro-batch) and keep
+    their log open (``source_log``, for a wave run in the driver)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     folder = f"{FOLDER_PREFIX}{uuid.uuid4().hex}"
@@ -237,7 +249,7 @@ def write_prepared_wave(
     started = time.perf_counter()
     try:
         answers: list[tuple[DeltaCommitMessage, WavePhases]] = [
-            pickle.loads(answer) for answer in TASK_RUNNERS[runs_in](spark, task)
+            pickle.loads(answer) for answer in TASK_RUNNERS[runs_in](spark, task, source_log)
         ]
         messages = [message for message, _ in answers]
         phases = sum((p for _, p in answers), WavePhases())
