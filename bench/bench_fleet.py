@@ -1,7 +1,7 @@
 """Benchmark: 1, 2, 4 and 8 pipelines live at once, on one shared engine and on an engine each.
 
     .venv/bin/python bench/bench_fleet.py [--counts 1,2,4,8] [--sharing deployment,pipeline]
-        [--rate 1000] [--live 60] [--idle 20] [--trigger 100ms]
+        [--rate 1000] [--live 60] [--idle 20] [--trigger 100ms] [--stream-writer auto]
 
 For each count and each way of running engines (``MODESWITCH_ENGINE_SHARING``: ``deployment``,
 one warm engine serving every pipeline, a lane and a FAIR scheduler pool each; ``pipeline``, an
@@ -100,6 +100,7 @@ def run_once(
     live: float,
     idle: float,
     trigger: str = "100ms",
+    stream_writer: str = "auto",
 ) -> dict:
     os.environ[ENGINE_SHARING.name] = sharing
     os.environ[ENGINE_DIR.name] = str(root / "engines")
@@ -118,6 +119,7 @@ def run_once(
             "warehouse": str(root / name / "warehouse"),
             "engine": "warm",
             "trigger_interval": trigger,
+            "stream_writer": stream_writer,
             "max_records_per_trigger": "100000",
             "max_stream_runtime": "1h",
             "watermark_lag_threshold": "1h",
@@ -206,6 +208,7 @@ def main() -> int:
     parser.add_argument("--live", type=float, default=60.0)
     parser.add_argument("--idle", type=float, default=20.0)
     parser.add_argument("--trigger", default="100ms", help="the streams' trigger_interval")
+    parser.add_argument("--stream-writer", default="auto", help="the streams' stream_writer")
     parser.add_argument("--json", help="write every result here too")
     args = parser.parse_args()
     results = []
@@ -213,7 +216,14 @@ def main() -> int:
         for sharing in args.sharing.split(","):
             with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
                 result = run_once(
-                    Path(tmp), count, sharing, args.rate, args.live, args.idle, args.trigger
+                    Path(tmp),
+                    count,
+                    sharing,
+                    args.rate,
+                    args.live,
+                    args.idle,
+                    args.trigger,
+                    args.stream_writer,
                 )
             results.append(result)
             lat = result["latency"]

@@ -109,6 +109,11 @@ class StreamQueryError(ModeswitchError):
     epoch, and the query's own exception is chained as the cause."""
 
 
+class SourceUnavailableError(ModeswitchError):
+    """The source log did not answer (a Kafka broker down or restarting); the message names
+    it. A stream rides it out for ``source_outage_grace``; a job fails with it."""
+
+
 class SinkLogCleanedError(ModeswitchError):
     """The sink's log no longer holds the pipeline's newest commit (a writer outside the
     pipeline cleaned it up): its committed offsets are unknown, and guessing would lose or

@@ -64,6 +64,7 @@ def test_a_kafka_source_reads_on_the_cluster_with_credentials_sent_by_the_sessio
                 # (the default Arrow waves have no sink in their plan).
                 "batch_reader": "bucketlog",
                 "batch_writer": "python",
+                "stream_writer": "python",  # so in the stream's (the default has none either)
             }
         )
         on_cluster = {

@@ -157,17 +157,25 @@ def test_a_standby_killed_before_its_epoch_is_replaced_by_a_cold_stream_job(
         # seconds, and came out 0.4 s before the commit the standby was started after.
         started_ms = standby.started_at * 1000
         assert waves[0] - 50 <= started_ms, (waves, started_ms)
+        # Killed once its JVM has put something in the scratch (under CI's load a batch can end
+        # before the standby's JVM has unpacked anything: then there is nothing to look for).
+        scratch = runner.scratch.folder
+        assert scratch is not None
+        deadline = time.monotonic() + 60
+        jvm_left = {"spark", "blockmgr", "liblz4", "snappy"}
+        while time.monotonic() < deadline:
+            if {p.name.split("-")[0] for p in Path(scratch).iterdir()} & jvm_left:
+                break
+            time.sleep(0.1)
         os.killpg(standby.process.pid, signal.SIGKILL)
         standby.process.wait(timeout=60)
         # What the killed JVM left (its local dirs, the libraries it unpacked) is in the
         # runner's scratch, which the runner removes at its end, not in the machine's /tmp.
-        scratch = runner.scratch.folder
-        assert scratch is not None
         # How far the standby got before the kill decides what: Spark's local dirs (``spark-``,
         # ``blockmgr-``) or only the native libraries unpacked into its java.io.tmpdir
         # (``liblz4``: stop 46's CI killed it that early).
         left = {p.name.split("-")[0] for p in scratch.iterdir()}
-        assert left & {"spark", "blockmgr", "liblz4", "snappy"}, left
+        assert left & jvm_left, left
 
         log = SegmentLog(settings.source)
         produce_backlog(log, EventGenerator(seed=5, buckets=4), records=20_000, first=2_000_000)

@@ -8,8 +8,12 @@ import itertools
 import pytest
 
 from modeswitch.control.settings import PipelineSettings
-from modeswitch.errors import ConfigError
-from modeswitch.modes.stream_waves import micro_batch_partitions, where_micro_batch_runs
+from modeswitch.errors import ConfigError, SourceUnavailableError
+from modeswitch.modes.stream_waves import (
+    MicroBatchWaves,
+    micro_batch_partitions,
+    where_micro_batch_runs,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -53,3 +57,33 @@ def test_a_micro_batch_is_cut_and_balanced_as_a_wave_and_covers_its_offsets() ->
 def test_a_micro_batch_with_nothing_to_read_is_one_empty_partition() -> None:
     # Kafka's offsets can move over transaction markers alone: the offsets still commit.
     assert micro_batch_partitions({0: 5}, {0: 5}, max_split_records=10, parallelism=2) == ((),)
+
+
+class Flaky(MicroBatchWaves):
+    """A writer whose source does not answer for its first ``failures`` tries."""
+
+    def write(self, frame, batch_id):
+        self.tries.append(batch_id)
+        if len(self.tries) <= self.failures:
+            raise SourceUnavailableError("kafka broker:9092: metadata of topic 't' failed")
+        return "committed"
+
+
+def _flaky(failures: int, grace: float) -> Flaky:
+    writer = Flaky("kafka://t", None, None, {}, False, 1, 1, 1, grace, 0.0)
+    object.__setattr__(writer, "tries", [])
+    object.__setattr__(writer, "failures", failures)
+    return writer
+
+
+def test_a_micro_batch_is_tried_again_while_its_source_does_not_answer() -> None:
+    writer = _flaky(failures=3, grace=60)
+    assert writer(None, 7) == "committed"
+    assert writer.tries == [7, 7, 7, 7]
+
+
+def test_a_source_silent_past_the_grace_fails_the_micro_batch_naming_it() -> None:
+    writer = _flaky(failures=99, grace=0)
+    with pytest.raises(SourceUnavailableError, match=r"source_outage_grace .*broker:9092"):
+        writer(None, 7)
+    assert writer.tries == [7]

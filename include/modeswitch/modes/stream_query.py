@@ -129,6 +129,7 @@ def write_arrow_waves(
         max_split_records=settings.planner.max_split_records,
         parallelism=settings.planner.parallelism,
         driver_records=settings.stream_driver_records,
+        outage_grace=settings.source_outage_grace.total_seconds(),
     )
     return stream.foreachBatch(waves).option("checkpointLocation", options["checkpointLocation"])
 

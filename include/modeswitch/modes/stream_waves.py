@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from modeswitch.control.planning import plan_batch
+from modeswitch.errors import SourceUnavailableError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.arrow_wave import write_prepared_wave
 from modeswitch.sinks.committer import CommitOutcome
@@ -92,6 +94,10 @@ class MicroBatchWaves:
     max_split_records: int
     parallelism: int
     driver_records: int
+    outage_grace: float = 0.0
+    """Seconds a micro-batch is tried again while its source does not answer (a Kafka broker
+    restarting: ``source_outage_grace``), as the query's own source rides it out."""
+    retry_pause: float = 1.0
 
     @cached_property
     def prepared(self) -> tuple[DeltaSinkOptions, pa.Schema]:
@@ -106,6 +112,27 @@ class MicroBatchWaves:
         return open_log(self.source)
 
     def __call__(self, frame: Any, batch_id: int) -> CommitOutcome:
+        """Commit micro-batch ``batch_id``; a wave whose source did not answer wrote nothing
+        that stays (its folders are removed before its commit), so it is tried again until
+        :attr:`outage_grace` is spent, then fails naming the source."""
+        began = time.monotonic()
+        while True:
+            try:
+                return self.write(frame, batch_id)
+            except SourceUnavailableError as exc:
+                silent = time.monotonic() - began
+                if silent >= self.outage_grace:
+                    raise SourceUnavailableError(
+                        f"micro-batch {batch_id}: the source has not answered for {silent:.0f} s "
+                        f"(source_outage_grace {self.outage_grace:g} s): {exc}"
+                    ) from exc
+                log.warning(
+                    "micro-batch %d: the source did not answer, trying again: %s", batch_id, exc
+                )
+                time.sleep(self.retry_pause)
+
+    def write(self, frame: Any, batch_id: int) -> CommitOutcome:
+        """One try of micro-batch ``batch_id`` (see the module docstring)."""
         epoch, schema = self.prepared
         start, end = stream_commit_range(epoch, batch_id)
         assert start is not None and end is not None, "a stream epoch's writes have a pipeline"

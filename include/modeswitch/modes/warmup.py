@@ -143,6 +143,22 @@ class WarmingUp:
         """Whether the warm-up query has ended (its ``availableNow`` run read everything)."""
         return not self.query.isActive
 
+    def _remove_work(self, attempts: int = 5, pause: float = 0.5) -> None:
+        """Remove the warm-up's folder. A query stopped mid-micro-batch can leave a task still
+        writing into it for a moment (delta-spark's write, interrupted: a file created while
+        the folder was being deleted, seen in `make test`'s random faults), so the delete is
+        tried again; a folder that still cannot go is logged and left, never failing the
+        standby it warmed."""
+        for attempt in range(attempts):
+            try:
+                remove_tree(self.work)
+                return
+            except OSError as exc:
+                if attempt == attempts - 1:
+                    log.warning("stream warm-up: its folder %s stays: %s", self.work, exc)
+                    return
+                time.sleep(pause)
+
     def finish(self) -> WarmUp | None:
         """Stop the query if it still runs (what is warm by then is kept), remove its folder,
         and say what it did; None if it failed (logged: it only means a cold start)."""
@@ -161,7 +177,7 @@ class WarmingUp:
             log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
             return None
         finally:
-            remove_tree(self.work)
+            self._remove_work()
         log.info(
             "stream warm-up: %d records through source, transform and sink in %.1f s",
             done.records,

@@ -57,6 +57,7 @@ from modeswitch.errors import (
     ConfigError,
     ModeswitchError,
     OffsetOutOfRangeError,
+    SourceUnavailableError,
     UnknownBucketError,
 )
 from modeswitch.sources.base import HEADERS_FIELD, RECORD_SCHEMA, check_range
@@ -229,6 +230,12 @@ class KafkaLog(KafkaTopic):
             for partition, gathered in columns.items():
                 if len(gathered):
                     yield gathered.batch(partition)
+        except kafka.KafkaException as exc:
+            self._close_reader()
+            raise SourceUnavailableError(
+                f"kafka {self.servers}: topic {self.topic!r}: reading partitions "
+                f"{sorted(ranges)} failed: {exc}"
+            ) from exc
         except BaseException:
             self._close_reader()  # left mid-read (an error, a reader that stopped pulling)
             raise
@@ -269,7 +276,7 @@ class KafkaLog(KafkaTopic):
             partition = min(reading)
             start, end = ranges[partition]
             at = next(p.offset for p in positions if p.partition == partition)
-            raise ModeswitchError(
+            raise SourceUnavailableError(
                 f"kafka {self.servers}: topic {self.topic!r} partition {partition}: "
                 f"no record for {READ_IDLE_TIMEOUT:.0f} s while reading offsets "
                 f"[{start}, {end}) (at {at}); an open transaction "
@@ -291,7 +298,7 @@ class KafkaLog(KafkaTopic):
                 f"[{start}, {end}) are no longer retained ({error.str()}); "
                 "rewind the pipeline to the earliest offsets to go on"
             )
-        raise ModeswitchError(
+        raise SourceUnavailableError(
             f"kafka {self.servers}: topic {self.topic!r} partition "
             f"{partition}: read of [{start}, {end}) failed: {error.str()}"
         )

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from modeswitch.errors import ModeswitchError
+from modeswitch.errors import ModeswitchError, SourceUnavailableError
 from modeswitch.offsets import OffsetsMap
 
 client_log = logging.getLogger("modeswitch.sources.kafka")
@@ -110,9 +110,9 @@ class KafkaTopic:
         with contextlib.suppress(Exception):
             self.close()
 
-    def _unreachable(self, what: str, exc: BaseException) -> ModeswitchError:
+    def _unreachable(self, what: str, exc: BaseException) -> SourceUnavailableError:
         self.close()  # a client left to retry would log each failed connection, for ever
-        return ModeswitchError(
+        return SourceUnavailableError(
             f"kafka {self.servers}: {what} of topic {self.topic!r} failed within "
             f"{METADATA_TIMEOUT:.0f} s ({exc}); is the broker reachable and the topic there?"
         )
