@@ -30,7 +30,7 @@ def test_a_micro_batch_up_to_the_limit_runs_in_the_driver_as_one_partition(
 
 def test_the_limit_is_a_setting_above_zero() -> None:
     base = {"pipeline": "p", "source": "/tmp/log", "warehouse": "/tmp/wh"}
-    assert PipelineSettings.from_mapping(base).stream_driver_records == 50_000
+    assert PipelineSettings.from_mapping(base).stream_driver_records == 100_000
     with pytest.raises(ConfigError, match="stream_driver_records"):
         PipelineSettings.from_mapping({**base, "stream_driver_records": "0"})
 

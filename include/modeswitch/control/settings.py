@@ -263,7 +263,7 @@ class PipelineSettings(FlatSettings):
         "source) or `delta_spark` (delta-spark's writer in `foreachBatch`; [SINK.md](SINK.md))",
     )
     stream_driver_records: int = setting(
-        50_000,
+        100_000,
         parse=parse_positive_int,
         rule=greater_than_zero,
         doc="`arrow` writer: a micro-batch of at most this many records runs in the driver, a "

@@ -14,8 +14,9 @@ process, with no Spark job at all; a larger one (a catch-up, the first micro-bat
 batch) in Spark tasks, cut as the planner cuts a wave (:func:`micro_batch_partitions`). A
 job with Python tasks costs 100-130 ms here before it reads a record (a trivial
 ``mapInArrow`` of two tasks on a warm session), which is most of a live micro-batch; the driver
-reads, parses and writes about 3.5 µs a record (docs/BENCHMARKS.md), so below some 50 000
-records it is the faster.
+reads, parses and writes about 3.5 µs a record, so up to the default read limit (100 000) it is
+the faster here: the first micro-batch after a 10 s batch (55-59 k records) took 0.41-0.75 s in
+the driver against 0.57-1.02 s in tasks (docs/BENCHMARKS.md).
 
 What Spark's own reports lose: the query's progress counts no input rows (its reader never
 runs), so a micro-batch's records are those of its sink commit (the pipeline's progress table
