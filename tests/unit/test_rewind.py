@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, OffsetsContinuityError, RewindRefusedError
 from modeswitch.ops.verify import audit
-from modeswitch.runners.lifecycle import close_epoch, decide
+from modeswitch.runners.lifecycle import close_epoch, decide, hand_off_to_stream
 from modeswitch.sinks.commits import (
     SinkCommit,
     committed_offsets,
@@ -407,3 +407,50 @@ def test_a_commit_landing_between_the_rewinds_check_and_commit_is_not_overwritte
         rewind(settings, 1, epoch, {0: 20})
     assert committed_offsets(settings.sink, PIPELINE) == {0: 70, 1: 30}
     assert len(positions(settings.sink)) + len(positions(settings.quarantine)) == 100
+
+
+def test_deciding_only_a_stream_writes_nothing_when_the_policy_wants_a_batch(
+    settings: PipelineSettings, store: StateStore
+) -> None:
+    run_batch_epoch(store, settings, [FULL[0]])  # half the log left: a backlog
+    command = store.commands.submit("rewind", {"offsets": {"0": 40}}, issuer="test")
+    version, decisions = DeltaTable(settings.sink).version(), len(store.decisions.list())
+    plan = decide(settings, only="stream", decided_by="test")
+    assert (plan.epoch, plan.mode) == (None, "batch")
+    assert plan.start == {0: 40, 1: 30}
+    assert store.commands.get(command).status == "pending"
+    assert DeltaTable(settings.sink).version() == version
+    assert len(store.decisions.list()) == decisions
+    assert store.epochs.current() is None
+
+
+def test_deciding_only_a_stream_applies_a_pending_rewind_when_a_stream_comes_next(
+    settings: PipelineSettings, store: StateStore
+) -> None:
+    epoch = run_batch_epoch(store, settings, FULL)
+    rewound = store.commands.submit("rewind", {"offsets": {"1": 5}}, issuer="test")
+    switch = store.commands.submit("switch_to_stream", {}, issuer="test")
+    plan = decide(settings, only="stream", decided_by="test")
+    assert plan.mode == "stream" and plan.epoch is not None
+    assert plan.start == {0: 100, 1: 5}
+    assert {rewound, switch} <= set(plan.commands)
+    assert store.commands.get(rewound).applied_epoch == epoch
+    assert store.epochs.current().start == {0: 100, 1: 5}
+    assert committed_offsets(settings.sink, PIPELINE) == {0: 100, 1: 5}
+
+
+def test_the_engine_hands_a_completed_batch_to_its_stream_with_one_recorded_decision(
+    settings: PipelineSettings, store: StateStore
+) -> None:
+    start = {b: 0 for b in LATEST}
+    epoch = store.epochs.open("batch", "test", start, dict(LATEST))
+    for sequence, wave in enumerate(FULL):
+        commit_wave(settings, epoch, sequence, wave)
+    store.commands.submit("switch_to_stream", {}, issuer="test")
+    decisions = len(store.decisions.list())
+    stream = hand_off_to_stream(settings, epoch, decided_by="test")
+    assert stream is not None and store.epochs.current().id == stream
+    assert store.epochs.get(epoch).status == "completed"
+    assert store.epochs.get(stream).start == LATEST
+    assert len(store.decisions.list()) == decisions + 1
+    assert store.decisions.latest().decided_by == "test"

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 
 from modeswitch.control.policy import (
     Decision,
+    Mode,
     Observation,
     OperatorCommand,
     PolicyState,
@@ -276,11 +277,13 @@ def decide(
     *,
     force_mode: ForceMode = "auto",
     dry_run: bool = False,
+    only: Mode | None = None,
     now: datetime | None = None,
     decided_by: str = "decide",
     storage_options: Mapping[str, str] | None = None,
 ) -> EpochPlan:
-    """Choose the next epoch's mode and open it (unless ``dry_run``).
+    """Choose the next epoch's mode and open it (unless ``dry_run``; with ``only``, unless
+    the choice is another mode: nothing is then written, as with ``dry_run``).
 
     A running epoch (an Airflow retry of a run whose epoch is still open) is re-attached,
     not replaced. Pending ``rewind`` commands are applied first (:func:`apply_rewinds`), so
@@ -306,9 +309,10 @@ def decide(
             current.id, current.mode, "re-attached", current.start, current.boundary, True
         )
     now = now or pendulum.now("UTC")
-    rewinds = apply_rewinds(settings, store, dry_run=dry_run)
+    tentative = dry_run or only is not None
+    rewinds = apply_rewinds(settings, store, dry_run=tentative)
     observation, committed = observe(settings, store, now)
-    if dry_run:
+    if tentative:
         committed = {**committed, **applied_end(rewinds)}
     pending = [(c.id, c.kind) for c in store.commands.pending()]
     carried = carried_command(store.decisions.latest())
@@ -321,11 +325,20 @@ def decide(
         [*(r.describe() for r in rewinds), decision.reason, *quarantine_note(settings, store)]
     )
     done = tuple(r.command for r in rewinds)
-    if dry_run:
+    if dry_run or (only is not None and decision.mode != only):
         if rewinds:
             reason = f"would apply {reason}"
         return EpochPlan(
             None, decision.mode, reason, committed, None, commands=done, decision=record
+        )
+    if only is not None and rewinds:
+        # Rewinds were only checked: apply them, and decide again on what they leave.
+        return decide(
+            settings,
+            force_mode=force_mode,
+            now=now,
+            decided_by=decided_by,
+            storage_options=storage_options,
         )
     store.decisions.record(
         "batch" if decision.mode == "batch" else "stream",
@@ -420,9 +433,9 @@ def hand_off_to_stream(
     ``decide``). What the warm engine does between a batch and its stream, without waiting for
     the next DAG run."""
     status, _ = close_epoch(settings, batch_epoch)
-    if status != "completed" or decide(settings, dry_run=True).mode != "stream":
+    if status != "completed":
         return None
-    plan = decide(settings, decided_by=decided_by)
+    plan = decide(settings, only="stream", decided_by=decided_by)
     return plan.epoch if plan.mode == "stream" else None
 
 
