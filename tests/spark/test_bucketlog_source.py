@@ -282,3 +282,46 @@ def test_the_arrow_form_option_runs_the_arrow_form_in_the_reader(spark, tmp_path
     half = spark.read.format("bucketlog").option("arrowForm", options["arrowForm"])
     with pytest.raises(PySparkException, match=r"option arrowForm: needs arrowSchema too"):
         half.load(log.root).schema  # noqa: B018
+
+
+def test_a_stream_query_reads_through_a_source_runner_forked_by_its_jvms_server(
+    spark, log: SegmentLog, tmp_path: Path
+) -> None:
+    """With the driver's fork server listening, Spark's source runner for the query is a
+    child of the server (no imports of its own), and the query reads what it reads without."""
+    import psutil
+
+    from modeswitch.runners.fork_server import SourceRunnerForks
+    from modeswitch.runners.worker_python import worker_python
+
+    runners: list[list[str]] = []
+    seen: list[int] = []
+    with SourceRunnerForks(spark, worker_python()) as forks:
+        assert forks.wait_ready()
+        server = psutil.Process(forks.process.pid)
+        server_cmdline = server.cmdline()
+
+        def collect(batch_df, batch_id: int) -> None:
+            seen.append(batch_df.count())
+            runners.extend(child.cmdline() for child in server.children())
+
+        query = (
+            spark.readStream.format("bucketlog")
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "15000")
+            .load(log.root)
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120)
+        assert query.exception() is None
+        deadline = time.monotonic() + 30
+        while server.children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not server.children()  # the runner ended with its query
+    assert sum(seen) == sum(log.latest_offsets().values())
+    assert runners and all(cmdline == server_cmdline for cmdline in runners)
+    assert not forks.path.exists()
+    assert not server.is_running()

@@ -68,9 +68,11 @@ def test_the_launcher_runs_its_interpreter_with_the_arguments_given(tmp_path, mo
 
 def test_paths_a_shell_script_cannot_hold_as_is_are_refused() -> None:
     with pytest.raises(ValueError, match="cannot quote"):
-        launcher_text("/opt/my python/bin/python", str(SPARK_HOME))
+        launcher_text("/opt/my python/bin/python", str(SPARK_HOME), "/tmp/forks", "/c.py")
     with pytest.raises(ValueError, match="cannot quote"):
-        launcher_text(sys.executable, "/opt/$HOME/pyspark")
+        launcher_text(sys.executable, "/opt/$HOME/pyspark", "/tmp/forks", "/c.py")
+    with pytest.raises(ValueError, match="cannot quote"):
+        launcher_text(sys.executable, str(SPARK_HOME), "/my forks", "/c.py")
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,9 @@ from modeswitch.runners.engine import (
     EngineLostError,
     credentials_fingerprint,
 )
+from modeswitch.runners.fork_server import SourceRunnerForks
 from modeswitch.runners.lanes import Engine, Lanes, bind_thread, run_epoch
+from modeswitch.runners.worker_python import worker_python
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             conf={**job_spark_conf("batch", settings), **ENGINE_CONF},
         )
         file = Path(args.address_file) if args.address_file else None
-        serve(spark, settings, file, listen=listen, token=token, shared=shared)
+        with SourceRunnerForks(spark, worker_python()):  # each query's source runner, forked
+            serve(spark, settings, file, listen=listen, token=token, shared=shared)
         return 0
     except ModeswitchError as exc:
         log.error("engine of pipeline %s failed: %s", args.pipeline, exc)

@@ -33,6 +33,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from modeswitch.runners import fork_client
+from modeswitch.runners.fork_server import FORKED_MODULES, socket_dir
 from modeswitch.runners.jvm import cache_root
 
 _LAUNCHER = """#!/bin/sh
@@ -51,16 +53,35 @@ done
 unset IFS
 PYTHONPATH=$kept
 export PYTHONPATH
+# A stream's source runner: forked by this JVM's fork server if one listens
+# (modeswitch.runners.fork_server), its imports already done.
+case $1 in
+  -m)
+    case $2 in
+      {forked})
+        if [ -S "{forks}/$PPID.sock" ]; then
+          exec {python} -I -S {client} "{forks}/$PPID.sock" "$@"
+        fi ;;
+    esac ;;
+esac
 exec {python} "$@"
 """
 
 
-def launcher_text(python: str, spark_home: str) -> str:
-    """The launcher's text for interpreter ``python`` whose pyspark lives in ``spark_home``."""
-    for path in (python, spark_home):
+def launcher_text(python: str, spark_home: str, forks: str, client: str) -> str:
+    """The launcher's text for interpreter ``python`` whose pyspark lives in ``spark_home``;
+    ``forks``: the folder of the fork servers' sockets, ``client``: the fork client's file
+    (:mod:`modeswitch.runners.fork_server`)."""
+    for path in (python, spark_home, forks, client):
         if any(c in path for c in "'\"$`\\ \n*?[]:"):
             raise ValueError(f"{path!r}: a path the launcher cannot quote")
-    return _LAUNCHER.format(python=python, home=spark_home.rstrip("/"))
+    return _LAUNCHER.format(
+        python=python,
+        home=spark_home.rstrip("/"),
+        forks=forks.rstrip("/"),
+        client=client,
+        forked="|".join(FORKED_MODULES),
+    )
 
 
 def worker_python() -> str:
@@ -72,7 +93,12 @@ def worker_python() -> str:
     except ImportError:
         return sys.executable
     try:
-        text = launcher_text(sys.executable, str(Path(pyspark.__file__).resolve().parent))
+        text = launcher_text(
+            sys.executable,
+            str(Path(pyspark.__file__).resolve().parent),
+            str(socket_dir()),
+            fork_client.__file__,
+        )
     except ValueError:
         return sys.executable
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
