@@ -231,6 +231,32 @@ def test_batch_reader_defaults_to_auto_and_refuses_an_unknown_reader() -> None:
         PipelineSettings.from_mapping({"batch_reader": "kafka"})
 
 
+def test_a_batch_on_arrow_waves_gets_the_quick_jit_and_every_other_path_the_defaults() -> None:
+    """The driver JVM of a batch on Arrow waves runs no record: C1 only. Where Spark's own
+    reader or writer runs the records (or the path is not known), the JVM's defaults."""
+    from modeswitch.control.settings import PipelineSettings
+    from modeswitch.modes.job import resolve_job
+    from modeswitch.runners.jobs import QUICK_JIT, job_spark_conf
+
+    settings = PipelineSettings()
+    arrow = resolve_job(settings, "batch").waves
+    assert arrow is not None and arrow.reader == "arrow"
+    assert job_spark_conf("batch", settings, arrow) == {
+        "spark.driver.memory": "1g",
+        "spark.driver.extraJavaOptions": f"-Xms1g {QUICK_JIT}",
+    }
+    unsized = PipelineSettings.from_mapping({"batch_driver_memory": "none"})
+    assert job_spark_conf("batch", unsized, arrow) == {"spark.driver.extraJavaOptions": QUICK_JIT}
+    native = resolve_job(PipelineSettings.from_mapping({"batch_reader": "native"}), "batch")
+    assert native.waves is not None and native.waves.reader != "arrow"
+    assert job_spark_conf("batch", settings, native.waves) == job_spark_conf("batch", settings)
+    assert job_spark_conf("batch", settings) == {
+        "spark.driver.memory": "1g",
+        "spark.driver.extraJavaOptions": "-Xms1g",
+    }
+    assert job_spark_conf("stream", settings) == {}
+
+
 def test_batch_driver_memory_is_a_jvm_size_of_at_least_512m_or_none() -> None:
     from modeswitch.control.settings import PipelineSettings
     from modeswitch.runners.jobs import job_spark_conf
