@@ -10,7 +10,13 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from modeswitch.runners.worker_python import launcher_text, python_for, runs_here, worker_python
+from modeswitch.runners.worker_python import (
+    launcher_text,
+    python_for,
+    runs_here,
+    spark_home_of,
+    worker_python,
+)
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 
@@ -107,3 +113,12 @@ def test_the_launcher_is_used_on_a_cluster_that_runs_this_installation(
     assert python_for("spark://spark-master:7077") == worker_python()
     monkeypatch.setenv("MODESWITCH_WORKERS_LIKE_HERE", "off")
     assert python_for("spark://spark-master:7077") == sys.executable
+
+
+def test_a_driver_that_imported_pyspark_from_its_zip_finds_the_same_installation() -> None:
+    """Under spark-submit the driver imports pyspark from ``<home>/python/lib/pyspark.zip``:
+    its launcher must be the one the submitting process chose (the same text, the same file),
+    or the engine would take Spark's workers for another interpreter's."""
+    plain = str(SPARK_HOME / "__init__.py")
+    zipped = f"{SPARK_HOME}/python/lib/pyspark.zip/pyspark/__init__.py"
+    assert spark_home_of(plain) == spark_home_of(zipped) == str(SPARK_HOME)

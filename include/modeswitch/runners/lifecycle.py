@@ -315,10 +315,10 @@ def decide(
     if tentative:
         committed = {**committed, **applied_end(rewinds)}
     pending = [(c.id, c.kind) for c in store.commands.pending()]
-    carried = carried_command(store.decisions.latest())
-    command, applied = operator_override(pending, force_mode, carried)
+    latest = store.decisions.latest()  # read once: the carried command and the policy's state
+    command, applied = operator_override(pending, force_mode, carried_command(latest))
     decision: Decision = decide_mode(
-        observation, settings=settings.policy, previous=previous_state(store), command=command
+        observation, settings=settings.policy, previous=policy_state_of(latest), command=command
     )
     record = decision.to_record()
     reason = "; ".join(

@@ -84,6 +84,18 @@ def launcher_text(python: str, spark_home: str, forks: str, client: str) -> str:
     )
 
 
+def spark_home_of(pyspark_file: str) -> str:
+    """The folder of the pyspark installation whose ``__init__.py`` is ``pyspark_file``, also
+    where pyspark was imported from that installation's own zip (a driver under
+    ``spark-submit``: ``<home>/python/lib/pyspark.zip/pyspark/__init__.py``), so that every
+    process of one installation writes, and uses, the same launcher."""
+    path = Path(pyspark_file)
+    zipped = next((parent for parent in path.parents if parent.suffix == ".zip"), None)
+    if zipped is not None:
+        return str(zipped.parents[2].resolve())  # <home>/python/lib/pyspark.zip
+    return str(path.resolve().parent)
+
+
 def worker_python() -> str:
     """The path of the launcher for this interpreter (written on first use), or
     ``sys.executable`` when this interpreter's pyspark cannot be found or its path cannot be
@@ -95,7 +107,7 @@ def worker_python() -> str:
     try:
         text = launcher_text(
             sys.executable,
-            str(Path(pyspark.__file__).resolve().parent),
+            spark_home_of(pyspark.__file__),
             str(socket_dir()),
             fork_client.__file__,
         )
