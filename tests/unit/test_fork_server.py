@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -173,3 +174,21 @@ def test_the_launcher_hands_only_the_source_runner_to_its_jvms_server(
     finally:
         listener.kill()
         listener.wait()
+
+
+def test_no_server_starts_where_its_socket_path_would_be_too_long(tmp_path, monkeypatch, caplog):
+    """A cache folder too deep for a Unix socket: the engine says so and starts no server
+    (its runners start as without one)."""
+    from modeswitch.runners.fork_server import SourceRunnerForks
+
+    monkeypatch.setenv("MODESWITCH_CACHE", str(tmp_path / ("deep" * 30)))
+    launcher = worker_python()
+    monkeypatch.setenv("PYSPARK_PYTHON", launcher)
+
+    handle = SimpleNamespace(pid=lambda: 4242)  # all it asks of a session: its JVM's pid
+    lang = SimpleNamespace(ProcessHandle=SimpleNamespace(current=lambda: handle))
+    session = SimpleNamespace(_jvm=SimpleNamespace(java=SimpleNamespace(lang=lang)))
+
+    with caplog.at_level("WARNING"), SourceRunnerForks(session, launcher) as forks:
+        assert forks.process is None
+    assert "longer than a Unix socket's path may be" in caplog.text

@@ -56,6 +56,8 @@ PRELOADED = ("modeswitch.sources.spark",)
 module, which each source runner imports when it unpickles the source."""
 
 READY_TIMEOUT_S = 30.0
+MAX_SOCKET_PATH = 107
+"""The longest path a Unix socket may have on Linux (``sun_path`` holds 108 bytes)."""
 
 
 def socket_dir() -> Path:
@@ -86,6 +88,14 @@ class SourceRunnerForks:
         launcher = self.launcher
         if os.environ.get("PYSPARK_PYTHON") != launcher:
             log.info("no fork server: Python workers start as %s", os.environ.get("PYSPARK_PYTHON"))
+            return self
+        if len(os.fsencode(self.path)) > MAX_SOCKET_PATH:
+            log.warning(
+                "no fork server: its socket %s is longer than a Unix socket's path may be "
+                "(%d bytes); set MODESWITCH_CACHE to a shorter folder",
+                self.path,
+                MAX_SOCKET_PATH,
+            )
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with contextlib.suppress(FileNotFoundError):
