@@ -70,6 +70,7 @@ class StandIns:
         self.warm_up_seconds = 0.0
         self.cut_short = False
         self.runs: list[tuple[str, int, PipelineSettings]] = []
+        self.jobs: list[object] = []  # the job resolved before the session, if run() got one
         test = self
 
         class Session:
@@ -90,9 +91,16 @@ class StandIns:
             return 0.0
 
         def run(
-            kind: str, spark: object, settings: PipelineSettings, *, epoch: int, command=None
+            kind: str,
+            spark: object,
+            settings: PipelineSettings,
+            *,
+            epoch: int,
+            command=None,
+            job=None,
         ) -> None:
             self.runs.append((kind, epoch, settings))
+            self.jobs.append(job)
 
         monkeypatch.setattr("modeswitch.runners.session.create_spark_session", create_spark_session)
         monkeypatch.setattr("modeswitch.modes.warmup.warm_up", warm_up)
@@ -109,6 +117,7 @@ def test_a_standby_job_warms_up_then_runs_the_epoch_it_is_handed(monkeypatch) ->
     assert done.sessions == ["modeswitch-orders-stream-standby", "stopped"]
     assert done.warm_ups == 1
     assert done.runs == [("stream", 12, handed)]
+    assert done.jobs == [None]  # resolved from the handed settings, not the started ones
 
 
 def test_an_epoch_that_comes_during_the_warm_up_cuts_it_short(monkeypatch) -> None:
