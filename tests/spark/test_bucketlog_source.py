@@ -184,6 +184,23 @@ def test_streaming_receives_every_record_of_a_growing_log_exactly_once(
     assert reported and max(reported) <= limit
 
 
+def run_available_now(spark, log: SegmentLog, collect, checkpoint: Path) -> None:
+    """A stream of the whole log, 15 000 records a micro-batch at most, to ``collect``
+    (``foreachBatch``) with availableNow; it ends without an exception."""
+    query = (
+        spark.readStream.format("bucketlog")
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", "15000")
+        .load(log.root)
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+
+
 def test_available_now_stops_at_the_offsets_present_when_it_started(
     spark, log: SegmentLog, tmp_path: Path
 ) -> None:
@@ -197,18 +214,7 @@ def test_available_now_stops_at_the_offsets_present_when_it_started(
             now_us = int(time.time() * 1e6)
             append_events(log, generator.generate(10**6, 500, pa.array([now_us] * 500).to_numpy()))
 
-    query = (
-        spark.readStream.format("bucketlog")
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", "15000")
-        .load(log.root)
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(120)
-    assert query.exception() is None
+    run_available_now(spark, log, collect, tmp_path / "checkpoint")
     assert sum(seen) == at_start
     assert max(seen) <= 15_000
     assert sum(log.latest_offsets().values()) == at_start + 500
@@ -305,18 +311,7 @@ def test_a_stream_query_reads_through_a_source_runner_forked_by_its_jvms_server(
             seen.append(batch_df.count())
             runners.extend(child.cmdline() for child in server.children())
 
-        query = (
-            spark.readStream.format("bucketlog")
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "15000")
-            .load(log.root)
-            .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(120)
-        assert query.exception() is None
+        run_available_now(spark, log, collect, tmp_path / "checkpoint")
         deadline = time.monotonic() + 30
         while server.children() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -150,8 +150,9 @@ def test_the_launcher_hands_only_the_source_runner_to_its_jvms_server(
             "import socket, sys\n"
             "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)\n"
             "c, _ = s.accept()\n"
-            "m, fds, _, _ = socket.recv_fds(c, 65536, 3)\n"
-            "open(sys.argv[2], 'wb').write(m[4:])\n",
+            "_, fds, _, _ = socket.recv_fds(c, 1, 3)\n"
+            "n = int.from_bytes(c.recv(4, socket.MSG_WAITALL), 'big')\n"
+            "open(sys.argv[2], 'wb').write(c.recv(n, socket.MSG_WAITALL))\n",
             str(path),
             str(seen),
         ]

@@ -24,6 +24,10 @@ import sys
 FRAME = struct.Struct("!I")
 """A message's length before it: the request (JSON), then the child's pid, then its status."""
 
+STREAMS = b"\0"
+"""The one byte that carries the client's standard streams (``SCM_RIGHTS``), before the
+request."""
+
 
 def receive(sock: socket.socket) -> bytes | None:
     """One length-prefixed message, or None when the peer closed first."""
@@ -34,10 +38,7 @@ def receive(sock: socket.socket) -> bytes | None:
 def _exactly(sock: socket.socket, size: int) -> bytes | None:
     data = b""
     while len(data) < size:
-        try:
-            part = sock.recv(size - len(data))
-        except InterruptedError:
-            continue
+        part = sock.recv(size - len(data))  # an interrupted recv is retried by Python itself
         if not part:
             return None
         data += part
@@ -57,7 +58,8 @@ def main(argv: list[str]) -> int:
         sock.close()
         os.execv(sys.executable, [sys.executable, *command])
     request = json.dumps({"argv": command, "env": dict(os.environ), "cwd": os.getcwd()})
-    socket.send_fds(sock, [frame(request.encode())], [0, 1, 2])
+    socket.send_fds(sock, [STREAMS], [0, 1, 2])
+    sock.sendall(frame(request.encode()))
     answer = receive(sock)
     if answer is None:
         print(f"fork server at {path} closed before starting {command}", file=sys.stderr)

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from modeswitch.runners.fork_client import FRAME, frame
+from modeswitch.runners.fork_client import STREAMS, frame, receive
 from modeswitch.runners.jvm import cache_root
 
 log = logging.getLogger(__name__)
@@ -189,11 +189,14 @@ def _fork(
     the server's other sockets, which the child closes."""
     fds: list[int] = []
     try:
-        first, fds, _flags, _address = socket.recv_fds(connection, 65536, 3)
-        if not first:  # a probe of whether the server listens (SourceRunnerForks.wait_ready)
+        streams, fds, _flags, _address = socket.recv_fds(connection, len(STREAMS), 3)
+        if not streams:  # a probe of whether the server listens (SourceRunnerForks.wait_ready)
             connection.close()
             return None
-        request = json.loads(first[FRAME.size :] + _rest(connection, first))
+        body = receive(connection)
+        if body is None:
+            raise ValueError("request cut short")
+        request = json.loads(body)
         argv = request["argv"]
         if len(fds) != 3 or len(argv) != 2 or argv[0] != "-m" or argv[1] not in modules:
             raise ValueError(f"not a request to run one of {modules}: {argv}")
@@ -210,21 +213,6 @@ def _fork(
         os.close(fd)
     connection.sendall(frame(str(pid).encode()))
     return pid
-
-
-def _rest(connection: socket.socket, first: bytes) -> bytes:
-    """The rest of a request whose first read gave ``first`` (its length, then part of it)."""
-    if len(first) < FRAME.size:
-        raise ValueError("request cut short")
-    (length,) = FRAME.unpack(first[: FRAME.size])
-    missing = length - (len(first) - FRAME.size)
-    data = b""
-    while len(data) < missing:
-        part = connection.recv(missing - len(data))
-        if not part:
-            raise ValueError("request cut short")
-        data += part
-    return data
 
 
 def _run_child(request: dict, fds: list[int], inherited: list[socket.socket]) -> None:
