@@ -19,7 +19,7 @@ from modeswitch.errors import (
     UnknownBucketError,
 )
 from modeswitch.sources.base import RECORD_SCHEMA, BucketedLog
-from modeswitch.sources.segment_files import segment_name
+from modeswitch.sources.segment_files import grown_groups, segment_name
 from modeswitch.sources.segments import SegmentLog
 
 
@@ -346,6 +346,47 @@ def test_readers_racing_a_growing_open_segment_always_see_contiguous_records(
             t.join()
     assert not errors, errors[0]
     assert len(live_log.segments(0)) < 150 // 10
+
+
+def test_an_append_joins_the_last_row_group_only_while_it_is_small() -> None:
+    assert grown_groups((), 5, joined_below=10) == (5,)
+    assert grown_groups((5,), 4, joined_below=10) == (9,)
+    assert grown_groups((9,), 4, joined_below=10) == (13,)  # 9 < 10: joined
+    assert grown_groups((13,), 4, joined_below=10) == (13, 4)
+    assert grown_groups((20, 13), 1, joined_below=10) == (20, 13, 1)
+
+
+def test_a_read_of_the_open_segments_tail_decodes_only_its_last_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer's bulk append, then its live flushes into the same open segment: a reader
+    of the flushes (a stream's first micro-batch after a batch) does not decode the bulk."""
+    log = SegmentLog.create(str(tmp_path / "log"), buckets=1, open_segment_seconds=60)
+    log.append(0, events([f"bulk{i}" for i in range(10_000)]))
+    for i in range(5):
+        log.append(0, events([f"small{i}-{j}" for j in range(100)]))
+    for i in range(5):
+        log.append(0, events([f"flush{i}-{j}" for j in range(2_000)]))
+    (segment,) = log.segments(0)
+    meta = pq.ParquetFile(segment.path).metadata
+    groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    assert groups == [10_000, 8_500, 2_000]
+
+    decoded: list[int] = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self: pq.ParquetFile, group: int, *args: object, **kwargs: object) -> pa.Table:
+        decoded.append(group)
+        return read_row_group(self, group, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    reader = SegmentLog(log.root)
+    tail = read_all(reader, 0, 10_000, 10_600)
+    assert tail.column("key").to_pylist() == [
+        f"small{i}-{j}" for i in range(5) for j in range(100)
+    ] + [f"flush0-{j}" for j in range(100)]
+    assert decoded == [1]
+    assert read_all(reader, 0, 0, 20_500).column("offset").to_pylist() == list(range(20_500))
 
 
 def test_a_closed_append_is_a_segment_of_its_own(live_log: SegmentLog) -> None:

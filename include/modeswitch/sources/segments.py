@@ -52,6 +52,7 @@ from modeswitch.sources.segment_files import (
     bucket_lock,
     file_identity,
     first_offset_at,
+    grown_groups,
     link_snapshot,
     list_segment_names,
     publish_segment,
@@ -92,6 +93,7 @@ class _OpenSegment:
     opened_at: float  # time.monotonic() of its first publish
     table: pa.Table
     identity: tuple[int, int, int]  # (inode, size, mtime_ns) right after the last write
+    groups: tuple[int, ...]  # its row groups' record counts, in order
 
 
 class SegmentLog:
@@ -447,18 +449,25 @@ class SegmentLog:
     def _extend(self, bucket: int, opened: _OpenSegment, table: pa.Table) -> None:
         """Rewrite the open segment with ``table`` appended, atomically (rename over it)."""
         whole = pa.concat_tables([opened.table, table])
-        rewrite_segment(f"{self._base}/{bucket}", opened.path, whole)
-        self._remember_open(bucket, opened.path, opened.base, opened.opened_at, whole)
+        groups = grown_groups(opened.groups, table.num_rows)
+        rewrite_segment(f"{self._base}/{bucket}", opened.path, whole, groups)
+        self._remember_open(bucket, opened.path, opened.base, opened.opened_at, whole, groups)
 
     def _remember_open(
-        self, bucket: int, path: str, base: int, opened_at: float, table: pa.Table
+        self,
+        bucket: int,
+        path: str,
+        base: int,
+        opened_at: float,
+        table: pa.Table,
+        groups: tuple[int, ...],
     ) -> None:
         if self._open_seconds <= 0 or table.num_rows >= self._open_records:
             self._open.pop(bucket, None)
             return
         identity = self._identity(path)
         assert identity is not None
-        self._open[bucket] = _OpenSegment(path, base, opened_at, table, identity)
+        self._open[bucket] = _OpenSegment(path, base, opened_at, table, identity, groups)
         self._rows[(path, identity)] = table.num_rows
 
     def _publish(self, bucket: int, start: int, table: pa.Table, *, close: bool = False) -> None:
@@ -466,7 +475,7 @@ class SegmentLog:
         what = f"log {self.root!r}: bucket {bucket}"
         final = publish_segment(self._fs, folder, start, table, local=self._local, what=what)
         if self._local and not close:
-            self._remember_open(bucket, final, start, time.monotonic(), table)
+            self._remember_open(bucket, final, start, time.monotonic(), table, (table.num_rows,))
         else:
             self._open.pop(bucket, None)
             self._rows[(final, self._identity(final))] = table.num_rows
