@@ -19,7 +19,7 @@ from modeswitch.errors import FencedError
 from modeswitch.modes.batch import run_batch_epoch
 from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream import run_stream_epoch
-from modeswitch.modes.stream_waves import MicroBatchWaves
+from modeswitch.modes.stream_waves import MicroBatchWaves, ReadAhead, discard_untaken
 from modeswitch.offsets import offsets_to_json
 from modeswitch.ops.verify import audit
 from modeswitch.runners.lifecycle import close_epoch, decide
@@ -127,31 +127,53 @@ def writer_setup(spark, tmp_path: Path):
     job = resolve_job(settings, "stream")
     checkpoint = tmp_path / "checkpoint"
 
-    def writer_of(epoch: int, start: dict[int, int], sequence: int = 0) -> MicroBatchWaves:
+    def writer_of(
+        epoch: int,
+        start: dict[int, int],
+        sequence: int = 0,
+        *,
+        ahead_from: dict[int, int] | None = None,
+    ) -> MicroBatchWaves:
+        """The writer of ``epoch``'s query started at ``start``; with ``ahead_from``, its
+        first micro-batch read ahead from there (waited for)."""
+        options = {
+            "path": settings.sink,
+            "pipeline": settings.pipeline,
+            "epoch": str(epoch),
+            "mode": "stream",
+            "sequence": str(sequence),
+            "offsetsStart": offsets_to_json(start),
+            "checkpointLocation": str(checkpoint / str(epoch)),
+            "quarantinePath": settings.quarantine,
+        }
+        ahead = ReadAhead.nothing()
+        if ahead_from is not None:
+            ahead = ReadAhead.begin(
+                settings.source,
+                ahead_from,
+                job.arrow.function,
+                job.arrow.schema,
+                options,
+                contiguous=True,
+                most=50_000,
+            )
+            ahead.wait()
         return MicroBatchWaves(
             source=settings.source,
             transform=job.arrow.function,
             output=job.arrow.schema,
-            options={
-                "path": settings.sink,
-                "pipeline": settings.pipeline,
-                "epoch": str(epoch),
-                "mode": "stream",
-                "sequence": str(sequence),
-                "offsetsStart": offsets_to_json(start),
-                "checkpointLocation": str(checkpoint / str(epoch)),
-                "quarantinePath": settings.quarantine,
-            },
+            options=options,
             count_checked=True,
             max_split_records=1_000_000,
             parallelism=2,
             driver_records=50_000,
+            ahead=ahead,
         )
 
     _offsets_log(checkpoint / "1", 0, {0: 200, 1: 200})
     frame = SimpleNamespace(sparkSession=spark)  # the micro-batch's frame is never read
     assert writer_of(1, {0: 0, 1: 0})(frame, 0).status == "committed"
-    return settings, checkpoint / "2", writer_of(2, {0: 200, 1: 200}), writer_of, frame
+    return settings, checkpoint / "2", writer_of(2, {0: 200, 1: 200}), writer_of, frame, log
 
 
 def _attempt_folders(table: str) -> list[str]:
@@ -159,7 +181,7 @@ def _attempt_folders(table: str) -> list[str]:
 
 
 def test_a_replayed_micro_batch_is_found_and_its_files_removed(writer_setup) -> None:
-    settings, checkpoint, writer, _, frame = writer_setup
+    settings, checkpoint, writer, _, frame, _ = writer_setup
     _offsets_log(checkpoint, 0, {0: 260, 1: 250})
     committed = writer(frame, 0)
     assert committed.status == "committed"
@@ -171,7 +193,7 @@ def test_a_replayed_micro_batch_is_found_and_its_files_removed(writer_setup) -> 
 
 
 def test_a_zombie_of_an_ended_epoch_is_refused(writer_setup) -> None:
-    settings, checkpoint, writer, writer_of, frame = writer_setup
+    settings, checkpoint, writer, writer_of, frame, _ = writer_setup
     _offsets_log(checkpoint, 0, {0: 260, 1: 250})
     assert writer(frame, 0).status == "committed"
     zombie = writer_of(1, {0: 0, 1: 0}, sequence=0)
@@ -184,8 +206,75 @@ def test_a_zombie_of_an_ended_epoch_is_refused(writer_setup) -> None:
 def test_an_empty_micro_batch_still_commits_its_offsets(writer_setup) -> None:
     """A range with no record to read (here: offsets that did not move in one bucket and moved
     in none in the other) still commits, so the offsets move on."""
-    settings, checkpoint, writer, _, frame = writer_setup
+    settings, checkpoint, writer, _, frame, _ = writer_setup
     _offsets_log(checkpoint, 0, {0: 200, 1: 200})
     outcome = writer(frame, 0)
     assert outcome.status == "committed" and outcome.commit.records == 0
     assert committed_offsets(settings.sink, settings.pipeline) == {0: 200, 1: 200}
+
+
+# -- the first micro-batch, read ahead while its query starts ----------------------------------
+def _sink_offsets(settings: PipelineSettings) -> list[tuple[int, int]]:
+    """Every (bucket, offset) in the sink and the quarantine, sorted, repeats kept."""
+    from deltalake import DeltaTable
+
+    found: list[tuple[int, int]] = []
+    for table in filter(DeltaTable.is_deltatable, (settings.sink, settings.quarantine)):
+        rows = DeltaTable(table).to_pyarrow_table(columns=["bucket", "offset"]).to_pylist()
+        found += [(row["bucket"], row["offset"]) for row in rows]
+    return sorted(found)
+
+
+def test_the_first_micro_batch_commits_what_was_read_ahead_with_what_came_after(
+    writer_setup,
+) -> None:
+    """Read ahead from the query's start to the log's latest (500 a bucket), then 200 more
+    records arrive: the first micro-batch writes only those, and commits both in one commit;
+    every record of the range once, in the sink or the quarantine."""
+    settings, checkpoint, _, writer_of, frame, log = writer_setup
+    writer = writer_of(2, {0: 200, 1: 200}, ahead_from={0: 200, 1: 200})
+    produce_backlog(log, EventGenerator(seed=4, buckets=2), records=200, first=1_000)
+    end = log.latest_offsets()
+    _offsets_log(checkpoint, 0, end)
+    outcome = writer(frame, 0)
+    assert outcome.status == "committed"
+    assert outcome.commit.records + outcome.commit.quarantined == sum(e - 200 for e in end.values())
+    assert len(_attempt_folders(settings.sink)) == 3  # epoch 1's, the read ahead's, the rest's
+    assert _sink_offsets(settings) == sorted((b, o) for b, e in end.items() for o in range(e))
+    # Given once: the next micro-batch reads its own range.
+    _offsets_log(checkpoint, 1, end)
+    assert writer(frame, 1).commit.records == 0
+
+
+@pytest.mark.parametrize(
+    ("ahead_from", "end", "why"),
+    [
+        ({0: 150, 1: 200}, None, "begins before the micro-batch"),
+        ({0: 200, 1: 200}, {0: 300, 1: 300}, "ends past it (the log holds ~500 a bucket)"),
+    ],
+)
+def test_a_read_ahead_that_does_not_fit_the_first_micro_batch_is_deleted(
+    writer_setup, ahead_from: dict[int, int], end: dict[int, int] | None, why: str
+) -> None:
+    settings, checkpoint, _, writer_of, frame, log = writer_setup
+    folders = _attempt_folders(settings.sink)
+    writer = writer_of(2, {0: 200, 1: 200}, ahead_from=ahead_from)
+    assert len(_attempt_folders(settings.sink)) == len(folders) + 1, "written ahead"
+    produce_backlog(log, EventGenerator(seed=4, buckets=2), records=200, first=1_000)
+    end = end or log.latest_offsets()
+    _offsets_log(checkpoint, 0, end)
+    outcome = writer(frame, 0)
+    assert outcome.status == "committed", why
+    assert len(_attempt_folders(settings.sink)) == len(folders) + 1  # the micro-batch's own
+    assert _sink_offsets(settings) == sorted((b, o) for b, e in end.items() for o in range(e))
+
+
+def test_what_a_query_that_stopped_before_its_first_micro_batch_read_ahead_is_deleted(
+    writer_setup,
+) -> None:
+    settings, checkpoint, _, writer_of, _, _ = writer_setup
+    folders = _attempt_folders(settings.sink)
+    writer_of(2, {0: 200, 1: 200}, ahead_from={0: 200, 1: 200})
+    assert len(_attempt_folders(settings.sink)) == len(folders) + 1, "written ahead"
+    discard_untaken(str(checkpoint))  # what the stream epoch's end does
+    assert _attempt_folders(settings.sink) == folders

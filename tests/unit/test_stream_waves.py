@@ -11,9 +11,12 @@ from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import ConfigError, SourceUnavailableError
 from modeswitch.modes.stream_waves import (
     MicroBatchWaves,
+    ReadAhead,
     micro_batch_partitions,
+    read_ahead_ends,
     where_micro_batch_runs,
 )
+from modeswitch.sinks.arrow_wave import WrittenAhead
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +60,42 @@ def test_a_micro_batch_is_cut_and_balanced_as_a_wave_and_covers_its_offsets() ->
 def test_a_micro_batch_with_nothing_to_read_is_one_empty_partition() -> None:
     # Kafka's offsets can move over transaction markers alone: the offsets still commit.
     assert micro_batch_partitions({0: 5}, {0: 5}, max_split_records=10, parallelism=2) == ((),)
+
+
+def test_a_first_micro_batch_is_read_ahead_to_the_logs_latest_offsets_when_they_fit() -> None:
+    start = {0: 100, 1: 50}
+    latest = {0: 160, 1: 50, 2: 30}  # bucket 2 is new: read from 0
+    ahead = {0: 160, 1: 50, 2: 30}
+    assert read_ahead_ends(start, latest, most=90) == ahead
+    # More than a micro-batch run in the driver holds: nothing ahead.
+    assert read_ahead_ends(start, latest, most=89) == start
+
+
+def test_a_kafka_topic_is_not_read_ahead(caplog: pytest.LogCaptureFixture) -> None:
+    """Its offsets are not its record count, so no commit could catch a read ahead that
+    differed: no thread, no client."""
+    ahead = ReadAhead.begin(
+        "kafka://broker:9092/t", {0: 5}, None, None, {}, contiguous=False, most=100
+    )
+    assert ahead.take({0: 5}, {0: 9}, "driver") == ({0: 5}, WrittenAhead())
+    assert not caplog.text
+
+
+def test_a_read_ahead_that_failed_leaves_the_micro_batch_its_whole_range(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ahead = ReadAhead.begin(
+        "/nonexistent/log",
+        {0: 5},
+        lambda batches: batches,
+        None,
+        {"path": "/nonexistent/table"},
+        contiguous=True,
+        most=100,
+    )
+    assert ahead.take({0: 5}, {0: 9}, "driver") == ({0: 5}, WrittenAhead())
+    assert "was not read ahead" in caplog.text
+    assert ReadAhead.nothing().take({0: 5}, {0: 9}, "driver") == ({0: 5}, WrittenAhead())
 
 
 class Flaky(MicroBatchWaves):

@@ -53,6 +53,7 @@ from modeswitch.modes.resume import (
     read_checkpoints,
 )
 from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
+from modeswitch.modes.stream_waves import discard_untaken
 from modeswitch.offsets import OffsetsMap, offsets_to_dict, offsets_to_json
 from modeswitch.sinks.commits import (
     SinkCommit,
@@ -364,7 +365,11 @@ def run_stream_epoch(
         writer = writer.trigger(processingTime=f"{interval_ms} milliseconds")
     for key, value in checkpoint_conf(point.checkpoint).items():
         spark.conf.set(key, value)
-    query = writer.start()
+    try:
+        query = writer.start()
+    except BaseException:
+        discard_untaken(point.checkpoint)
+        raise
     log.info(
         "stream epoch %d: query started from %s (sequence %d on)",
         epoch_id,
@@ -428,6 +433,7 @@ def run_stream_epoch(
             reason = "availableNow: read everything that was there at the start"
     finally:
         query.stop()
+        discard_untaken(point.checkpoint)
     error = query.exception()
     if error is not None:
         raise StreamQueryError(

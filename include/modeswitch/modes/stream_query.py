@@ -13,7 +13,7 @@ from typing import Any
 
 from modeswitch.modes.job import JobPlan
 from modeswitch.modes.stream_path import StreamPath
-from modeswitch.modes.stream_waves import MicroBatchWaves
+from modeswitch.modes.stream_waves import MicroBatchWaves, ReadAhead
 from modeswitch.offsets import offsets_from_json
 from modeswitch.sinks.delta import SINK_NAME
 from modeswitch.sinks.delta import register as register_sink
@@ -118,18 +118,32 @@ def write_arrow_waves(
     spark: Any, job: JobPlan, source: str, stream: Any, options: dict[str, str]
 ) -> Any:
     """Each micro-batch of the log ``source`` an Arrow wave in ``foreachBatch``
-    (``stream_writer = arrow``, :mod:`modeswitch.modes.stream_waves`)."""
+    (``stream_writer = arrow``, :mod:`modeswitch.modes.stream_waves`), the first one read
+    ahead from here, before the query starts."""
     settings = job.settings
+    contiguous = log_type(source).contiguous
     waves = MicroBatchWaves(
         source=source,
         transform=job.arrow.function,
         output=job.arrow.schema,
         options=options,
-        count_checked=log_type(source).contiguous,
+        count_checked=contiguous,
         max_split_records=settings.planner.max_split_records,
         parallelism=settings.planner.parallelism,
         driver_records=settings.stream_driver_records,
         outage_grace=settings.source_outage_grace.total_seconds(),
+        ahead=ReadAhead.begin(
+            source,
+            offsets_from_json(options["offsetsStart"]),
+            job.arrow.function,
+            job.arrow.schema,
+            options,
+            contiguous=contiguous,
+            most=min(
+                settings.stream_driver_records,
+                settings.max_records_per_trigger or settings.stream_driver_records,
+            ),
+        ),
     )
     return stream.foreachBatch(waves).option("checkpointLocation", options["checkpointLocation"])
 

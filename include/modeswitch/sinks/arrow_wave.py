@@ -214,27 +214,30 @@ def write_wave(
     )
 
 
-def write_prepared_wave(
-    spark: Any,
+@dataclass(frozen=True)
+class WrittenAhead:
+    """Part of a wave written before the wave runs, committed with it (a stream's first
+    micro-batch, read ahead while its query starts:
+    :class:`modeswitch.modes.stream_waves.ReadAhead`): the attempt folders its files are in and
+    its tasks' answers (:func:`write_ahead`)."""
+
+    folders: tuple[str, ...] = ()
+    answers: tuple[bytes, ...] = ()
+
+
+def wave_task(
     source: str,
     partitions: Sequence[Ranges],
     transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     output: Any,
     parsed: DeltaSinkOptions,
-    schema: pa.Schema,
-    *,
-    runs_in: str = "spark",
-    source_log: BucketedLog | None = None,
-) -> CommitOutcome:
-    """:func:`write_wave` with its options already checked
-    (:func:`~modeswitch.sinks.delta.prepare_write`): what a stream's micro-batches do, which
-    check their options once per query (a check opens the table: 9 ms a micro-batch) and keep
-    their log open (``source_log``, for a wave run in the driver)."""
+) -> WaveTask:
+    """The task of a wave of ``partitions``, writing into a new attempt folder of its own."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     folder = f"{FOLDER_PREFIX}{uuid.uuid4().hex}"
     quarantine = f"{parsed.quarantine_path}/{folder}" if parsed.quarantine_path else None
-    task = WaveTask(
+    return WaveTask(
         source=source,
         partitions=tuple(tuple(tuple(r) for r in p) for p in partitions),
         transform=transform,
@@ -246,10 +249,61 @@ def write_prepared_wave(
         ),
         folder=folder,
     )
+
+
+def write_ahead(
+    source: str,
+    source_log: BucketedLog,
+    ranges: Ranges,
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    output: Any,
+    parsed: DeltaSinkOptions,
+) -> WrittenAhead:
+    """``ranges`` of the log at ``source``, open as ``source_log``, read, transformed and
+    written here, in the calling thread, into an attempt folder of their own, to be committed
+    with a wave that runs later (:func:`write_prepared_wave`'s ``ahead``) or discarded
+    (:func:`discard_ahead`).
+    ``parsed`` are the wave's options checked (only the table's own are used: where and how
+    files are written)."""
+    task = wave_task(source, (ranges,), transform, output, parsed)
+    try:
+        answers = run_in_driver(None, task, source_log)
+    except BaseException:
+        _remove_folders(parsed, task.folder)
+        raise
+    return WrittenAhead((task.folder,), tuple(answers))
+
+
+def discard_ahead(parsed: DeltaSinkOptions, ahead: WrittenAhead) -> None:
+    """Delete what was written ahead for a wave that will not commit it."""
+    _remove_folders(parsed, *ahead.folders)
+
+
+def write_prepared_wave(
+    spark: Any,
+    source: str,
+    partitions: Sequence[Ranges],
+    transform: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    output: Any,
+    parsed: DeltaSinkOptions,
+    schema: pa.Schema,
+    *,
+    runs_in: str = "spark",
+    source_log: BucketedLog | None = None,
+    ahead: WrittenAhead = WrittenAhead(),
+) -> CommitOutcome:
+    """:func:`write_wave` with its options already checked
+    (:func:`~modeswitch.sinks.delta.prepare_write`): what a stream's micro-batches do, which
+    check their options once per query (a check opens the table: 9 ms a micro-batch) and keep
+    their log open (``source_log``, for a wave run in the driver); ``ahead``, what was written
+    for this wave before it ran, is committed with it (its ranges are not in ``partitions``)."""
+    task = wave_task(source, partitions, transform, output, parsed)
+    folders = (task.folder, *ahead.folders)
     started = time.perf_counter()
     try:
         answers: list[tuple[DeltaCommitMessage, WavePhases]] = [
-            pickle.loads(answer) for answer in TASK_RUNNERS[runs_in](spark, task, source_log)
+            pickle.loads(answer)
+            for answer in (*ahead.answers, *TASK_RUNNERS[runs_in](spark, task, source_log))
         ]
         messages = [message for message, _ in answers]
         phases = sum((p for _, p in answers), WavePhases())
@@ -262,7 +316,7 @@ def write_prepared_wave(
                 f"quarantined, but its source offsets cover {expected}; nothing was committed"
             )
     except BaseException:
-        _remove_folders(parsed, folder)
+        _remove_folders(parsed, *folders)
         raise
     written = time.perf_counter()
     try:
@@ -275,14 +329,14 @@ def write_prepared_wave(
             end=parsed.offsets_end,
         )
     except BaseException:
-        _remove_folders(parsed, folder, only_if_empty=True)
+        _remove_folders(parsed, *folders, only_if_empty=True)
         raise
     if outcome.status != "committed":
-        _remove_folders(parsed, folder)
+        _remove_folders(parsed, *folders)
     log.info(
         "arrow wave %s: %s, %d records in %d files (%d quarantined); tasks %.2f s (%s, summed "
-        "over %d tasks: %s), commit %.2f s",
-        folder,
+        "over %d tasks, %d of them written ahead: %s), commit %.2f s",
+        task.folder,
         outcome.status,
         records,
         sum(len(m.files) for m in messages),
@@ -290,26 +344,32 @@ def write_prepared_wave(
         written - started,
         runs_in,
         len(answers),
+        len(ahead.answers),
         phases,
         time.perf_counter() - written,
     )
     return outcome
 
 
-def _remove_folders(options: DeltaSinkOptions, folder: str, *, only_if_empty: bool = False) -> None:
-    """Delete the attempt's folders in the table and the quarantine; with ``only_if_empty``,
-    only a folder with no file left (a commit that landed keeps its files)."""
-    for table in filter(None, (options.path, options.quarantine_path)):
-        remove_attempt_folder(table, folder, only_if_empty=only_if_empty)
+def _remove_folders(options: DeltaSinkOptions, *folders: str, only_if_empty: bool = False) -> None:
+    """Delete the attempts' ``folders`` in the table and the quarantine; with
+    ``only_if_empty``, only a folder with no file left (a commit that landed keeps its files)."""
+    for folder in folders:
+        for table in filter(None, (options.path, options.quarantine_path)):
+            remove_attempt_folder(table, folder, only_if_empty=only_if_empty)
 
 
 __all__ = [
     "TASK_RUNNERS",
     "WavePhases",
     "WaveTask",
+    "WrittenAhead",
+    "discard_ahead",
     "run_in_driver",
     "run_in_spark_tasks",
     "run_phases",
+    "wave_task",
+    "write_ahead",
     "write_prepared_wave",
     "write_wave",
 ]
