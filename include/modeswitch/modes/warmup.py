@@ -22,6 +22,7 @@ from modeswitch.control.value_schema import PayloadField, is_nested
 from modeswitch.errors import StreamQueryError
 from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
+from modeswitch.modes.stream_waves import discard_untaken
 from modeswitch.offsets import OffsetsMap, offsets_to_json
 from modeswitch.sinks.commits import committed_offsets, sink_commits
 from modeswitch.sources import open_log
@@ -177,6 +178,7 @@ class WarmingUp:
             log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
             return None
         finally:
+            discard_untaken(f"{self.work}/checkpoint")
             self._remove_work()
         log.info(
             "stream warm-up: %d records through source, transform and sink in %.1f s",
@@ -228,6 +230,7 @@ def start_warm_up(
             query = writer.trigger(availableNow=True).start()
     except Exception as exc:  # a warm-up that fails only means a cold start
         log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
+        discard_untaken(f"{work}/checkpoint")
         remove_tree(work)
         return None
     return WarmingUp(query, work, started, start)
