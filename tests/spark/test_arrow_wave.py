@@ -102,7 +102,9 @@ def test_a_wave_writes_what_the_data_frame_path_writes_with_its_quarantine(
     # Where the tasks' time went, summed over the three tasks, in the wave's log line.
     [line] = [r.getMessage() for r in caplog.records if "arrow wave" in r.getMessage()]
     phases = re.search(
-        r"summed over 3 tasks: read ([\d.]+) s, parse ([\d.]+) s, write ([\d.]+) s", line
+        r"summed over 3 tasks, 0 of them written ahead: read ([\d.]+) s, parse ([\d.]+) s, "
+        r"write ([\d.]+) s",
+        line,
     )
     assert phases is not None, line
     assert all(float(seconds) > 0 for seconds in phases.groups()), line

@@ -262,9 +262,8 @@ def write_ahead(
     """``ranges`` of the log at ``source``, open as ``source_log``, read, transformed and
     written here, in the calling thread, into an attempt folder of their own, to be committed
     with a wave that runs later (:func:`write_prepared_wave`'s ``ahead``) or discarded
-    (:func:`discard_ahead`).
-    ``parsed`` are the wave's options checked (only the table's own are used: where and how
-    files are written)."""
+    (:func:`discard_ahead`). ``parsed`` are the wave's options, checked (only the table's own
+    are used: where and how files are written)."""
     task = wave_task(source, (ranges,), transform, output, parsed)
     try:
         answers = run_in_driver(None, task, source_log)
