@@ -119,8 +119,11 @@ class ReadAhead:
     to the first micro-batch, to commit with what it reads itself; a query that stops before
     its first micro-batch leaves it to :func:`discard_untaken`."""
 
-    def __init__(self, start: OffsetsMap, ahead: Future[Ahead] | None) -> None:
+    def __init__(
+        self, start: OffsetsMap, ahead: Future[Ahead] | None, checkpoint: str = ""
+    ) -> None:
         self.start = dict(start)
+        self.checkpoint = checkpoint  # its query's, the key :func:`discard_untaken` finds it by
         self._lock = threading.Lock()
         self._ahead = ahead
 
@@ -171,9 +174,9 @@ class ReadAhead:
             except BaseException as exc:
                 ahead.set_exception(exc)
 
-        read_ahead = cls(start, ahead)
+        read_ahead = cls(start, ahead, options.get("checkpointLocation", ""))
         with _UNTAKEN_LOCK:
-            _UNTAKEN[options.get("checkpointLocation", "")] = read_ahead
+            _UNTAKEN[read_ahead.checkpoint] = read_ahead
         threading.Thread(target=read, name="read-ahead", daemon=True).start()
         return read_ahead
 
@@ -216,11 +219,11 @@ class ReadAhead:
         """The read ahead, once (waited for); None if it was taken before or failed."""
         with self._lock:
             ahead, self._ahead = self._ahead, None
-        with _UNTAKEN_LOCK:
-            for key in [k for k, v in _UNTAKEN.items() if v is self]:
-                del _UNTAKEN[key]
-        if ahead is None:
+        if ahead is None:  # every micro-batch after the first: no other lock, no lookup
             return None
+        with _UNTAKEN_LOCK:
+            if _UNTAKEN.get(self.checkpoint) is self:
+                del _UNTAKEN[self.checkpoint]
         try:
             return ahead.result()
         except Exception as exc:
