@@ -454,3 +454,31 @@ def test_the_engine_hands_a_completed_batch_to_its_stream_with_one_recorded_deci
     assert store.epochs.get(stream).start == LATEST
     assert len(store.decisions.list()) == decisions + 1
     assert store.decisions.latest().decided_by == "test"
+
+
+def test_a_hand_off_loads_each_table_at_most_once_in_a_thread_that_read_them(
+    settings: PipelineSettings, store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a batch and deciding its stream read the control tables, the sink and the
+    quarantine many times over: in a thread that has read them before (a lane's), each is
+    brought up to date instead of loaded afresh (41 loads before, in this layout)."""
+    import deltalake
+
+    epoch = run_batch_epoch(store, settings, FULL[:1])
+    second = decide(settings, force_mode="batch", decided_by="test").epoch
+    assert second is not None and store.epochs.get(second).boundary == LATEST
+    for sequence, wave in enumerate(FULL[1:]):
+        commit_wave(settings, second, sequence, wave)
+    store.commands.submit("switch_to_stream", {}, issuer="test")
+    loads: list[str] = []
+    real = deltalake.DeltaTable.__init__
+
+    def counted(self, *args, **kwargs):
+        loads.append(Path(str(args[0] if args else kwargs["table_uri"])).name)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake.DeltaTable, "__init__", counted)
+    stream = hand_off_to_stream(settings, second, decided_by="test")
+    assert stream is not None and store.epochs.get(stream).start == LATEST
+    assert epoch < second < stream
+    assert len(loads) == len(set(loads)), sorted(loads)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 from modeswitch.errors import ModeswitchError, SinkLogCleanedError
 from modeswitch.offsets import OffsetsMap, offsets_from_dict, offsets_to_dict
 from modeswitch.sinks.delta_log import commit_infos_after, delta_log_dir, read_commit_info
+from modeswitch.storage import open_delta_table
 
 QUARANTINE_METADATA_KEY = "modeswitch_quarantine"
 """The sink commit's ``commitInfo`` key that describes its quarantined records: their count
@@ -393,14 +394,8 @@ def latest_sink_commit(
     table_uri: str, pipeline: str, *, storage_options: Mapping[str, str] | None = None
 ) -> SinkCommit | None:
     """The pipeline's newest sink commit, or None before the first one."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        table = DeltaTable(table_uri, storage_options=dict(storage_options or {}))
-    except TableNotFoundError:
-        return None
-    return newest_commit_in(table, pipeline)
+    table = open_delta_table(table_uri, storage_options or {})
+    return None if table is None else newest_commit_in(table, pipeline)
 
 
 def committed_offsets(

@@ -36,7 +36,6 @@ from modeswitch.sinks.fencing import (
     check_fencing,
     check_replay,
     next_sink_commit,
-    open_delta_table,
     open_sink_table,
 )
 from modeswitch.sinks.files import (
@@ -47,7 +46,7 @@ from modeswitch.sinks.files import (
 from modeswitch.sinks.options import DeltaSinkOptions
 from modeswitch.sinks.parquet_files import WrittenFile
 from modeswitch.sinks.schema import delta_schema, merge_schema
-from modeswitch.storage import CommitRaceLost, retry_commit_races
+from modeswitch.storage import CommitRaceLost, open_delta_table, retry_commit_races
 from modeswitch.transforms import QUARANTINE_REASON
 
 log = logging.getLogger(__name__)

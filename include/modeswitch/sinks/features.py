@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from modeswitch.errors import ModeswitchError
+from modeswitch.storage import open_delta_table
 
 SUPPORTED_WRITER_FEATURES = frozenset(
     {"appendOnly", "invariants", "changeDataFeed", "timestampNtz"}
@@ -128,12 +129,7 @@ def check_table_features(table: Any, what: str) -> None:
 
 def check_tables(tables: dict[str, str], storage_options: dict[str, str] | None = None) -> None:
     """:func:`check_table_features` for each ``{what: location}`` table that exists."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     for what, uri in tables.items():
-        try:
-            table = DeltaTable(uri, storage_options=dict(storage_options or {}))
-        except TableNotFoundError:
-            continue
-        check_table_features(table, f"{what} {uri}")
+        table = open_delta_table(uri, storage_options or {})
+        if table is not None:
+            check_table_features(table, f"{what} {uri}")

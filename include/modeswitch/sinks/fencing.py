@@ -2,7 +2,7 @@
 
 The ``deltalake`` committer (:func:`modeswitch.sinks.committer.commit_files`) and delta-spark's
 (:func:`modeswitch.sinks.delta_spark.write_micro_batch`) read the sink's snapshot
-(:func:`open_sink_table`, kept open per process), compare its app transaction with the
+(:func:`open_sink_table`, kept open per thread), compare its app transaction with the
 commit's (:func:`check_fencing`: a replay is skipped, a zombie refused), check that a replay
 covers what it replays (:func:`check_replay`), and build the commit, continuing where the
 pipeline's newest one ended (:func:`next_sink_commit`). The fencing rules are in
@@ -12,13 +12,13 @@ pipeline's newest one ended (:func:`next_sink_commit`). The fencing rules are in
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from modeswitch.errors import FencedError, ModeswitchError, OffsetsContinuityError
 from modeswitch.offsets import OffsetsMap
 from modeswitch.sinks.commits import SinkCommit, newest_commit_in, split_txn_version, txn_version
 from modeswitch.sinks.options import DeltaSinkOptions
+from modeswitch.storage import open_delta_table
 
 log = logging.getLogger(__name__)
 
@@ -27,45 +27,6 @@ def open_sink_table(options: DeltaSinkOptions) -> Any:
     """The sink table's current snapshot, None before the first commit
     (:func:`open_delta_table`)."""
     return open_delta_table(options.path, options.storage_options)
-
-
-def open_delta_table(path: str, storage_options: Mapping[str, str]) -> Any:
-    """The Delta table at ``path``'s current snapshot, None before its first commit.
-
-    The table is loaded once per process and brought up to date with
-    ``update_incremental()`` (only the log entries since): a stream commits every micro-batch
-    from the same reused Python worker, and loading the table afresh read its checkpoint and
-    up to 99 log entries each time (15 ms on average on a quiet machine, 60 ms under load,
-    growing until the next Delta checkpoint). The snapshot is as current as a fresh load's,
-    so the fencing check and the commit made from it are unchanged. The sink's quarantine
-    table too: a micro-batch that quarantines records opened it twice (13 ms each, measured
-    in a live stream of 1 000 records a micro-batch, a tenth of them malformed).
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    key = (path, tuple(sorted(storage_options.items())))
-    table = _OPEN_TABLES.get(key)
-    if table is not None:
-        try:
-            table.update_incremental()
-            return table
-        except Exception as exc:  # deleted or replaced under us: load it afresh below
-            log.info("table %s: reloading it (%s)", path, exc)
-            _OPEN_TABLES.pop(key, None)
-    try:
-        table = DeltaTable(path, storage_options=dict(storage_options))
-    except TableNotFoundError:
-        return None
-    if len(_OPEN_TABLES) >= OPEN_TABLES_KEPT:
-        _OPEN_TABLES.clear()
-    _OPEN_TABLES[key] = table
-    return table
-
-
-OPEN_TABLES_KEPT = 8
-"""Tables :func:`open_delta_table` keeps open at most (all are dropped past that)."""
-_OPEN_TABLES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
 
 
 def check_fencing(table: Any, options: DeltaSinkOptions, sequence: int) -> Any:

@@ -31,10 +31,10 @@ from deltalake import (
     WriterProperties,
     write_deltalake,
 )
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError
 
 from modeswitch.errors import ModeswitchError, StateConflictError
-from modeswitch.storage import delta_dataset, retry_commit_races
+from modeswitch.storage import delta_dataset, open_delta_table, retry_commit_races
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,8 @@ def rows_table(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table
 class ControlTable:
     """One control table: its location, schema, and a compare-and-swap loop to change it.
 
-    Holds only strings and numbers, so it pickles; every call loads the table afresh.
+    Holds only strings and numbers, so it pickles; every call reads the table's latest
+    version.
     ``attempts`` bounds how many commit races one change may lose before
     :class:`StateConflictError`; the wait after the n-th lost race is uniform in
     ``[0, min(max_backoff_s, backoff_s * 2**n)]``.
@@ -340,11 +341,9 @@ class ControlTable:
     compact_at_files: int = 64
 
     def load(self) -> DeltaTable | None:
-        """The latest version, or None if the table does not exist yet."""
-        try:
-            return DeltaTable(self.uri, storage_options=dict(self.storage_options))
-        except TableNotFoundError:
-            return None
+        """The latest version, or None if the table does not exist yet (kept open by this
+        thread and brought up to date: :func:`~modeswitch.storage.open_delta_table`)."""
+        return open_delta_table(self.uri, self.storage_options)
 
     def read(
         self,
