@@ -74,6 +74,38 @@ def test_the_runners_error_ends_with_the_jobs_own_failure(
     assert str(killed.value).endswith("exited with status -9")
 
 
+def test_a_killed_jobs_spark_scratch_is_removed_and_a_runners_own_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a SIGKILLed JVM leaves in its local dirs and its java.io.tmpdir (``spark-*``,
+    ``blockmgr-*``, unpacked native libraries: 23 MB a driver) is in a folder of the job's
+    own, removed when the job's group is gone, not in the machine's /tmp."""
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    settings = PipelineSettings.from_mapping({"pipeline": "p", "source": str(tmp_path / "s")})
+    log = tmp_path / "job.log"
+    _job(
+        monkeypatch,
+        "import os, signal, pathlib; d = pathlib.Path(os.environ['SPARK_LOCAL_DIRS']); "
+        "(d / 'spark-left').mkdir(); print('scratch', d, os.environ['SPARK_SUBMIT_OPTS'], "
+        "flush=True); os.kill(os.getpid(), signal.SIGKILL)",
+    )
+    with pytest.raises(ModeswitchError, match="status -9"):
+        run_job_process("stream", settings, 2, log_file=log, timeout=60)
+    _, folder, options = log.read_text().split()
+    assert Path(folder).name.startswith("modeswitch-spark-")
+    assert options == f"-Djava.io.tmpdir={folder}"
+    assert not Path(folder).exists()
+    # A runner's scratch (its environment's) is the runner's to remove.
+    own = tmp_path / "runner-scratch"
+    own.mkdir()
+    with pytest.raises(ModeswitchError, match="status -9"):
+        run_job_process(
+            "stream", settings, 2, log_file=log, timeout=60, env={"SPARK_LOCAL_DIRS": str(own)}
+        )
+    assert (own / "spark-left").is_dir()
+
+
 def _worker_error(text: str) -> Exception:
     """What Spark raises in the driver for an error in a task's Python worker (the captured
     form, which needs a JVM to be made, is a subclass of this one with the same text)."""

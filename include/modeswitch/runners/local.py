@@ -61,10 +61,17 @@ def run_job_process(
 ) -> None:
     """Run the epoch's job as a child process in its own process group; stop it (and the JVM
     it started) by that group if it overruns or anything goes wrong. Its output goes to
-    ``log_file`` when given, else to this process's."""
+    ``log_file`` when given, else to this process's. Its Spark scratch is a folder of its own
+    (:class:`~modeswitch.runners.processes.SparkScratch`), removed once the group is gone, even
+    when the job was killed, unless ``env`` brings one (a runner's)."""
     command = job_command(kind, settings, epoch)
     since = _size(log_file)
-    code = run_process_group(command, env=env, timeout=timeout, log_file=log_file)
+    scratch = SparkScratch()
+    try:
+        job_env = {**scratch.environment(), **(env or {})}
+        code = run_process_group(command, env=job_env, timeout=timeout, log_file=log_file)
+    finally:
+        scratch.remove()
     _check_exit(Path(command[1]).name, epoch, code, log_file=log_file, since=since)
 
 
