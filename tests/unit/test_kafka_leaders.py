@@ -4,8 +4,6 @@ the broker's part is the error code, which these tests choose."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -58,47 +56,3 @@ def test_an_unreachable_broker_is_not_asked_again() -> None:
     with pytest.raises(ModeswitchError, match="is the broker reachable"):
         _log(answers)._watermark(0)
     assert answers.asked == 1
-
-
-class Topics:
-    """``list_topics`` answers "unknown topic" ``unknown`` times (the topic listed with that
-    error and no partitions, as librdkafka lists one it asked for), then the topic with two
-    partitions."""
-
-    def __init__(self, unknown: int) -> None:
-        self.unknown = unknown
-        self.asked = 0
-
-    def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
-        self.asked += 1
-        if self.asked <= self.unknown:
-            error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-            listed = SimpleNamespace(error=error, partitions={})
-        else:
-            listed = SimpleNamespace(error=None, partitions={0: None, 1: None})
-        return SimpleNamespace(topics={topic: listed, "other": listed, "__consumer_offsets": 0})
-
-    def close(self) -> None:
-        pass
-
-
-def test_a_topic_just_created_is_asked_again_until_the_broker_knows_it() -> None:
-    """The compose stack's engine asked for its topic as the demo created it: "unknown
-    topic" for a moment, and its stream warm-up failed, so its first stream started cold."""
-    topics = Topics(unknown=3)
-    assert _log(topics).buckets() == [0, 1]
-    assert topics.asked == 4
-
-
-def test_a_topic_that_stays_unknown_is_refused_by_name_within_the_timeout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(kafka_topic, "METADATA_TIMEOUT", 1.0)
-    topics = Topics(unknown=1000)
-    with pytest.raises(ModeswitchError) as refused:
-        _log(topics).buckets()
-    assert "topic 't' does not exist (Broker: Unknown topic or partition), asked for 1 s" in str(
-        refused.value
-    )
-    assert str(refused.value).endswith("topics there: ['other']")
-    assert 2 <= topics.asked <= 6

@@ -119,32 +119,20 @@ class KafkaTopic:
 
     def buckets(self) -> list[int]:
         """The topic's partitions, asked each time: a partition added to a running topic is
-        a new bucket at the next plan. A topic the broker does not know yet, or knows
-        without its partitions, is asked again within :data:`METADATA_TIMEOUT`: one just
-        created is answered for "unknown topic" until its metadata has reached the broker
-        that answers (the compose stack's engine met that, the demo creating the topic as
-        the stack starts). Only then is it refused as missing."""
+        a new bucket at the next plan."""
         kafka = confluent()
-        deadline = time.monotonic() + METADATA_TIMEOUT
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                meta = self._metadata_consumer().list_topics(self.topic, timeout=max(left, 0.1))
-            except kafka.KafkaException as exc:
-                raise self._unreachable("metadata", exc) from exc
-            topic = meta.topics.get(self.topic)
-            if topic is not None and topic.error is None and topic.partitions:
-                return sorted(topic.partitions)
-            if left <= LEADER_RETRY_PAUSE:
-                why = f" ({topic.error.str()})" if topic is not None and topic.error else ""
-                others = sorted(
-                    t for t in meta.topics if not t.startswith("__") and t != self.topic
-                )
-                raise ModeswitchError(
-                    f"kafka {self.servers}: topic {self.topic!r} does not exist{why}, asked for "
-                    f"{METADATA_TIMEOUT:.0f} s; topics there: {others[:20]}"
-                )
-            time.sleep(LEADER_RETRY_PAUSE)
+        try:
+            meta = self._metadata_consumer().list_topics(self.topic, timeout=METADATA_TIMEOUT)
+        except kafka.KafkaException as exc:
+            raise self._unreachable("metadata", exc) from exc
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            why = f" ({topic.error.str()})" if topic is not None and topic.error else ""
+            raise ModeswitchError(
+                f"kafka {self.servers}: topic {self.topic!r} does not exist{why}; topics there: "
+                f"{sorted(t for t in meta.topics if not t.startswith('__'))[:20]}"
+            )
+        return sorted(topic.partitions)
 
     def _watermarks(self) -> dict[int, tuple[int, int]]:
         return {partition: self._watermark(partition) for partition in self.buckets()}
