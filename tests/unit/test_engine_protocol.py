@@ -21,7 +21,6 @@ import pytest
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
-from modeswitch.runners import engine_server
 from modeswitch.runners.engine import (
     ENGINE_DIR_ENV,
     EngineAddress,
@@ -540,97 +539,7 @@ def test_the_engines_warm_up_runs_beside_the_first_batch_and_gives_way_to_a_stre
     warming[-1].running = False  # it ended by itself, having read nothing
     cold.collect()
     assert not cold.warm and cold.warming is None
-    cold.start(settings)
-    assert len(warming) == 2  # not at once: after WARM_UP_RETRY_SECONDS
-    assert cold.missed_at is not None
-    cold.missed_at -= engine_server.WARM_UP_RETRY_SECONDS
     cold.start(settings)  # an idle engine tries again
     warming[-1].running = False
     cold.collect()
     assert cold.warm and journal[-1] == "warm-up collected"
-
-
-def test_a_warm_up_that_could_not_start_is_tried_again_while_the_engine_waits(
-    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The compose stack's engine starts before its demo creates the Kafka topic: its
-    warm-up cannot start then. The lane's loop, idle, tries again every
-    WARM_UP_RETRY_SECONDS, not in each turn, until the topic is there."""
-    from modeswitch.modes import warmup
-
-    journal: list[str] = []
-    topic_there = [False, False, True]
-
-    def start(spark, s, **_):
-        return FakeWarmUp(journal, 2_000) if topic_there.pop(0) else None
-
-    monkeypatch.setattr(warmup, "start_warm_up", start)
-    path = engine_server.StreamPath(None)
-    path.start(settings)  # at the engine's start: the topic is not there
-    assert path.warming is None and path.missed_at is not None
-    for _ in range(5):  # the lane's idle turns, half a second apart: not due yet
-        path.start(settings)
-    assert topic_there == [False, True]  # asked once, at the start
-    path.missed_at -= engine_server.WARM_UP_RETRY_SECONDS
-    path.start(settings)  # due again, and still not there
-    assert path.warming is None and topic_there == [True]
-    path.missed_at -= engine_server.WARM_UP_RETRY_SECONDS
-    path.start(settings)
-    assert path.warming is not None and journal == ["warm-up started"]
-    path.warming.running = False
-    path.collect()
-    assert path.warm
-
-
-@pytest.mark.parametrize(
-    ("warm", "warming", "missed_at", "now", "due"),
-    [
-        (False, False, None, 5.0, True),  # never tried
-        (True, False, None, 5.0, False),  # warm already
-        (False, True, None, 5.0, False),  # one is running
-        (False, False, 100.0, 105.0, False),  # missed 5 s ago
-        (False, False, 100.0, 110.0, True),  # missed 10 s ago
-    ],
-)
-def test_a_warm_up_is_due_when_cold_none_runs_and_the_last_miss_is_old_enough(
-    warm: bool, warming: bool, missed_at: float | None, now: float, due: bool
-) -> None:
-    assert engine_server.warm_up_due(warm, warming, missed_at, now) is due
-
-
-def test_an_idle_lane_asks_its_stream_path_for_a_warm_up_in_every_turn(
-    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Not only after an epoch: the engine waits for its first epoch (the compose stack's
-    waited 77 s for its topic) and the path decides whether a warm-up is due."""
-
-    class IdleLane:
-        pipeline = settings.pipeline
-
-        def run_next(self, timeout: float):
-            time.sleep(0.05)
-            return None
-
-        def pending(self) -> bool:
-            return False
-
-    class Path:
-        def __init__(self) -> None:
-            self.asked: list[str] = []
-
-        def start(self, chosen: PipelineSettings) -> None:
-            self.asked.append(chosen.pipeline)
-
-        def collect(self) -> None:
-            pass
-
-    monkeypatch.setattr(engine_server, "bind_thread", lambda spark, pipeline: None)
-    stop, path = threading.Event(), Path()
-    lane = threading.Thread(
-        target=engine_server.run_lane, args=(None, IdleLane(), stop, path, settings)
-    )
-    lane.start()
-    time.sleep(0.5)
-    stop.set()
-    lane.join(timeout=10)
-    assert len(path.asked) >= 3 and set(path.asked) == {settings.pipeline}

@@ -30,7 +30,6 @@ import signal
 import socketserver
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -135,38 +134,28 @@ class StreamPath:
     the sink, the JVM's first compilations) is what the stream needs
     (``bench/bench_airflow_handoff.py``: the first handoff 4.2 s → 2.0 s, medians of 3). It is
     collected once it has ended. The path is warm once a warm-up read its records or a stream
-    epoch ran; until then, an idle engine starts another warm-up, at most one every
-    :data:`WARM_UP_RETRY_SECONDS` after one that could not start or read nothing (the compose
-    stack's engine starts 77 s before its demo creates the Kafka topic: its warm-up at the
-    start failed, and its first stream then started cold, 4.3-5.2 s from the batch's last
-    commit)."""
+    epoch ran; until then, an engine left idle after a batch starts another warm-up."""
 
     def __init__(self, spark: Any, runner: Callable[..., None] = run_epoch) -> None:
         self.spark = spark
         self._runner = runner
         self.warming: Any = None  # a WarmingUp
         self.warm = False
-        self.missed_at: float | None = None  # when a warm-up last could not start or read
         self._lock = threading.RLock()  # the first lane's thread, and the main one at the end
 
     def start(self, settings: PipelineSettings) -> None:
-        """Start a warm-up if one is due (:func:`warm_up_due`)."""
         from modeswitch.modes.warmup import start_warm_up
 
         with self._lock:
-            now = time.monotonic()
-            if warm_up_due(self.warm, self.warming is not None, self.missed_at, now):
+            if not self.warm and self.warming is None:
                 self.warming = start_warm_up(self.spark, settings)
-                self.missed_at = now if self.warming is None else self.missed_at
 
     def collect(self, *, stop: bool = False) -> None:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""
         with self._lock:
             if self.warming is not None and (stop or self.warming.ended()):
                 done, self.warming = self.warming.finish(), None
-                read = done is not None and done.records > 0
-                self.warm = self.warm or read
-                self.missed_at = self.missed_at if read else time.monotonic()
+                self.warm = self.warm or (done is not None and done.records > 0)
 
     def run(self, kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
         """The engine's epoch runner."""
@@ -174,21 +163,6 @@ class StreamPath:
             self._runner(kind, spark, epoch, settings)
         finally:
             self.warm = self.warm or kind == "stream"
-
-
-WARM_UP_RETRY_SECONDS = 10.0
-"""How long an idle engine waits after a warm-up that could not start (a Kafka topic not
-created yet) or read nothing before it tries another."""
-
-
-def warm_up_due(warm: bool, warming: bool, missed_at: float | None, now: float) -> bool:
-    """Whether to start a warm-up now: the path is not warm, none is running, and the last
-    one that missed (could not start, or read nothing) was :data:`WARM_UP_RETRY_SECONDS`
-    ago or more: a missing topic is asked for once every so often, not in every idle turn of
-    the lane's loop."""
-    return (
-        not warm and not warming and (missed_at is None or now - missed_at >= WARM_UP_RETRY_SECONDS)
-    )
 
 
 def run_lane(
@@ -205,16 +179,14 @@ def run_lane(
     but an epoch's own failure (which its future carries) stops the engine."""
     try:
         bind_thread(spark, lane.pipeline)
-        latest = settings  # the settings of the lane's latest epoch: a warm-up's
-        if path is not None and latest is not None:
-            path.start(latest)
+        if path is not None and settings is not None:
+            path.start(settings)
         while not stop.is_set():
             if path is not None:
                 path.collect()
             ran = lane.run_next(timeout=0.5)
-            latest = ran[1] if ran is not None else latest
-            if path is not None and latest is not None and not lane.pending():
-                path.start(latest)  # idle and not warm yet: warm it now, if one is due
+            if path is not None and ran is not None and not lane.pending():
+                path.start(ran[1])  # idle after an epoch and not warm yet: warm it now
     except BaseException:
         log.exception("engine: the lane of pipeline %s stopped; stopping the engine", lane.pipeline)
         stop.set()
