@@ -114,8 +114,10 @@ def open_delta_table(location: str, storage_options: Mapping[str, str]) -> Any:
         table, version, mark = entry
         try:
             if log_entry_mark(table.table_uri, version) == mark:
-                if may_have_entry_after(table.table_uri, version):
-                    table.update_incremental()
+                if not may_have_entry_after(table.table_uri, version):
+                    held[key] = entry  # as current as it gets: kept as it was
+                    return table
+                table.update_incremental()
                 return _hold(held, key, table)
             log.info("table %s: changed under its open snapshot; loading it afresh", location)
         except Exception as exc:  # deleted or replaced under us: load it afresh below
@@ -140,7 +142,7 @@ def log_entry_mark(uri: str, version: int) -> tuple[int, int, int] | None:
     if not is_local(uri):
         return None
     try:
-        stat = os.stat(os.path.join(local_path(uri), "_delta_log", f"{version:020d}.json"))
+        stat = os.stat(_log_entry_path(uri, version))
     except OSError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size
@@ -151,9 +153,12 @@ def may_have_entry_after(uri: str, version: int) -> bool:
     the next entry's file is there (entries are numbered without a gap), a look that costs a
     few microseconds where ``update_incremental()`` lists the log (1.2 ms); elsewhere, always
     (the update asks the store)."""
-    return not is_local(uri) or os.path.exists(
-        os.path.join(local_path(uri), "_delta_log", f"{version + 1:020d}.json")
-    )
+    return not is_local(uri) or os.path.exists(_log_entry_path(uri, version + 1))
+
+
+def _log_entry_path(uri: str, version: int) -> str:
+    """The file of a local table's log entry ``version``."""
+    return os.path.join(local_path(uri), "_delta_log", f"{version:020d}.json")
 
 
 def _held_tables() -> OrderedDict[tuple[str, tuple[tuple[str, str], ...]], Any]:
