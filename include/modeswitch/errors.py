@@ -114,6 +114,11 @@ class SourceUnavailableError(ModeswitchError):
     it. A stream rides it out for ``source_outage_grace``; a job fails with it."""
 
 
+class TopicNotFoundError(ModeswitchError, LookupError):
+    """The Kafka broker answered, and the pipeline's topic is not there (not created yet, or
+    deleted); the message names the topic and the topics the broker has."""
+
+
 class SinkLogCleanedError(ModeswitchError):
     """The sink's log no longer holds the pipeline's newest commit (a writer outside the
     pipeline cleaned it up): its committed offsets are unknown, and guessing would lose or

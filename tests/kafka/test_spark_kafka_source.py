@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.devtools.kafka_broker import KafkaBroker
-from modeswitch.modes.warmup import kafka_tail, warm_up
+from modeswitch.modes.warmup import kafka_tail, start_warm_up, warm_up
 from modeswitch.sinks.stream_offsets import offsets_log_entry
 from modeswitch.sources.kafka import NOT_UTF8_PREFIX, KafkaLocation, KafkaLog
 from modeswitch.sources.spark_kafka import read_batch, read_stream
@@ -183,10 +183,14 @@ def test_the_warm_up_of_a_topic_reads_its_tail_through_the_kafka_source(
     settings = PipelineSettings.from_mapping(
         {"source": source, "warehouse": str(tmp_path / "warehouse")}
     )
-    # An empty topic: the generated events, as for the embedded log.
+    # A topic not created yet, or empty: nothing to read there.
+    assert kafka_tail(f"{source}-not-created", 60) is None
     assert kafka_tail(source, 60) is None
+    # The generated events stand in for it, the Kafka source left cold; or, asked not to
+    # stand in, nothing starts.
     warmed = warm_up(spark, settings, records=60)
-    assert warmed is not None and warmed.records == 60
+    assert warmed is not None and warmed.records == 60 and warmed.stand_in
+    assert start_warm_up(spark, settings, records=60, stand_in=False) is None
     producer = Producer(kafka_cluster.config)
     for partition, count in enumerate((5, 40, 40)):
         for i in range(count):
@@ -195,5 +199,5 @@ def test_the_warm_up_of_a_topic_reads_its_tail_through_the_kafka_source(
     # Each partition's share of 60 (20), never below its earliest offset: 5 + 20 + 20.
     assert kafka_tail(source, 60) == {0: 0, 1: 20, 2: 20}
     warmed = warm_up(spark, settings, records=60)
-    assert warmed is not None and warmed.records == 45
+    assert warmed is not None and warmed.records == 45 and not warmed.stand_in
     assert list((tmp_path / "warehouse").rglob("warm-up/*")) == []  # nothing left behind

@@ -21,6 +21,7 @@ import pytest
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.errors import FencedError, ModeswitchError
+from modeswitch.runners import engine_server
 from modeswitch.runners.engine import (
     ENGINE_DIR_ENV,
     EngineAddress,
@@ -485,9 +486,10 @@ def test_make_airflow_stops_the_engines_its_tasks_started_when_it_stops(
 class FakeWarmUp:
     """A warm-up stream as :class:`~modeswitch.modes.warmup.WarmingUp` shows it."""
 
-    def __init__(self, journal: list[str], records: int) -> None:
+    def __init__(self, journal: list[str], records: int, stand_in: bool = False) -> None:
         self.journal, self.records, self.running = journal, records, True
-        journal.append("warm-up started")
+        self.stand_in = stand_in
+        journal.append("warm-up started" + (" (stand-in)" if stand_in else ""))
 
     def ended(self) -> bool:
         return not self.running
@@ -497,7 +499,7 @@ class FakeWarmUp:
 
         self.journal.append("warm-up stopped" if self.running else "warm-up collected")
         self.running = False
-        return WarmUp(self.records, 1.0)
+        return WarmUp(self.records, 1.0, stand_in=self.stand_in)
 
 
 def test_the_engines_warm_up_runs_beside_the_first_batch_and_gives_way_to_a_stream(
@@ -543,3 +545,159 @@ def test_the_engines_warm_up_runs_beside_the_first_batch_and_gives_way_to_a_stre
     warming[-1].running = False
     cold.collect()
     assert cold.warm and journal[-1] == "warm-up collected"
+
+
+class Topic:
+    """A Kafka topic as the warm engine's warm-ups see it: nothing in it at first."""
+
+    def __init__(self, journal: list[str]) -> None:
+        self.journal, self.records, self.asked = journal, 0, 0
+
+    def start_warm_up(self, spark, s, *, stand_in: bool = True, **_):
+        """:func:`~modeswitch.modes.warmup.start_warm_up` on this topic."""
+        self.asked += 1
+        if self.records:
+            return FakeWarmUp(self.journal, self.records)
+        return FakeWarmUp(self.journal, 2_000, stand_in=True) if stand_in else None
+
+
+def test_a_path_warmed_on_generated_events_awaits_its_topics_records_and_warms_up_on_them(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compose stack's engine starts before its demo's Kafka topic has records: its first
+    warm-up reads generated events (the rest of the path warms up, Spark's Kafka source does
+    not), so the path stays cold and the idle engine asks for the topic's records every
+    WARM_UP_RETRY_SECONDS, never starting another stand-in, until a warm-up reads them."""
+    from modeswitch.modes import warmup
+
+    journal: list[str] = []
+    topic = Topic(journal)
+    monkeypatch.setattr(warmup, "start_warm_up", topic.start_warm_up)
+    path = engine_server.StreamPath(None)
+    path.start(settings)  # at the engine's start
+    path.warming.running = False
+    path.collect()
+    assert journal == ["warm-up started (stand-in)", "warm-up collected"]
+    assert not path.warm and path.awaits_source
+    for _ in range(5):  # the lane's idle turns, half a second apart: not due yet
+        path.start(settings, at_once=False)
+    assert topic.asked == 1
+    path.asked_at -= engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)  # due: asked, and still nothing there
+    assert topic.asked == 2 and path.warming is None and len(journal) == 2
+    path.start(settings, at_once=False)
+    assert topic.asked == 2  # asked again only after another WARM_UP_RETRY_SECONDS
+    topic.records = 2_000
+    path.asked_at -= engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)
+    assert journal[2:] == ["warm-up started"]  # on the topic's own records
+    path.warming.running = False
+    path.collect()
+    assert path.warm
+    path.asked_at -= engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)
+    assert topic.asked == 3  # warm: never asked again
+
+
+def test_a_batch_epoch_of_a_path_awaiting_its_topic_has_a_warm_up_on_it_beside(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch on Kafka is the sign that the topic has records: the warm-up on them starts
+    beside it, at once, so that the stream which follows the batch starts warm; a stream
+    epoch starts none (it warms the path itself)."""
+    from modeswitch.modes import warmup
+
+    journal: list[str] = []
+    topic = Topic(journal)
+    monkeypatch.setattr(warmup, "start_warm_up", topic.start_warm_up)
+    path = engine_server.StreamPath(None, lambda kind, spark, epoch, s: journal.append(kind))
+    path.start(settings)
+    path.warming.running = False
+    path.collect()
+    topic.records = 500
+    path.run("batch", None, 1, settings)
+    assert journal[2:] == ["warm-up started", "batch"] and topic.asked == 2
+    path.warming.running = False
+    path.collect()
+    path.run("stream", None, 2, settings)
+    assert journal[-1] == "stream" and topic.asked == 2 and path.warm
+
+
+def test_a_warm_up_that_failed_is_tried_again_after_an_epoch_not_on_a_clock(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm-up that could not start (a fault that may fail every one) is not repeated every
+    few seconds by an idle engine; the next epoch's moments try again."""
+    from modeswitch.modes import warmup
+
+    tried: list[bool] = []
+
+    def start(spark, s, *, stand_in: bool = True, **_):
+        tried.append(stand_in)
+
+    monkeypatch.setattr(warmup, "start_warm_up", start)
+    path = engine_server.StreamPath(None, lambda kind, spark, epoch, s: None)
+    path.start(settings)
+    path.asked_at -= 10 * engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)
+    assert tried == [True]
+    path.run("batch", None, 1, settings)
+    assert tried == [True, True]  # with a stand-in allowed: nothing says the topic is empty
+
+
+@pytest.mark.parametrize(
+    ("warm", "warming", "at_once", "awaits_source", "since_asked", "due"),
+    [
+        (False, False, True, False, 0.0, True),  # the engine's start, a batch, after an epoch
+        (True, False, True, False, 0.0, False),  # warm already
+        (False, True, True, False, 0.0, False),  # one is running
+        (False, False, False, False, 60.0, False),  # cold from a failure: not on a clock
+        (False, False, False, True, 5.0, False),  # awaits the topic, asked 5 s ago
+        (False, False, False, True, 10.0, True),  # awaits the topic, asked 10 s ago
+        (True, False, False, True, 10.0, False),  # warm: asks no more
+    ],
+)
+def test_a_warm_up_is_due_when_cold_none_runs_and_the_moment_or_the_clock_says_so(
+    warm: bool, warming: bool, at_once: bool, awaits_source: bool, since_asked: float, due: bool
+) -> None:
+    assert engine_server.warm_up_due(warm, warming, at_once, awaits_source, since_asked) is due
+
+
+def test_an_idle_lane_asks_its_stream_path_in_every_turn_and_at_once_after_an_epoch(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not only after an epoch: the engine waits for its first epoch (the compose stack's
+    waited 77 s for its topic's records) and the path decides whether a warm-up is due."""
+
+    class Lane:
+        pipeline = settings.pipeline
+        epochs = [(1, settings)]
+
+        def run_next(self, timeout: float):
+            time.sleep(0.05)
+            return self.epochs.pop() if self.epochs else None
+
+        def pending(self) -> bool:
+            return False
+
+    class Path:
+        def __init__(self) -> None:
+            self.asked: list[tuple[str, bool]] = []
+
+        def start(self, chosen: PipelineSettings, *, at_once: bool = True) -> None:
+            self.asked.append((chosen.pipeline, at_once))
+
+        def collect(self) -> None:
+            pass
+
+    monkeypatch.setattr(engine_server, "bind_thread", lambda spark, pipeline: None)
+    stop, path = threading.Event(), Path()
+    lane = threading.Thread(
+        target=engine_server.run_lane, args=(None, Lane(), stop, path, settings)
+    )
+    lane.start()
+    time.sleep(0.5)
+    stop.set()
+    lane.join(timeout=10)
+    assert path.asked[:2] == [(settings.pipeline, True), (settings.pipeline, True)]
+    assert len(path.asked) >= 4 and set(path.asked[2:]) == {(settings.pipeline, False)}

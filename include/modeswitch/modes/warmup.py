@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from modeswitch.control.settings import PipelineSettings
 from modeswitch.control.value_schema import PayloadField, is_nested
-from modeswitch.errors import StreamQueryError
+from modeswitch.errors import StreamQueryError, TopicNotFoundError
 from modeswitch.modes.job import resolve_job
 from modeswitch.modes.stream_query import checkpoint_conf, sink_stream
 from modeswitch.modes.stream_waves import discard_untaken
@@ -40,11 +40,14 @@ WARM_UP_POLL = timedelta(milliseconds=200)
 @dataclass(frozen=True)
 class WarmUp:
     """What a warm-up did: the records its sink committed (data and quarantine), how many of
-    them went to quarantine, and how long it took."""
+    them went to quarantine, how long it took, and whether it read generated events in place
+    of a Kafka topic that held nothing yet (``stand_in``: the rest of the path is warm, Spark's
+    Kafka source is not)."""
 
     records: int
     seconds: float
     quarantined: int = 0
+    stand_in: bool = False
 
 
 def append_warm_up_events(
@@ -104,10 +107,13 @@ _SAMPLES: dict[str, Callable[[int], Any]] = {
 
 def kafka_tail(source: str, records: int) -> OffsetsMap | None:
     """Where a warm-up on the topic ``source`` starts: each partition's latest offset less its
-    share of ``records`` (never below its earliest), or None when the topic holds nothing."""
+    share of ``records`` (never below its earliest), or None when the topic holds nothing or
+    is not there yet (a broker that does not answer raises)."""
     log_ = open_log(source)
     try:
         earliest, latest = log_.earliest_offsets(), log_.latest_offsets()
+    except TopicNotFoundError:
+        return None
     finally:
         log_.close()
     share = max(1, records // max(1, len(latest)))
@@ -137,8 +143,11 @@ class WarmingUp:
     """A warm-up stream started and not waited for (:func:`start_warm_up`): it runs in Spark's
     own threads beside whatever the session does next, and :meth:`finish` collects it."""
 
-    def __init__(self, query: Any, work: str, started: float, start: OffsetsMap) -> None:
+    def __init__(
+        self, query: Any, work: str, started: float, start: OffsetsMap, stand_in: bool = False
+    ) -> None:
         self.query, self.work, self.started, self.start = query, work, started, start
+        self.stand_in = stand_in
 
     def ended(self) -> bool:
         """Whether the warm-up query has ended (its ``availableNow`` run read everything)."""
@@ -173,6 +182,7 @@ class WarmingUp:
                 sum(end - self.start.get(b, 0) for b, end in committed.items()),
                 time.monotonic() - self.started,
                 sum(c.quarantined for c in sink_commits(f"{self.work}/sink", "warm-up")),
+                self.stand_in,
             )
         except Exception as exc:  # a warm-up that fails only means a cold start
             log.warning("stream warm-up failed; the epoch will start cold: %s", exc)
@@ -181,20 +191,24 @@ class WarmingUp:
             discard_untaken(f"{self.work}/checkpoint")
             self._remove_work()
         log.info(
-            "stream warm-up: %d records through source, transform and sink in %.1f s",
+            "stream warm-up: %d records through source, transform and sink in %.1f s%s",
             done.records,
             done.seconds,
+            " (generated events: the topic held nothing yet)" if self.stand_in else "",
         )
         return done
 
 
 def start_warm_up(
-    spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS
+    spark, settings: PipelineSettings, *, records: int = WARM_UP_RECORDS, stand_in: bool = True
 ) -> WarmingUp | None:
     """Start the warm-up stream of :func:`warm_up` and return without waiting for it (None if
     it could not start: logged, a cold start). The warm-up is a stream job of its own,
     resolved from ``settings`` here (:func:`~modeswitch.modes.job.resolve_job`): settings
-    that cannot run a stream only mean a cold start too, and the epoch reports them."""
+    that cannot run a stream only mean a cold start too, and the epoch reports them. On a
+    Kafka topic that holds nothing yet it reads generated events instead (``stand_in``), or,
+    without ``stand_in``, starts nothing and returns None (quietly: the warm engine asks again
+    until the topic has records, :class:`~modeswitch.runners.engine_server.StreamPath`)."""
     started = time.monotonic()
     # Beside the pipeline's state, not on the driver's disk: on a cluster the executors read
     # the warm-up's log and write its sink.
@@ -204,7 +218,11 @@ def start_warm_up(
         assert job.stream is not None
         # Spark's Kafka source warms up on the topic's own tail; a log read by bucketlog, or a
         # topic with nothing in it, on generated events.
-        tail = kafka_tail(settings.source, records) if job.stream.reader == "kafka" else None
+        on_kafka = job.stream.reader == "kafka"
+        tail = kafka_tail(settings.source, records) if on_kafka else None
+        if on_kafka and not tail and not stand_in:
+            log.debug("stream warm-up: the topic of %s holds nothing yet", settings.source)
+            return None
         if tail:
             source, start, path = settings.source, tail, job.stream
         else:
@@ -233,7 +251,7 @@ def start_warm_up(
         discard_untaken(f"{work}/checkpoint")
         remove_tree(work)
         return None
-    return WarmingUp(query, work, started, start)
+    return WarmingUp(query, work, started, start, stand_in=on_kafka and not tail)
 
 
 def warm_up(

@@ -24,12 +24,14 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import signal
 import socketserver
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -133,36 +135,76 @@ class StreamPath:
     it cost that stream 0.8 s, and what it had started (the Python workers of the source and
     the sink, the JVM's first compilations) is what the stream needs
     (``bench/bench_airflow_handoff.py``: the first handoff 4.2 s → 2.0 s, medians of 3). It is
-    collected once it has ended. The path is warm once a warm-up read its records or a stream
-    epoch ran; until then, an engine left idle after a batch starts another warm-up."""
+    collected once it has ended. The path is warm once a warm-up read the pipeline's own
+    source or a stream epoch ran; until then, a warm-up starts beside each batch epoch and
+    whenever the engine is left idle after one.
+
+    A Kafka topic that holds nothing yet (the compose stack's engine starts 77 s before its
+    demo creates the topic) gets a warm-up on generated events, which warms all but Spark's
+    Kafka source (``stand_in``); the path then waits for the topic's records, and the idle
+    engine asks for them every :data:`WARM_UP_RETRY_SECONDS`: without that, the first stream
+    on the topic started cold, 4.3-5.2 s from the batch's last commit to its first."""
 
     def __init__(self, spark: Any, runner: Callable[..., None] = run_epoch) -> None:
         self.spark = spark
         self._runner = runner
         self.warming: Any = None  # a WarmingUp
         self.warm = False
+        self.awaits_source = False  # a stand-in warmed the rest: the topic's records awaited
+        self.asked_at = -math.inf  # when a warm-up was last started or asked for
         self._lock = threading.RLock()  # the first lane's thread, and the main one at the end
 
-    def start(self, settings: PipelineSettings) -> None:
+    def start(self, settings: PipelineSettings, *, at_once: bool = True) -> None:
+        """Start a warm-up if one is due (:func:`warm_up_due`): ``at_once`` at the engine's
+        start, beside a batch epoch and when idle after one; otherwise only the periodic ask
+        of a path that awaits its topic's records."""
         from modeswitch.modes.warmup import start_warm_up
 
         with self._lock:
-            if not self.warm and self.warming is None:
-                self.warming = start_warm_up(self.spark, settings)
+            now = time.monotonic()
+            since = now - self.asked_at
+            if warm_up_due(self.warm, self.warming is not None, at_once, self.awaits_source, since):
+                self.asked_at = now
+                self.warming = start_warm_up(self.spark, settings, stand_in=not self.awaits_source)
 
     def collect(self, *, stop: bool = False) -> None:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""
         with self._lock:
             if self.warming is not None and (stop or self.warming.ended()):
                 done, self.warming = self.warming.finish(), None
-                self.warm = self.warm or (done is not None and done.records > 0)
+                read = done is not None and done.records > 0
+                self.warm = self.warm or (read and not done.stand_in)
+                self.awaits_source = self.awaits_source or (read and done.stand_in)
 
     def run(self, kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
-        """The engine's epoch runner."""
+        """The engine's epoch runner: a batch epoch of a path not warm yet has a warm-up
+        beside it (on Kafka, the batch is the sign that the topic has records)."""
         try:
+            if kind == "batch":
+                self.start(settings)
             self._runner(kind, spark, epoch, settings)
         finally:
             self.warm = self.warm or kind == "stream"
+
+
+WARM_UP_RETRY_SECONDS = 10.0
+"""How often an idle engine whose stream path awaits its Kafka topic's records asks for them
+(a metadata request and each partition's offsets; no Spark job until there are some)."""
+
+
+def warm_up_due(
+    warm: bool, warming: bool, at_once: bool, awaits_source: bool, since_asked: float
+) -> bool:
+    """Whether to start a warm-up now: the path is not warm and none runs, and either the
+    moment asks for one at once (the engine's start, a batch epoch, idle after an epoch) or
+    the path awaits its topic's records and last asked :data:`WARM_UP_RETRY_SECONDS` ago or
+    more. A path that is merely cold (a warm-up that failed) is not retried on a clock: a
+    fault that fails every warm-up would fail one every few seconds."""
+    return (
+        not warm
+        and not warming
+        and (at_once or (awaits_source and since_asked >= WARM_UP_RETRY_SECONDS))
+    )
 
 
 def run_lane(
@@ -175,18 +217,21 @@ def run_lane(
     """A lane's thread: bound to the session as its pipeline (:func:`bind_thread`), it runs the
     lane's epochs as they come until ``stop``. The first lane also keeps the stream path warm
     (``path``): a warm-up at once (with ``settings``), beside the first epoch, whose request
-    comes at once, and another whenever it is left idle before the path is warm. Anything
-    but an epoch's own failure (which its future carries) stops the engine."""
+    comes at once, and, while the path is not warm, in each idle turn it asks the path
+    whether another is due (:meth:`StreamPath.start`). Anything but an epoch's own failure
+    (which its future carries) stops the engine."""
     try:
         bind_thread(spark, lane.pipeline)
-        if path is not None and settings is not None:
-            path.start(settings)
+        latest = settings  # the settings of the lane's latest epoch: a warm-up's
+        if path is not None and latest is not None:
+            path.start(latest)
         while not stop.is_set():
             if path is not None:
                 path.collect()
             ran = lane.run_next(timeout=0.5)
-            if path is not None and ran is not None and not lane.pending():
-                path.start(ran[1])  # idle after an epoch and not warm yet: warm it now
+            latest = ran[1] if ran is not None else latest
+            if path is not None and latest is not None and not lane.pending():
+                path.start(latest, at_once=ran is not None)  # idle: a warm-up if one is due
     except BaseException:
         log.exception("engine: the lane of pipeline %s stopped; stopping the engine", lane.pipeline)
         stop.set()

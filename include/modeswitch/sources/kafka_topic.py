@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from modeswitch.errors import ModeswitchError, SourceUnavailableError
+from modeswitch.errors import ModeswitchError, SourceUnavailableError, TopicNotFoundError
 from modeswitch.offsets import OffsetsMap
 
 client_log = logging.getLogger("modeswitch.sources.kafka")
@@ -128,7 +128,7 @@ class KafkaTopic:
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             why = f" ({topic.error.str()})" if topic is not None and topic.error else ""
-            raise ModeswitchError(
+            raise TopicNotFoundError(
                 f"kafka {self.servers}: topic {self.topic!r} does not exist{why}; topics there: "
                 f"{sorted(t for t in meta.topics if not t.startswith('__'))[:20]}"
             )
