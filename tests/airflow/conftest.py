@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,18 @@ os.environ.update(
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
     }
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def openlineage_pool_shut_down() -> Iterator[None]:
+    """At the session's end, the pool of processes in which Airflow's OpenLineage listener
+    emits DAG-run events (``dag.test()`` forks it) is shut down, as the listener does when
+    an Airflow component stops (``before_stopping``). An xdist worker exits without shutting
+    it, and its process then waited on its queue for ever, orphaned (seen after a CI run)."""
+    yield
+    listener = sys.modules.get("airflow.providers.openlineage.plugins.listener")
+    if listener is not None:
+        listener.get_openlineage_listener().before_stopping(None)
 
 
 @pytest.fixture(scope="session")
