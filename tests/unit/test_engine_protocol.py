@@ -486,9 +486,11 @@ def test_make_airflow_stops_the_engines_its_tasks_started_when_it_stops(
 class FakeWarmUp:
     """A warm-up stream as :class:`~modeswitch.modes.warmup.WarmingUp` shows it."""
 
-    def __init__(self, journal: list[str], records: int, stand_in: bool = False) -> None:
+    def __init__(
+        self, journal: list[str], records: int, stand_in: bool = False, fails: bool = False
+    ) -> None:
         self.journal, self.records, self.running = journal, records, True
-        self.stand_in = stand_in
+        self.stand_in, self.fails = stand_in, fails
         journal.append("warm-up started" + (" (stand-in)" if stand_in else ""))
 
     def ended(self) -> bool:
@@ -499,7 +501,7 @@ class FakeWarmUp:
 
         self.journal.append("warm-up stopped" if self.running else "warm-up collected")
         self.running = False
-        return WarmUp(self.records, 1.0, stand_in=self.stand_in)
+        return None if self.fails else WarmUp(self.records, 1.0, stand_in=self.stand_in)
 
 
 def test_the_engines_warm_up_runs_beside_the_first_batch_and_gives_way_to_a_stream(
@@ -551,13 +553,13 @@ class Topic:
     """A Kafka topic as the warm engine's warm-ups see it: nothing in it at first."""
 
     def __init__(self, journal: list[str]) -> None:
-        self.journal, self.records, self.asked = journal, 0, 0
+        self.journal, self.records, self.asked, self.fails = journal, 0, 0, False
 
     def start_warm_up(self, spark, s, *, stand_in: bool = True, **_):
         """:func:`~modeswitch.modes.warmup.start_warm_up` on this topic."""
         self.asked += 1
         if self.records:
-            return FakeWarmUp(self.journal, self.records)
+            return FakeWarmUp(self.journal, self.records, fails=self.fails)
         return FakeWarmUp(self.journal, 2_000, stand_in=True) if stand_in else None
 
 
@@ -621,6 +623,33 @@ def test_a_batch_epoch_of_a_path_awaiting_its_topic_has_a_warm_up_on_it_beside(
     path.collect()
     path.run("stream", None, 2, settings)
     assert journal[-1] == "stream" and topic.asked == 2 and path.warm
+
+
+def test_a_warm_up_on_the_topics_records_that_failed_ends_the_asking(
+    settings: PipelineSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the topic has records, the path awaits them no more, whatever came of the warm-up
+    on them: one that failed (the Kafka source faulty) leaves the path merely cold, and the
+    idle engine does not start a failing query every WARM_UP_RETRY_SECONDS."""
+    from modeswitch.modes import warmup
+
+    journal: list[str] = []
+    topic = Topic(journal)
+    monkeypatch.setattr(warmup, "start_warm_up", topic.start_warm_up)
+    path = engine_server.StreamPath(None)
+    path.start(settings)
+    path.warming.running = False
+    path.collect()
+    assert path.awaits_source
+    topic.records, topic.fails = 2_000, True
+    path.asked_at -= engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)
+    path.warming.running = False
+    path.collect()
+    assert not path.warm and not path.awaits_source
+    path.asked_at -= 10 * engine_server.WARM_UP_RETRY_SECONDS
+    path.start(settings, at_once=False)
+    assert topic.asked == 2 and path.warming is None
 
 
 def test_a_warm_up_that_failed_is_tried_again_after_an_epoch_not_on_a_clock(

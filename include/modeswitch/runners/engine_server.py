@@ -171,10 +171,14 @@ class StreamPath:
         """Collect a warm-up that has ended (or stop it first with ``stop``)."""
         with self._lock:
             if self.warming is not None and (stop or self.warming.ended()):
-                done, self.warming = self.warming.finish(), None
+                warming, self.warming = self.warming, None
+                done = warming.finish()
                 read = done is not None and done.records > 0
-                self.warm = self.warm or (read and not done.stand_in)
-                self.awaits_source = self.awaits_source or (read and done.stand_in)
+                self.warm = self.warm or (read and not warming.stand_in)
+                # Awaited from a stand-in that read its events (none runs while awaiting) to
+                # a warm-up on the topic's records, whatever came of it: one that failed
+                # leaves the path merely cold, never asked for on a clock.
+                self.awaits_source = warming.stand_in and read
 
     def run(self, kind: str, spark: Any, epoch: int, settings: PipelineSettings) -> None:
         """The engine's epoch runner: a batch epoch of a path not warm yet has a warm-up
